@@ -1,0 +1,3 @@
+from cosmictui.cli import main
+
+raise SystemExit(main())
