@@ -1,0 +1,43 @@
+"""UI-free operations behind the wizard and the headless commands (no Textual here).
+
+Public API (signatures are stable; screens and CLI import from the submodules):
+
+config      Settings (frozen dataclass), load_settings(config=None, **overrides) -> Settings,
+            ConfigError, default_config_path(); constants ENV_VAR, *_COMMAND, RELAY_*.
+            Command templates: delete_command uses {id}; create_command uses {fields} (the
+            job's fields as `--name value` pairs, shell-quoted) and any {field_name}.
+envfile     plan_relays(text, key, mode="merge"|"replace", var=ENV_VAR, path=".env") -> EnvPlan
+            (old, new, diff, old_keys, new_keys, line, .changed); read_relays(text, var) ->
+            tuple of keys; normalize_key(key) -> z32; decode_text/encode_text (bytes <-> str,
+            lossless); EnvFileError(problem, line, fix, path).
+runner      open_deployment(spec, *, env, known_hosts, client_keys, password, connect_timeout)
+            -> Runner (LocalRunner | SSHRunner); parse_deployment(spec) -> DeploymentSpec.
+            Runner: async run(cmd, cwd=None, on_output=None, timeout=None) -> CommandResult
+            (cmd, exit_code, output, .ok); async read_file(path) -> bytes;
+            async write_file_atomic(path, data, backup=True) -> backup path | None;
+            async exists(path); resolve(path); async close(); async context manager.
+            RunnerError(what, fix, host, kind) with kind in auth, host-key-mismatch,
+            host-key-unknown, refused, unresolvable, timeout, missing-command,
+            missing-directory, missing-file, io, error.
+jobs        parse_jobs(output, now=None) -> list[Job]; Job(id, status, created, fields,
+            updated); JobsFormatError(reason, raw); stuck_reason(job, now, stuck_after,
+            stale_after) -> str | None; view_jobs(jobs, now, restart_at, ...) -> list[JobView]
+            (job, age, before_restart, stuck).
+checks      CheckResult(name, status "ok"|"warn"|"fail", detail, fix); check_relay_runs_here(),
+            check_udp_port(port, host, storage), check_memory(minimum), check_storage(path),
+            check_dht(stats), async fetch_stats(metrics_url), async check_deployment_host(runner),
+            ping_command(host, port, timeout, python) -> str,
+            async check_relay_from_deployment(runner, host, port, timeout),
+            async run_checks(settings, runner=None) -> list[CheckResult].
+relayproc   RelayRuntime, RelayStatus, RelayProcError; read_runtime(storage), pid_alive(pid),
+            relay_status(storage), attach(storage), relay_command(...), async start_relay(storage,
+            port, host, bootstrap, metrics, timeout, python) -> RelayRuntime, async
+            stop_relay(storage, timeout) -> bool, read_key(storage), key_change_warning(storage,
+            previous_storage) -> str | None; runtime_path/log_path.
+progress    WizardProgress(deployment, current_step, completed, relay_storage, relay_key,
+            env_backup, restarted_at, data); load_progress(deployment), save_progress(p),
+            clear_progress(deployment), progress_path(deployment), state_dir().
+sandbox     create_sandbox(root=None, *, relay_port, metrics_port, bootstrap, seed_jobs) ->
+            Sandbox(root, deployment, bin_dir, relay_storage, settings, env_path, state_path).
+metrics     (owned by the monitor engineer) fetch + parse /metrics and /stats.
+"""
