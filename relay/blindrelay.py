@@ -1,0 +1,593 @@
+"""blind-relay: pairing two peers' UDX streams through a relay, server side, sans-IO.
+
+Wire-compatible with npm `blind-relay` 1.6.1. Each connection to the relay carries one protomux
+channel `("blind-relay", id = the client's static public key)` with two message types:
+
+* 0 `pair`   = `bitfield(7)` flags (bit 0 = isInitiator) ‖ `fixed32 token` ‖ `uint id` ‖ `uint seq`
+* 1 `unpair` = `bitfield(7)` flags (zero) ‖ `fixed32 token`
+
+Codecs: `Pair`, `Unpair`, `encode_pair`, `decode_pair`, `encode_unpair`, `decode_unpair`
+(decoders raise `BlindRelayError`), and `PAIR_MESSAGE` / `UNPAIR_MESSAGE` for a protomux channel.
+
+Server (`BlindRelayServer`, one `BlindRelaySession` per connection) follows blind-relay's
+`Server`: a `pair` creates or joins the pending entry of its token; once one initiator and one
+non-initiator are present the entry is *matched*: the server allocates one local raw-stream id
+per side (non-initiator first), queues `pair{isInitiator, token, id: <our stream id>}` on each
+side's channel (non-initiator first) and reports `PairingMatched` with both `RelayLink`s. The
+runtime then creates the raw streams, relays them to each other (`relay_to`), and lets each
+stream's firewall connect it to `(packet source, link.remote_stream_id)` on the first packet.
+A second `pair` for an occupied side of a pending token is ignored, as in JS.
+
+Driving it (no I/O here):
+
+    server = BlindRelayServer(allocate_stream_id=udx.next_stream_id)      # optional hook
+    session = server.accept(id=conn.remote_public_key)                     # opens the channel
+    session.receive_message(msg, now)       # each secret-stream message; raises BlindRelayError
+    for ev in server.poll_events(): ...     # PairingMatched -> create streams first,
+                                            # DestroyStream -> destroy a raw stream
+    for sess, msgs in server.drain_output(): write msgs on sess's secret-stream
+    server.stream_closed(stream_id)         # a relay raw stream closed by itself
+    server.stream_error(stream_id)          # ... or failed (counted in streams_errors)
+    session.connection_closed()             # the secret-stream ended or broke
+    server.expire(now); server.next_deadline()   # only with pairing_timeout set
+
+Stats (`server.stats`, `BlindRelayStats`; `as_dict()` gives the `/stats` JSON groups) move
+exactly when npm blind-relay moves them: sessions accepted on `accept`, opened when the channel
+is fully open, closed when it closes (either side, or the stream); pairings requested per
+accepted `pair`, pending while one side waits, matched when both are there, cancelled by
+`unpair` (pending or active) or by the session's channel closing with its tokens still pending
+(one per token); pairings active = tokens with at least one live relay stream; streams opened
+(two per match), closed (destroyed by us or closed under us), errors.
+
+Caps (hooks for the service; None = unlimited, the npm behaviour): `max_pending_per_session`,
+`max_pending_total` (a new pending token over a cap is ignored, and counted in
+`pairings_refused_session_limit` / `pairings_refused_total_limit`), `pairing_timeout` seconds
+(pending tokens older than that are cancelled by `expire(now)` and counted in `pairings_timed_out`
+as well as `pairings_cancelled`). A `pair` whose stream id does not fit UDX's 32 bits is ignored
+and counted in `pairings_refused_invalid`.
+
+Deliberate differences from JS, all in corners: `close()` destroys every session (JS waits for
+pending pairings to finish, then forgets them without updating stats); a session that pairs
+with itself keeps both links (JS keeps one per token and leaks the other until it closes);
+`end()` also completes after an `unpair` or timeout empties the session's pending set.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from relay.encoding import DecodeError, Reader, Writer
+from relay.protomux import (
+    ChannelClosed,
+    ChannelOpened,
+    Event,
+    MessageReceived,
+    MessageType,
+    Mux,
+    ProtomuxError,
+)
+
+__all__ = [
+    "PAIR_MESSAGE",
+    "PROTOCOL",
+    "UNPAIR_MESSAGE",
+    "BlindRelayError",
+    "BlindRelayServer",
+    "BlindRelaySession",
+    "BlindRelayStats",
+    "DestroyStream",
+    "Pair",
+    "PairingMatched",
+    "RelayEvent",
+    "RelayLink",
+    "SessionClosed",
+    "SessionOpened",
+    "Unpair",
+    "decode_pair",
+    "decode_unpair",
+    "encode_pair",
+    "encode_unpair",
+]
+
+PROTOCOL = "blind-relay"
+MAX_STREAM_ID = 0xFFFFFFFF
+
+
+class BlindRelayError(Exception):
+    """The peer broke the blind-relay (or protomux beneath it) protocol; drop its connection."""
+
+
+# ---------------------------------------------------------------------------------- messages
+
+
+@dataclass(frozen=True, slots=True)
+class Pair:
+    is_initiator: bool
+    token: bytes
+    id: int
+    seq: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Unpair:
+    token: bytes
+
+
+def _read_pair(r: Reader) -> Pair:
+    flags = r.bitfield(7)
+    return Pair(bool(flags & 1), r.fixed32(), r.uint(), r.uint())
+
+
+def _write_pair(w: Writer, m: Pair) -> None:
+    w.bitfield(1 if m.is_initiator else 0, 7).fixed32(m.token).uint(m.id).uint(m.seq)
+
+
+def _read_unpair(r: Reader) -> Unpair:
+    r.bitfield(7)
+    return Unpair(r.fixed32())
+
+
+def _write_unpair(w: Writer, m: Unpair) -> None:
+    w.bitfield(0, 7).fixed32(m.token)
+
+
+PAIR_MESSAGE = MessageType(_read_pair, _write_pair, "pair")
+UNPAIR_MESSAGE = MessageType(_read_unpair, _write_unpair, "unpair")
+
+
+def encode_pair(m: Pair) -> bytes:
+    w = Writer()
+    _write_pair(w, m)
+    return w.getvalue()
+
+
+def encode_unpair(m: Unpair) -> bytes:
+    w = Writer()
+    _write_unpair(w, m)
+    return w.getvalue()
+
+
+def decode_pair(data: bytes) -> Pair:
+    try:
+        return _read_pair(Reader(data))
+    except DecodeError as e:
+        raise BlindRelayError(f"bad pair message: {e}") from e
+
+
+def decode_unpair(data: bytes) -> Unpair:
+    try:
+        return _read_unpair(Reader(data))
+    except DecodeError as e:
+        raise BlindRelayError(f"bad unpair message: {e}") from e
+
+
+# ---------------------------------------------------------------------------------- stats
+
+
+@dataclass(slots=True)
+class BlindRelayStats:
+    sessions_accepted: int = 0
+    sessions_opened: int = 0
+    sessions_closed: int = 0
+    pairings_requested: int = 0
+    pairings_matched: int = 0
+    pairings_cancelled: int = 0
+    pairings_pending: int = 0
+    pairings_active: int = 0
+    streams_opened: int = 0
+    streams_closed: int = 0
+    streams_errors: int = 0
+    pairings_refused_session_limit: int = 0
+    pairings_refused_total_limit: int = 0
+    pairings_refused_invalid: int = 0
+    pairings_timed_out: int = 0
+
+    def as_dict(self) -> dict[str, dict[str, int]]:
+        """The `/stats` groups: sessions, pairings, streams, refusals."""
+        return {
+            "sessions": {
+                "accepted": self.sessions_accepted,
+                "opened": self.sessions_opened,
+                "closed": self.sessions_closed,
+            },
+            "pairings": {
+                "requested": self.pairings_requested,
+                "matched": self.pairings_matched,
+                "cancelled": self.pairings_cancelled,
+                "pending": self.pairings_pending,
+                "active": self.pairings_active,
+            },
+            "streams": {"opened": self.streams_opened, "closed": self.streams_closed, "errors": self.streams_errors},
+            "refusals": {
+                "session_limit": self.pairings_refused_session_limit,
+                "total_limit": self.pairings_refused_total_limit,
+                "invalid": self.pairings_refused_invalid,
+                "timed_out": self.pairings_timed_out,
+            },
+        }
+
+
+# ---------------------------------------------------------------------------------- events
+
+
+class RelayEvent:
+    __slots__ = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RelayLink:
+    """One side of a matched pairing, as the runtime needs it."""
+
+    session: BlindRelaySession
+    is_initiator: bool
+    stream_id: int
+    """Our raw-stream id for this side (sent back to the peer in `pair`)."""
+    remote_stream_id: int
+    """The peer's own raw-stream id (from its `pair`): where our stream sends."""
+
+
+@dataclass(frozen=True, slots=True)
+class PairingMatched(RelayEvent):
+    """Create `links[i].stream_id` for each side, relay them to each other, then flush output."""
+
+    token: bytes
+    links: tuple[RelayLink, RelayLink]  # (non-initiator, initiator)
+
+
+@dataclass(frozen=True, slots=True)
+class DestroyStream(RelayEvent):
+    """Destroy our raw stream `stream_id` (unpaired, or its session closed)."""
+
+    stream_id: int
+    session: BlindRelaySession
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class SessionOpened(RelayEvent):
+    session: BlindRelaySession
+
+
+@dataclass(frozen=True, slots=True)
+class SessionClosed(RelayEvent):
+    session: BlindRelaySession
+
+
+# ---------------------------------------------------------------------------------- state
+
+
+@dataclass(eq=False, slots=True)
+class _Link:
+    session: BlindRelaySession
+    is_initiator: bool
+    remote_id: int
+    key: bytes
+    stream_id: int | None = None
+    remote: _Link | None = None
+
+
+@dataclass(eq=False, slots=True)
+class _PendingPair:
+    token: bytes
+    created: float
+    links: list[_Link | None] = field(default_factory=lambda: [None, None])  # [non-initiator, initiator]
+
+
+class BlindRelaySession:
+    """The blind-relay channel on one connection; made by `BlindRelayServer.accept`."""
+
+    def __init__(self, server: BlindRelayServer, mux: Mux, id: bytes | None, handshake: bytes | None) -> None:
+        self._server = server
+        self.mux = mux
+        self.id = id
+        channel = mux.open_channel(PROTOCOL, id, messages=[PAIR_MESSAGE, UNPAIR_MESSAGE], handshake=handshake)
+        if channel is None:
+            raise BlindRelayError("a blind-relay channel with this id is already open on this stream")
+        self.channel = channel
+        self.opened = False
+        self.closed = False
+        self.remote_handshake: bytes | None = None
+        self._ending = False
+        self._pairing: set[bytes] = set()
+        self._links: dict[bytes, list[_Link]] = {}
+
+    def __repr__(self) -> str:
+        return (
+            f"<BlindRelaySession {(self.id or b'').hex()[:16]} pending={len(self._pairing)} links={self.active_links}>"
+        )
+
+    @property
+    def pending_tokens(self) -> int:
+        return len(self._pairing)
+
+    @property
+    def active_links(self) -> int:
+        return sum(len(v) for v in self._links.values())
+
+    # ---------------------------------------------------------------- runtime API
+
+    def receive_message(self, data: bytes | bytearray | memoryview, now: float = 0.0) -> list[Event]:
+        """Feed one secret-stream message; returns protomux events of other channels."""
+        try:
+            events = self.mux.receive_message(data)
+        except ProtomuxError as e:
+            raise BlindRelayError(str(e)) from e
+        finally:
+            self._server._dirty[self] = None
+        return self._process(events, now)
+
+    def connection_closed(self) -> list[Event]:
+        """The secret-stream closed: the channel closes and everything pending is cancelled."""
+        self._server._dirty.pop(self, None)
+        return self._process(self.mux.stream_closed(), 0.0)
+
+    def data_to_send(self) -> list[bytes]:
+        self._server._dirty.pop(self, None)
+        return self.mux.data_to_send()
+
+    def end(self) -> None:
+        """Close the channel once no pairing of this session is pending."""
+        self._ending = True
+        self._end_maybe()
+
+    def destroy(self) -> None:
+        """Close the channel now: pending tokens are cancelled, active links destroyed."""
+        if not self.channel.closed:
+            self.channel.close()
+            self._server._dirty[self] = None
+            self._process(self.mux.poll_events(), 0.0)
+
+    # ---------------------------------------------------------------- internals
+
+    def _end_maybe(self) -> None:
+        if self._ending and not self._pairing:
+            self.destroy()
+
+    def _process(self, events: list[Event], now: float) -> list[Event]:
+        others: list[Event] = []
+        for ev in events:
+            chan = getattr(ev, "channel", None)
+            if chan is not self.channel:
+                others.append(ev)
+            elif isinstance(ev, MessageReceived):
+                if ev.type == 0:
+                    self._server._on_pair(self, ev.message, now)
+                else:
+                    self._server._on_unpair(self, ev.message)
+            elif isinstance(ev, ChannelOpened):
+                self.opened = True
+                self.remote_handshake = ev.handshake
+                self._server.stats.sessions_opened += 1
+                self._server._events.append(SessionOpened(self))
+            elif isinstance(ev, ChannelClosed):
+                self._server._on_session_close(self)
+        return others
+
+
+class BlindRelayServer:
+    """Pairs tokens across sessions and tells the runtime which raw streams to make and relay."""
+
+    def __init__(
+        self,
+        *,
+        allocate_stream_id: Callable[[], int] | None = None,
+        max_pending_per_session: int | None = None,
+        max_pending_total: int | None = None,
+        pairing_timeout: float | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._allocate_hook = allocate_stream_id
+        self._rng = rng or random.SystemRandom()
+        self.max_pending_per_session = max_pending_per_session
+        self.max_pending_total = max_pending_total
+        self.pairing_timeout = pairing_timeout
+        self.stats = BlindRelayStats()
+        self._pairing: dict[bytes, _PendingPair] = {}
+        self._active_refs: dict[bytes, int] = {}
+        self._sessions: dict[BlindRelaySession, None] = {}
+        self._by_stream: dict[int, _Link] = {}
+        self._events: list[RelayEvent] = []
+        self._dirty: dict[BlindRelaySession, None] = {}  # ordered: replies go out in pairing order
+
+    # ---------------------------------------------------------------- runtime API
+
+    @property
+    def sessions(self) -> Iterator[BlindRelaySession]:
+        return iter(list(self._sessions))
+
+    def accept(
+        self, id: bytes | None = None, mux: Mux | None = None, *, handshake: bytes | None = None
+    ) -> BlindRelaySession:
+        """Start the blind-relay channel on a new connection (id = the client's public key)."""
+        session = BlindRelaySession(self, mux or Mux(), id, handshake)
+        self._sessions[session] = None
+        self.stats.sessions_accepted += 1
+        self._dirty[session] = None
+        session._process(session.mux.poll_events(), 0.0)
+        return session
+
+    def poll_events(self) -> list[RelayEvent]:
+        events, self._events = self._events, []
+        return events
+
+    def drain_output(self) -> list[tuple[BlindRelaySession, list[bytes]]]:
+        """Messages to write, per session that has any (pair replies go to other sessions too)."""
+        out = []
+        for session in list(self._dirty):
+            msgs = session.mux.data_to_send()
+            if msgs:
+                out.append((session, msgs))
+        self._dirty.clear()
+        return out
+
+    def stream_closed(self, stream_id: int) -> None:
+        """A relay raw stream closed by itself (peer ended, timed out); unknown ids are ignored."""
+        link = self._by_stream.pop(stream_id, None)
+        if link is None:
+            return
+        link.stream_id = None
+        self._forget_link(link)
+
+    def stream_error(self, stream_id: int) -> None:
+        """A relay raw stream failed; `stream_closed` is expected to follow."""
+        if stream_id in self._by_stream:
+            self.stats.streams_errors += 1
+
+    def expire(self, now: float) -> None:
+        """Cancel pending pairings older than `pairing_timeout`."""
+        if self.pairing_timeout is None:
+            return
+        for key, pair in list(self._pairing.items()):
+            if now - pair.created < self.pairing_timeout:
+                break  # insertion order = creation order
+            self._cancel_pending(key, pair)
+            self.stats.pairings_timed_out += 1
+
+    def next_deadline(self) -> float | None:
+        """When `expire` next has work, or None."""
+        if self.pairing_timeout is None or not self._pairing:
+            return None
+        return next(iter(self._pairing.values())).created + self.pairing_timeout
+
+    def close(self) -> None:
+        """Destroy every session (cancels pending pairings, destroys relay streams)."""
+        for session in list(self._sessions):
+            session.destroy()
+
+    # ---------------------------------------------------------------- pairing
+
+    def _allocate(self) -> int:
+        if self._allocate_hook is not None:
+            return self._allocate_hook()
+        while True:
+            sid = self._rng.getrandbits(32)
+            if sid not in self._by_stream:
+                return sid
+
+    def _on_pair(self, session: BlindRelaySession, m: Pair, now: float) -> None:
+        key = m.token
+        if m.id > MAX_STREAM_ID:
+            self.stats.pairings_refused_invalid += 1
+            return
+        pair = self._pairing.get(key)
+        side = 1 if m.is_initiator else 0
+        if pair is None:
+            if self.max_pending_total is not None and self.stats.pairings_pending >= self.max_pending_total:
+                self.stats.pairings_refused_total_limit += 1
+                return
+            if self.max_pending_per_session is not None and len(session._pairing) >= self.max_pending_per_session:
+                self.stats.pairings_refused_session_limit += 1
+                return
+            pair = self._pairing[key] = _PendingPair(key, now)
+            self.stats.pairings_pending += 1
+        elif pair.links[side] is not None:
+            return
+        session._pairing.add(key)
+        self.stats.pairings_requested += 1
+        pair.links[side] = _Link(session, m.is_initiator, m.id, key)
+        a, b = pair.links
+        if a is None or b is None:
+            return
+        del self._pairing[key]
+        self.stats.pairings_pending -= 1
+        self.stats.pairings_matched += 1
+        for link in (a, b):
+            link.stream_id = self._allocate()
+            self._by_stream[link.stream_id] = link
+        a.remote, b.remote = b, a
+        for link in (a, b):
+            link.session._pairing.discard(key)
+            link.session._links.setdefault(key, []).append(link)
+            self._active_refs[key] = self._active_refs.get(key, 0) + 1
+            if self._active_refs[key] == 1:
+                self.stats.pairings_active += 1
+            self.stats.streams_opened += 1
+        assert a.stream_id is not None and b.stream_id is not None
+        self._events.append(
+            PairingMatched(
+                key,
+                (
+                    RelayLink(a.session, False, a.stream_id, a.remote_id),
+                    RelayLink(b.session, True, b.stream_id, b.remote_id),
+                ),
+            )
+        )
+        for link in (a, b):
+            assert link.stream_id is not None
+            link.session.channel.send(0, Pair(link.is_initiator, key, link.stream_id, 0))
+            self._dirty[link.session] = None
+            link.session._end_maybe()
+
+    def _on_unpair(self, session: BlindRelaySession, m: Unpair) -> None:
+        key = m.token
+        pair = self._pairing.get(key)
+        if pair is not None:
+            self._cancel_pending(key, pair)
+            return
+        links = session._links.get(key)
+        if links:
+            for link in list(links):
+                remote = link.remote
+                self._destroy_link(link, "unpaired")
+                if remote is not None:
+                    self._destroy_link(remote, "unpaired")
+            self.stats.pairings_cancelled += 1
+
+    def _cancel_pending(self, key: bytes, pair: _PendingPair) -> None:
+        """Drop a pending token for every side present (npm: any session may unpair it)."""
+        del self._pairing[key]
+        self.stats.pairings_pending -= 1
+        self.stats.pairings_cancelled += 1
+        for link in pair.links:
+            if link is not None:
+                link.session._pairing.discard(key)
+                link.session._end_maybe()
+
+    def _on_session_close(self, session: BlindRelaySession) -> None:
+        if session.closed:
+            return
+        session.closed = True
+        session._ending = True
+        self.stats.pairings_cancelled += len(session._pairing)
+        for key in session._pairing:
+            if self._pairing.pop(key, None) is not None:
+                self.stats.pairings_pending -= 1
+        for links in list(session._links.values()):
+            for link in list(links):
+                self._destroy_link(link, "session closed")
+        session._pairing.clear()
+        session._links.clear()
+        self._sessions.pop(session, None)
+        self.stats.sessions_closed += 1
+        self._events.append(SessionClosed(session))
+
+    def _destroy_link(self, link: _Link, reason: str) -> None:
+        sid = link.stream_id
+        if sid is None:
+            return
+        link.stream_id = None
+        self._by_stream.pop(sid, None)
+        self._forget_link(link)
+        self._events.append(DestroyStream(sid, link.session, reason))
+
+    def _forget_link(self, link: _Link) -> None:
+        remote = link.remote
+        link.remote = None
+        if remote is not None and remote.remote is link:
+            remote.remote = None
+        links = link.session._links.get(link.key)
+        if links is not None:
+            if link in links:
+                links.remove(link)
+            if not links:
+                del link.session._links[link.key]
+        refs = self._active_refs.get(link.key)
+        if refs is not None:
+            if refs == 1:
+                del self._active_refs[link.key]
+                self.stats.pairings_active -= 1
+            else:
+                self._active_refs[link.key] = refs - 1
+        self.stats.streams_closed += 1
