@@ -9,8 +9,14 @@ raise `EnvFileError` with the line and the fix, and write nothing.
 
 from __future__ import annotations
 
+import difflib
+import io
+import json
+import re
 from dataclasses import dataclass
 from typing import Literal
+
+from dotenv.parser import parse_stream
 
 from cosmictui.ops.config import ENV_VAR
 
@@ -47,26 +53,229 @@ class EnvPlan:
 
 def decode_text(data: bytes) -> str:
     """Bytes of a `.env` as text that encodes back to the very same bytes."""
-    raise NotImplementedError
+    return data.decode("utf-8", "surrogateescape")
 
 
 def encode_text(text: str) -> bytes:
     """Inverse of `decode_text`."""
-    raise NotImplementedError
+    return text.encode("utf-8", "surrogateescape")
+
+
+def _decode_key(key: str) -> bytes:
+    try:
+        from relay.keys import decode_id
+    except ImportError:  # relay.keys not there: our own z32 reading
+        return _z32_key(key)
+    try:
+        return decode_id(key)
+    except Exception as e:  # KeyEncodingError (a DecodeError) and anything odd
+        raise ValueError(str(e)) from None
+
+
+def _z32_key(key: str) -> bytes:
+    if len(key) == 64:
+        try:
+            return bytes.fromhex(key)
+        except ValueError:
+            pass
+    if len(key) != 52:
+        raise ValueError(f"a relay key is 52 z-base-32 characters (or 64 hex), got {len(key)} characters")
+    value = 0
+    for pos, ch in enumerate(key):
+        i = _Z32.find(ch)
+        if i < 0:
+            raise ValueError(f"invalid z-base-32 character {ch!r} at position {pos}")
+        value = value << 5 | i
+    return (value >> 4).to_bytes(33, "big")[-32:]
+
+
+def _z32_encode(data: bytes) -> str:
+    value = int.from_bytes(data, "big") << 4
+    return "".join(_Z32[(value >> (5 * (51 - i))) & 31] for i in range(52))
+
+
+_Z32 = "ybndrfg8ejkmcpqxot1uwisza345h769"
 
 
 def normalize_key(key: str) -> str:
     """A relay key as z32 (accepts z32 or 64 hex chars); ValueError with why otherwise."""
-    raise NotImplementedError
+    if not isinstance(key, str):
+        raise ValueError(f"a relay key is a string, got {type(key).__name__}")
+    key = key.strip()
+    raw = _decode_key(key)
+    try:
+        from relay.keys import encode_id
+    except ImportError:
+        return _z32_encode(raw)
+    return encode_id(raw)
+
+
+@dataclass(frozen=True)
+class _Assignment:
+    """Where the relays variable is assigned: its binding text split into parts."""
+
+    index: int  # position in the bindings list
+    line: int
+    prefix: str  # leading whitespace, `export `, name, `=` with spacing
+    suffix: str  # whitespace and comment after the value
+    eol: str
+    keys: tuple[str, ...]
+
+
+_LINE_RE = re.compile(
+    r"""(?P<prefix>\s*(?:export[ \t]+)?(?P<name>[^=\s]+)(?P<eq>[ \t]*=[ \t]*)?)"""
+    r"""(?P<value>'(?:\\'|[^'])*'|"(?:\\"|[^"])*"|[^\r\n]*?)"""
+    r"""(?P<suffix>(?:[ \t]+\#[^\r\n]*|[ \t]*))(?P<eol>\r\n|\n|\r)?\Z""",
+    re.S,
+)
+
+
+def _first_line(original: str, line: int) -> int:
+    """dotenv counts a binding from the blank lines before it; we point at the line itself."""
+    lead = original[: len(original) - len(original.lstrip())]
+    return line + lead.count("\n")
+
+
+def _eol_of(text: str) -> str:
+    crlf = text.count("\r\n")
+    return "\r\n" if crlf and crlf >= text.count("\n") - crlf else "\n"
+
+
+def _parse(text: str, var: str, path: str) -> tuple[list[str], _Assignment | None]:
+    """Split `text` into dotenv bindings (exact substrings) and find the one assignment of `var`."""
+    pieces: list[str] = []
+    found: _Assignment | None = None
+    for index, binding in enumerate(parse_stream(io.StringIO(text))):
+        pieces.append(binding.original.string)
+        line = _first_line(binding.original.string, binding.original.line)
+        if binding.error:
+            shown = binding.original.string.rstrip("\r\n")
+            raise EnvFileError(
+                f"not a KEY=VALUE line, comment or blank line: {shown[:60]!r}",
+                line,
+                "fix or remove this line (comment it out with `#`, quote values with spaces), then retry",
+                path,
+            )
+        if binding.key != var:
+            continue
+        if found is not None:
+            raise EnvFileError(
+                f"{var} is assigned twice (lines {found.line} and {line})",
+                line,
+                f"keep one assignment of {var} and delete the other, then retry",
+                path,
+            )
+        m = _LINE_RE.match(binding.original.string)
+        if m is None or m.group("name") != var:
+            raise EnvFileError(
+                f"cannot locate the value of {var} on this line",
+                line,
+                f"""write it on one line as {var}='["<relay-key>"]'""",
+                path,
+            )
+        found = _Assignment(
+            index,
+            line,
+            m.group("prefix") + ("" if m.group("eq") else "="),
+            m.group("suffix"),
+            m.group("eol") or "",
+            _keys_of(binding.value, var, line, path),
+        )
+    if "".join(pieces) != text:  # dotenv skipped something: we would not write it back faithfully
+        raise EnvFileError("the file could not be split into lines losslessly", None, "check its encoding", path)
+    return pieces, found
+
+
+def _keys_of(value: str | None, var: str, line: int, path: str) -> tuple[str, ...]:
+    if value is None or not value.strip():
+        return ()
+    example = f"""{var}='["<relay-key>"]'"""
+    try:
+        parsed = json.loads(value)
+    except ValueError as e:
+        raise EnvFileError(
+            f"the value of {var} is not valid JSON ({e}): {value[:60]!r}",
+            line,
+            f"the value must be a JSON array of relay keys in single quotes, e.g. {example}",
+            path,
+        ) from None
+    if not isinstance(parsed, list):
+        raise EnvFileError(
+            f"the value of {var} is JSON but not an array: {value[:60]!r}",
+            line,
+            f"wrap the keys in [ ], e.g. {example}",
+            path,
+        )
+    keys: list[str] = []
+    for i, item in enumerate(parsed):
+        if not isinstance(item, str):
+            raise EnvFileError(
+                f"entry {i} of {var} is {json.dumps(item)[:40]}, not a relay key string",
+                line,
+                f"each entry is a quoted z32 relay key, e.g. {example}",
+                path,
+            )
+        try:
+            _decode_key(item)
+        except ValueError as e:
+            raise EnvFileError(
+                f"entry {i} of {var} ({item[:60]!r}) is not a relay key: {e}",
+                line,
+                "use the key printed on the relay's `Server listening on` line (52 z-base-32 characters)",
+                path,
+            ) from None
+        keys.append(item)
+    return tuple(keys)
 
 
 def read_relays(text: str, var: str = ENV_VAR, path: str = ".env") -> tuple[str, ...]:
     """The relay keys currently set (empty when the variable is absent or empty)."""
-    raise NotImplementedError
+    _, found = _parse(text, var, path)
+    return found.keys if found else ()
 
 
 def plan_relays(
     text: str, key: str | list[str], mode: Mode = "merge", var: str = ENV_VAR, path: str = ".env"
 ) -> EnvPlan:
     """Plan setting `var='["<key>", ...]'`: merge into the existing array or replace it."""
-    raise NotImplementedError
+    if mode not in ("merge", "replace"):
+        raise ValueError(f"mode must be 'merge' or 'replace', got {mode!r}")
+    wanted: list[str] = []
+    for k in [key] if isinstance(key, str) else list(key):
+        try:
+            z = normalize_key(k)
+        except ValueError as e:
+            raise EnvFileError(
+                f"{k!r} is not a relay key: {e}", None, "copy the key from the relay's `Server listening on` line", path
+            ) from None
+        if z not in wanted:
+            wanted.append(z)
+    if not wanted:
+        raise EnvFileError("no relay key given", None, "pass the relay's key", path)
+    pieces, found = _parse(text, var, path)
+    old_keys = found.keys if found else ()
+    if mode == "merge":
+        seen = {_decode_key(k) for k in old_keys}
+        new_keys = list(old_keys) + [k for k in wanted if _decode_key(k) not in seen]
+    else:
+        new_keys = wanted
+    value = "'" + json.dumps(new_keys, separators=(",", ":")) + "'"
+    if found is not None:
+        if tuple(new_keys) == old_keys:
+            new = text
+        else:
+            pieces[found.index] = found.prefix + value + found.suffix + found.eol
+            new = "".join(pieces)
+        line = found.line
+    else:
+        eol = _eol_of(text)
+        sep = "" if not text or text.endswith(("\n", "\r")) else eol
+        new = text + sep + f"{var}={value}" + eol
+        line = (text + sep).count("\n") + 1
+    return EnvPlan(text, new, _diff(text, new, path), old_keys, tuple(new_keys), line)
+
+
+def _diff(old: str, new: str, path: str) -> str:
+    return "\n".join(
+        difflib.unified_diff(old.splitlines(), new.splitlines(), f"{path} (now)", f"{path} (new)", lineterm="")
+    )
