@@ -1,21 +1,257 @@
-"""`blind-relay`: the command line of blind-relay-service, served by the Python relay."""
+"""`blind-relay`: blind-relay-service's command line, served by the Python relay.
+
+The two stdout lines are a contract (operators and the wizard copy the key from them):
+`Using corestore storage at <abs path>` then `Server listening on <z32 key>`. Everything
+else goes to stderr. Failures the operator can fix print one `blind-relay: error: …` line
+and exit 1; usage errors exit 2; SIGINT/SIGTERM close cleanly with exit 0.
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
+import logging
+import signal
 import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from relay.service.allow import AllowListError, build_allow_list
+from relay.service.limits import Limits
+from relay.service.logs import configure_logging
+from relay.service.metrics import DEFAULT_METRICS_HOST, DEFAULT_METRICS_PORT, MetricsError, parse_address
+from relay.service.storage import StorageError, check_writable, load_primary_key, relay_key_pair
+from relay.service.systemd import render_unit
+
+log = logging.getLogger("relay")
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="blind-relay", description="Blind relay for HyperDHT peers (Python, Node-free).")
-    p.add_argument("-s", "--storage", default="./corestore", help="storage directory holding the relay's key")
-    p.add_argument("-p", "--port", type=int, default=49737, help="UDP port (default 49737)")
+def _port(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= v <= 65535:
+        raise argparse.ArgumentTypeError(f"port {v} is out of range 0-65535")
+    return v
+
+
+def _metrics(text: str) -> str:
+    try:
+        parse_address(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
+def _bootstrap(text: str) -> list[str]:
+    nodes = [n.strip() for n in text.split(",") if n.strip()]
+    if not nodes:
+        raise argparse.ArgumentTypeError("expected HOST:PORT[,HOST:PORT...]")
+    for n in nodes:
+        host, sep, port = n.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise argparse.ArgumentTypeError(f"{n!r} is not HOST:PORT")
+    return nodes
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="blind-relay",
+        description="Blind relay for HyperDHT peers (Python, Node-free; a drop-in for blind-relay-service).",
+    )
+    p.add_argument(
+        "-s", "--storage", default=None, help="storage directory holding the relay's key (default ./corestore)"
+    )
+    p.add_argument("-p", "--port", type=_port, default=49737, help="UDP port (default 49737)")
     p.add_argument("--host", default="0.0.0.0", help="address to bind (default 0.0.0.0)")
-    p.add_argument("--bootstrap", default=None, help="HOST:PORT[,HOST:PORT...] (default: public HyperDHT nodes)")
-    return p.parse_args(argv)
+    p.add_argument(
+        "--bootstrap", type=_bootstrap, default=None, help="HOST:PORT[,HOST:PORT...] (default: public HyperDHT nodes)"
+    )
+    p.add_argument(
+        "--metrics",
+        type=_metrics,
+        default=f"{DEFAULT_METRICS_HOST}:{DEFAULT_METRICS_PORT}",
+        help="HOST:PORT for GET /metrics and /stats, or off (default 127.0.0.1:49738)",
+    )
+    p.add_argument("--allow", action="append", default=[], metavar="KEY", help="peer key allowed to pair (repeatable)")
+    p.add_argument("--allow-file", action="append", default=[], metavar="PATH", help="file of allowed keys, one a line")
+    p.add_argument("--log-format", choices=("text", "json"), default="text", help="log lines on stderr (default text)")
+    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
+    p.add_argument("--systemd-unit", action="store_true", help="print a hardened systemd unit for these flags and exit")
+    d = Limits()
+    g = p.add_argument_group("limits")
+    g.add_argument("--max-sessions", type=int, default=d.max_sessions, help=f"open sessions (default {d.max_sessions})")
+    g.add_argument(
+        "--max-pending",
+        type=int,
+        default=d.max_pending_total,
+        help=f"pending pairings, total ({d.max_pending_total})",
+    )
+    g.add_argument(
+        "--max-pending-per-session",
+        type=int,
+        default=d.max_pending_per_session,
+        help=f"pending pairings per session ({d.max_pending_per_session})",
+    )
+    g.add_argument(
+        "--pending-timeout",
+        type=float,
+        default=d.pending_timeout,
+        help=f"seconds a pairing may wait ({d.pending_timeout})",
+    )
+    g.add_argument(
+        "--max-active-pairs", type=int, default=d.max_active_pairs, help=f"relayed pairs at once ({d.max_active_pairs})"
+    )
+    g.add_argument(
+        "--handshakes-per-address",
+        type=int,
+        default=d.handshakes_per_address,
+        help=f"handshake burst per source address ({d.handshakes_per_address}, refilled "
+        f"{d.handshake_refill_per_second}/s)",
+    )
+    return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    parse_args(argv)
-    print("blind-relay: the relay service is not assembled yet (see issue 4)", file=sys.stderr)
-    return 2
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
+
+
+def _limits(args: argparse.Namespace) -> Limits:
+    return Limits(
+        max_sessions=args.max_sessions,
+        max_pending_per_session=args.max_pending_per_session,
+        max_pending_total=args.max_pending,
+        pending_timeout=args.pending_timeout,
+        max_active_pairs=args.max_active_pairs,
+        handshakes_per_address=args.handshakes_per_address,
+    )
+
+
+def _fail(message: str) -> int:
+    print(f"blind-relay: error: {message}", file=sys.stderr, flush=True)
+    return EXIT_ERROR
+
+
+def _unit_extra_args(args: argparse.Namespace) -> list[str]:
+    """Non-default limit flags, so the unit runs the relay exactly as asked."""
+    d = _limits(build_parser().parse_args([]))
+    mine = _limits(args)
+    flags = {
+        "max_sessions": "--max-sessions",
+        "max_pending_total": "--max-pending",
+        "max_pending_per_session": "--max-pending-per-session",
+        "pending_timeout": "--pending-timeout",
+        "max_active_pairs": "--max-active-pairs",
+        "handshakes_per_address": "--handshakes-per-address",
+    }
+    out: list[str] = []
+    for attr, flag in flags.items():
+        if getattr(mine, attr) != getattr(d, attr):
+            out += [flag, str(getattr(mine, attr))]
+    if args.log_level != "info":
+        out += ["--log-level", args.log_level]
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    configure_logging(args.log_format, args.log_level)
+
+    if args.systemd_unit:
+        print(
+            render_unit(
+                storage=str(Path(args.storage).resolve()) if args.storage else None,
+                port=args.port,
+                host=args.host,
+                bootstrap=",".join(args.bootstrap) if args.bootstrap else None,
+                metrics=args.metrics,
+                allow=args.allow,
+                allow_files=args.allow_file,
+                log_format=args.log_format,
+                extra_args=_unit_extra_args(args),
+            ),
+            end="",
+            flush=True,
+        )
+        return EXIT_OK
+
+    storage = Path(args.storage or "./corestore").resolve()
+    print(f"Using corestore storage at {storage}", flush=True)
+    try:
+        allow = build_allow_list(args.allow, args.allow_file)
+        primary = load_primary_key(storage)
+        check_writable(storage)
+    except (StorageError, AllowListError) as e:
+        return _fail(str(e))
+    log.info("primary key from %s (%s)", primary.path, primary.source)
+    key_pair = relay_key_pair(primary.key)
+
+    from relay.service.app import PUBLIC_BOOTSTRAP, RelayApp, RelayConfig, RelayStartError
+
+    config = RelayConfig(
+        storage=storage,
+        key_pair=key_pair,
+        host=args.host,
+        port=args.port,
+        bootstrap=list(args.bootstrap or PUBLIC_BOOTSTRAP),
+        metrics=parse_address(args.metrics),
+        allow=allow,
+        limits=_limits(args),
+    )
+    try:
+        return _run(config, RelayApp, (RelayStartError, MetricsError, StorageError))
+    except KeyboardInterrupt:
+        return EXIT_OK
+
+
+def _new_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+def _run(config, app_cls, errors) -> int:  # type: ignore[no-untyped-def]
+    async def amain() -> int:
+        app = app_cls(config)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            await app.start()
+        except errors as e:
+            await app.close()
+            return _fail(str(e))
+        try:
+            app.write_runtime()
+        except OSError as e:
+            await app.close()
+            return _fail(f"cannot write {config.storage}/relay-runtime.json: {e.strerror or e}")
+        print(f"Server listening on {app.key}", flush=True)
+        log.info(
+            "relay listening",
+            extra={"port": app.port, "host": config.host, "metrics": app.metrics.url if app.metrics else "off"},
+        )
+        try:
+            await stop.wait()
+            log.info("signal received, closing")
+        finally:
+            await app.close()
+            app.remove_runtime()
+        return EXIT_OK
+
+    with asyncio.Runner(loop_factory=_new_loop) as runner:
+        return runner.run(amain())
+
+
+if __name__ == "__main__":  # pragma: no cover
+    with contextlib.suppress(BrokenPipeError):
+        sys.exit(main())

@@ -1,0 +1,85 @@
+"""Caps and timeouts that bound what strangers can make the relay spend.
+
+blind-relay-service keeps every pending pairing forever and accepts every session; a flood of
+`pair` requests with random tokens then grows its memory without bound. Each cap here is
+counted when it bites (`blind_relay_limit_rejections_total{limit=…}`), so an operator sees it.
+The per-address handshake limiter is a sans-IO token bucket: it takes `now`, never reads a clock.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, OrderedDict
+from dataclasses import dataclass, field
+
+# Names of the caps, as they appear in metrics and /stats.
+LIMIT_SESSIONS = "sessions"
+LIMIT_PENDING_PER_SESSION = "pending_per_session"
+LIMIT_PENDING_TOTAL = "pending_total"
+LIMIT_PENDING_TIMEOUT = "pending_timeout"
+LIMIT_HANDSHAKES_PER_ADDRESS = "handshakes_per_address"
+LIMIT_ACTIVE_PAIRS = "active_pairs"
+LIMIT_NOT_ALLOWED = "not_allowed"
+ALL_LIMITS = (
+    LIMIT_SESSIONS,
+    LIMIT_PENDING_PER_SESSION,
+    LIMIT_PENDING_TOTAL,
+    LIMIT_PENDING_TIMEOUT,
+    LIMIT_HANDSHAKES_PER_ADDRESS,
+    LIMIT_ACTIVE_PAIRS,
+    LIMIT_NOT_ALLOWED,
+)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Defaults sized for a relay serving a cluster: far above honest use, far below a flood."""
+
+    max_sessions: int = 4096
+    max_pending_per_session: int = 64
+    max_pending_total: int = 8192
+    # hyperdht peers give up on a pairing after 15 s; keep a pending one twice that long.
+    pending_timeout: float = 30.0
+    max_active_pairs: int = 8192
+    handshakes_per_address: int = 64  # burst size of the per-source-address token bucket
+    handshake_refill_per_second: float = 16.0
+    tracked_addresses: int = 4096  # the limiter forgets the least recently seen beyond this
+
+    def as_dict(self) -> dict[str, float | int]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+@dataclass
+class LimitCounters:
+    """How often each cap refused something."""
+
+    rejected: Counter[str] = field(default_factory=Counter)
+
+    def hit(self, name: str, n: int = 1) -> None:
+        self.rejected[name] += n
+
+    def snapshot(self) -> dict[str, int]:
+        return {name: self.rejected.get(name, 0) for name in ALL_LIMITS}
+
+
+class HandshakeLimiter:
+    """Token bucket per source host: `allow(host, now)` spends one token or says no."""
+
+    def __init__(self, burst: int, refill_per_second: float, max_tracked: int = 4096) -> None:
+        self.burst = burst
+        self.refill = refill_per_second
+        self.max_tracked = max_tracked
+        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
+
+    def allow(self, host: str, now: float) -> bool:
+        tokens, last = self._buckets.pop(host, (float(self.burst), now))
+        tokens = min(float(self.burst), tokens + max(0.0, now - last) * self.refill)
+        ok = tokens >= 1.0
+        if ok:
+            tokens -= 1.0
+        self._buckets[host] = (tokens, now)
+        while len(self._buckets) > self.max_tracked:
+            self._buckets.popitem(last=False)
+        return ok
+
+    def __len__(self) -> int:
+        return len(self._buckets)

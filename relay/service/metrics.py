@@ -1,0 +1,187 @@
+"""`GET /metrics` (Prometheus text) and `GET /stats` (JSON) from one small asyncio HTTP server.
+
+Both views come from one snapshot function, so Prometheus and the TUI never disagree. The
+gauge names are blind-relay-service's (`blind_relay_sessions_*`, `..._pairings_*`,
+`..._streams_*`); traffic and limit counters are ours. prometheus_client does the exposition
+format and the standard `process_*` metrics; we only serve the bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+log = logging.getLogger("relay.metrics")
+
+Snapshot = Mapping[str, Any]
+SnapshotFn = Callable[[], Snapshot]
+
+SESSION_GAUGES = ("accepted", "opened", "closed")
+PAIRING_GAUGES = ("requested", "matched", "cancelled", "pending", "active")
+STREAM_GAUGES = ("opened", "closed", "errors")
+# (metric name, key in snapshot["traffic"], help)
+TRAFFIC_COUNTERS = (
+    ("blind_relay_relayed_bytes", "relayed_bytes", "UDX bytes forwarded between paired peers"),
+    ("blind_relay_relayed_packets", "relayed_packets", "UDX packets forwarded between paired peers"),
+    (
+        "blind_relay_dropped_packets",
+        "dropped_packets",
+        "Datagrams dropped unread (garbage, unknown id)",
+    ),
+    ("blind_relay_udp_received_bytes", "received_bytes", "Bytes received on the relay's UDP socket"),
+    ("blind_relay_udp_sent_bytes", "sent_bytes", "Bytes sent from the relay's UDP socket"),
+    ("blind_relay_udp_received_packets", "received_packets", "Datagrams received on the relay's UDP socket"),
+    ("blind_relay_udp_sent_packets", "sent_packets", "Datagrams sent from the relay's UDP socket"),
+)
+
+DEFAULT_METRICS_HOST = "127.0.0.1"
+DEFAULT_METRICS_PORT = 49738
+MAX_REQUEST_HEAD = 8192
+REQUEST_TIMEOUT = 10.0
+
+
+class MetricsError(Exception):
+    """The metrics endpoint could not start (address in use, bad address)."""
+
+
+class RelayCollector(Collector):
+    """Turns one stats snapshot into Prometheus metric families at scrape time."""
+
+    def __init__(self, snapshot: SnapshotFn) -> None:
+        self._snapshot = snapshot
+
+    def collect(self) -> Iterator[Metric]:
+        s = self._snapshot()
+        for group, names in (("sessions", SESSION_GAUGES), ("pairings", PAIRING_GAUGES), ("streams", STREAM_GAUGES)):
+            values = s.get(group, {})
+            for name in names:
+                yield GaugeMetricFamily(
+                    f"blind_relay_{group}_{name}", f"blind-relay {group} {name}", value=values.get(name, 0)
+                )
+        traffic = s.get("traffic", {})
+        for metric, key, doc in TRAFFIC_COUNTERS:
+            yield CounterMetricFamily(metric, doc, value=traffic.get(key, 0))
+        limits = s.get("limits", {}).get("rejected", {})
+        rejected = CounterMetricFamily(
+            "blind_relay_limit_rejections", "Requests refused because a resource cap was reached", labels=["limit"]
+        )
+        for name, value in sorted(limits.items()):
+            rejected.add_metric([name], value)
+        yield rejected
+        dht = s.get("dht", {})
+        yield GaugeMetricFamily(
+            "blind_relay_dht_bootstrapped",
+            "1 once the DHT node has bootstrapped",
+            value=1 if dht.get("bootstrapped") else 0,
+        )
+        yield GaugeMetricFamily("blind_relay_dht_nodes", "Nodes in the DHT routing table", value=dht.get("nodes", 0))
+        info = GaugeMetricFamily("blind_relay_info", "The relay's key and version", labels=["key", "version"])
+        info.add_metric([str(s.get("key", "")), str(s.get("version", ""))], 1)
+        yield info
+        yield GaugeMetricFamily("blind_relay_uptime_seconds", "Seconds since start", value=s.get("uptime_seconds", 0))
+
+
+def build_registry(snapshot: SnapshotFn) -> CollectorRegistry:
+    """A private registry: our collector plus prometheus_client's process metrics (RSS, CPU)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(RelayCollector(snapshot))
+    ProcessCollector(registry=registry)
+    return registry
+
+
+def parse_address(text: str) -> tuple[str, int] | None:
+    """`HOST:PORT` (IPv6 as `[::1]:PORT`) or `off`; raises ValueError with what is wrong."""
+    if text.strip().lower() == "off":
+        return None
+    host, sep, port_text = text.rpartition(":")
+    if not sep or not host:
+        raise ValueError(f"expected HOST:PORT or off, got {text!r}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise ValueError(f"port {port_text!r} in {text!r} is not a number") from None
+    if not 0 <= port <= 65535:
+        raise ValueError(f"port {port} in {text!r} is out of range")
+    return host, port
+
+
+class MetricsServer:
+    """Serves `/metrics` and `/stats`; one short HTTP/1.1 exchange per connection."""
+
+    def __init__(self, snapshot: SnapshotFn, host: str = DEFAULT_METRICS_HOST, port: int = DEFAULT_METRICS_PORT):
+        self._snapshot = snapshot
+        self._registry = build_registry(snapshot)
+        self.host = host
+        self.port = port
+        self._server: asyncio.Server | None = None
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    async def start(self) -> None:
+        try:
+            self._server = await asyncio.start_server(self._handle, self.host, self.port, reuse_address=True)
+        except OSError as e:
+            reason = "address already in use" if e.errno == 98 else (e.strerror or str(e))
+            raise MetricsError(
+                f"cannot serve metrics on {self.host}:{self.port}: {reason} (use --metrics HOST:PORT or off)"
+            ) from e
+        sock = self._server.sockets[0]
+        self.port = sock.getsockname()[1]
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 2)
+            self._server = None
+
+    def render(self, path: str) -> tuple[int, str, bytes]:
+        """(status, content type, body) for a GET of `path`."""
+        route = path.split("?", 1)[0]
+        if route == "/metrics":
+            return 200, "text/plain; version=0.0.4; charset=utf-8", generate_latest(self._registry)
+        if route == "/stats":
+            return 200, "application/json", json.dumps(self._snapshot(), sort_keys=True).encode() + b"\n"
+        if route == "/":
+            return 200, "text/plain; charset=utf-8", b"blind-relay: GET /metrics (Prometheus) or /stats (JSON)\n"
+        return 404, "text/plain; charset=utf-8", b"not found\n"
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), REQUEST_TIMEOUT)
+            parts = head.split(b"\r\n", 1)[0].decode("latin-1").split()
+            method = parts[0] if parts else ""
+            if len(parts) != 3 or not parts[2].startswith("HTTP/"):
+                status, ctype, body = 400, "text/plain", b"bad request\n"
+            elif method not in ("GET", "HEAD"):
+                status, ctype, body = 405, "text/plain", b"only GET\n"
+            else:
+                status, ctype, body = self.render(parts[1])
+            reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed"}[status]
+            writer.write(
+                f"HTTP/1.1 {status} {reason}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
+                "Connection: close\r\n\r\n".encode()
+                + (b"" if method == "HEAD" else body)
+            )
+            await writer.drain()
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ConnectionError):
+            pass
+        except Exception:  # a scrape must never take the relay down
+            log.warning("metrics request failed", exc_info=True)
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()

@@ -1,0 +1,246 @@
+"""The relay's storage directory: where its primary key lives, so one storage always gives one key.
+
+The relay key is what operators paste into CosmicAC's `.env`; if it silently changed every job
+would be stranded. So this module reads the primary key from every layout a blind-relay-service
+storage can have, and only ever creates a key in a directory that holds none:
+
+* corestore 7 (blind-relay-service >= 1.2): RocksDB in `<storage>/db` (or, in early versions,
+  directly in `<storage>`), column family `corestore`, key `00` = the `@corestore/head` record
+  whose `seed` field is the primary key (streams.md 7.3/7.4). Read from a copy with rocksdict.
+* corestore <= 6 (blind-relay-service 1.0/1.1): `<storage>/primary-key`, 32 raw bytes.
+
+A new storage gets the corestore <= 6 file `<storage>/primary-key` (32 random bytes, mode 0600,
+written atomically and never over an existing file). That is the layout corestore 7 itself
+migrates on first open (hypercore-storage migration 0 copies the file into its head), so the
+same directory given to the Node blind-relay-service later yields the very same key.
+
+The relay key is corestore's `createKeyPair('blind-relay')` on the root namespace.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from relay.encoding import DecodeError, Reader
+from relay.keys import KeyPair, corestore_key_pair
+
+PRIMARY_KEY_FILE = "primary-key"
+RELAY_KEY_NAME = "blind-relay"
+KEY_BYTES = 32
+# corestore 7 head record: column family and key (index-encoder UINT(TL_HEAD = 0)).
+CORESTORE_COLUMN_FAMILY = "corestore"
+CORESTORE_HEAD_KEY = b"\x00"
+
+
+class StorageError(Exception):
+    """The storage directory cannot give us its key; the message says what and how to fix it."""
+
+
+@dataclass(frozen=True)
+class PrimaryKey:
+    """The store seed plus where it came from (for the log and /stats)."""
+
+    key: bytes
+    source: str  # "corestore7" | "primary-key" | "created"
+    path: Path
+
+
+def decode_corestore_head(value: bytes) -> bytes | None:
+    """Return the seed in a `@corestore/head` record (versions 0, 1 and 2), or None if it has none."""
+    r = Reader(value)
+    version = r.uint()
+    if version >= 2:
+        r.uint()  # cores
+        r.uint()  # datas
+        r.uint()  # groups
+        flags = r.uint()
+        return r.fixed(KEY_BYTES) if flags & 1 else None
+    flags = r.uint()
+    if flags & 1:
+        r.uint()  # cores
+        r.uint()  # datas
+    return r.fixed(KEY_BYTES) if flags & 2 else None
+
+
+def _rocksdb_dir(storage: Path) -> Path | None:
+    """Where corestore 7 keeps its RocksDB inside `storage`, if it does."""
+    if (storage / "db" / "CURRENT").exists():
+        return storage / "db"
+    if (storage / "CURRENT").exists():
+        return storage
+    return None
+
+
+def read_corestore_seed(db_dir: Path) -> bytes | None:
+    """Read the head seed from a corestore 7 RocksDB directory, working on a scratch copy.
+
+    rocksdict writes a sidecar file into whatever it opens, and the live directory may belong
+    to a running Node service, so we never open it in place. Read-only mode replays the WAL,
+    which is where the seed sits when the Node process exited without closing the store.
+    """
+    try:
+        import rocksdict
+    except ImportError as e:  # pragma: no cover - rocksdict is a dependency
+        raise StorageError(
+            f"{db_dir} is a corestore 7 (RocksDB) storage but the rocksdict package is missing: pip install rocksdict"
+        ) from e
+    with tempfile.TemporaryDirectory(prefix="blind-relay-corestore-") as scratch:
+        copy = Path(scratch) / "db"
+        try:
+            copy.mkdir()
+            for entry in os.listdir(db_dir):
+                src = db_dir / entry
+                # Only RocksDB's own files; skip the lock and anything that is a directory.
+                if entry == "LOCK" or not src.is_file():
+                    continue
+                shutil.copy2(src, copy / entry)
+        except PermissionError as e:
+            raise StorageError(
+                f"cannot read the corestore database in {db_dir}: {e.strerror}; give the relay's user read access "
+                "(no new key is made while the old one cannot be read)"
+            ) from e
+        except OSError as e:
+            raise StorageError(f"cannot copy the corestore database in {db_dir}: {e}") from e
+        try:
+            opts, cfs = rocksdict.Options.load_latest(str(copy), ignore_unknown_options=True)
+            db = rocksdict.Rdict(
+                str(copy), options=opts, column_families=cfs, access_type=rocksdict.AccessType.read_only()
+            )
+        except Exception as e:
+            raise StorageError(f"cannot open the corestore database in {db_dir}: {e}") from e
+        try:
+            if CORESTORE_COLUMN_FAMILY not in cfs:
+                return None
+            value = db.get_column_family(CORESTORE_COLUMN_FAMILY).get(CORESTORE_HEAD_KEY)
+        except Exception as e:
+            raise StorageError(f"cannot read the corestore head in {db_dir}: {e}") from e
+        finally:
+            db.close()
+    if value is None:
+        return None
+    if not isinstance(value, bytes | bytearray):
+        raise StorageError(f"corestore head in {db_dir} is not a byte string ({type(value).__name__})")
+    try:
+        return decode_corestore_head(bytes(value))
+    except DecodeError as e:
+        raise StorageError(f"corestore head in {db_dir} is damaged: {e}") from e
+
+
+def _read_primary_key_file(path: Path) -> bytes:
+    try:
+        data = path.read_bytes()
+    except PermissionError as e:
+        raise StorageError(
+            f"cannot read {path}: permission denied; give the relay's user read access "
+            "(no new key is made while the old one cannot be read)"
+        ) from e
+    except OSError as e:
+        raise StorageError(f"cannot read {path}: {e.strerror or e}") from e
+    if len(data) < KEY_BYTES:
+        raise StorageError(f"{path} holds {len(data)} bytes, a primary key needs {KEY_BYTES}; refusing to replace it")
+    return data[:KEY_BYTES]
+
+
+def _write_new_key(path: Path, key: bytes) -> None:
+    """Write `key` to `path` atomically with mode 0600; never replace an existing file."""
+    fd, tmp = tempfile.mkstemp(prefix=".primary-key.", dir=path.parent)  # mkstemp creates with 0600
+    try:
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(key)
+            f.flush()
+            os.fsync(f.fileno())
+        os.link(tmp, path)  # fails with EEXIST instead of clobbering a key that appeared meanwhile
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    dfd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def load_primary_key(storage: str | os.PathLike[str], *, create: bool = True) -> PrimaryKey:
+    """Find the primary key in `storage`, or create it when the directory holds no key at all."""
+    root = Path(storage).resolve()
+    try:
+        exists = root.exists()
+    except PermissionError as e:
+        raise StorageError(f"cannot reach storage directory {root}: permission denied on a parent directory") from e
+    if exists:
+        if not root.is_dir():
+            raise StorageError(f"storage {root} exists but is not a directory")
+        try:
+            entries = set(os.listdir(root))
+        except PermissionError as e:
+            raise StorageError(
+                f"cannot read storage directory {root}: permission denied; fix its permissions or run the relay as "
+                "its owner (no new key is made while the old one cannot be read)"
+            ) from e
+        except OSError as e:
+            raise StorageError(f"cannot read storage directory {root}: {e.strerror or e}") from e
+    else:
+        entries = set()
+
+    db_dir = _rocksdb_dir(root) if entries else None
+    if db_dir is not None:
+        seed = read_corestore_seed(db_dir)
+        if seed is not None:
+            return PrimaryKey(seed, "corestore7", db_dir)
+        if PRIMARY_KEY_FILE not in entries:
+            raise StorageError(
+                f"{db_dir} is a corestore database without a primary key; refusing to make a new one there "
+                "(point --storage at the directory the relay used before, or at an empty one)"
+            )
+    if PRIMARY_KEY_FILE in entries:
+        path = root / PRIMARY_KEY_FILE
+        return PrimaryKey(_read_primary_key_file(path), "primary-key", path)
+    if "CORESTORE" in entries:
+        raise StorageError(
+            f"{root} has a CORESTORE file but no database (db/ is missing); refusing to make a new key there"
+        )
+    if not create:
+        raise StorageError(f"{root} holds no relay key")
+
+    try:
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except PermissionError as e:
+        raise StorageError(f"cannot create storage directory {root}: permission denied") from e
+    except OSError as e:
+        raise StorageError(f"cannot create storage directory {root}: {e.strerror or e}") from e
+    path = root / PRIMARY_KEY_FILE
+    try:
+        _write_new_key(path, os.urandom(KEY_BYTES))
+    except FileExistsError:
+        return PrimaryKey(_read_primary_key_file(path), "primary-key", path)
+    except PermissionError as e:
+        raise StorageError(f"cannot write {path}: storage directory {root} is not writable") from e
+    except OSError as e:
+        if e.errno == errno.EROFS:
+            raise StorageError(f"cannot write {path}: storage {root} is on a read-only file system") from e
+        raise StorageError(f"cannot write {path}: {e.strerror or e}") from e
+    return PrimaryKey(_read_primary_key_file(path), "created", path)
+
+
+def relay_key_pair(primary_key: bytes) -> KeyPair:
+    """The relay identity, as blind-relay-service gets it: `store.createKeyPair('blind-relay')`."""
+    return corestore_key_pair(primary_key, RELAY_KEY_NAME)
+
+
+def check_writable(storage: Path) -> None:
+    """Fail early (before announcing) if the relay could not write its runtime file."""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".write-check.", dir=storage)
+    except PermissionError as e:
+        raise StorageError(f"storage directory {storage} is not writable: permission denied") from e
+    except OSError as e:
+        raise StorageError(f"storage directory {storage} is not writable: {e.strerror or e}") from e
+    os.close(fd)
+    os.unlink(tmp)
