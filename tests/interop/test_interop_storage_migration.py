@@ -1,0 +1,71 @@
+"""Migration from blind-relay-service: a storage made by the real npm corestore keeps its key with our relay.
+
+The Node side is `corestore` 7.12.5 exactly as blind-relay-service 2.x uses it
+(`new Corestore(dir)`, `createKeyPair('blind-relay')`).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from relay.keys import encode_id
+from relay.service.storage import PRIMARY_KEY_FILE, load_primary_key, relay_key_pair
+from tests.interop._relay_proc import RelayProcess
+
+pytestmark = pytest.mark.interop
+INTEROP = Path(__file__).resolve().parent
+
+
+def node_corestore_key(node: str, storage: Path, *extra: str) -> str:
+    out = subprocess.run(
+        [node, "js/storage_corestore_key.js", str(storage), *extra],
+        cwd=INTEROP,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    return json.loads(out)["key"]
+
+
+def relay_prints(storage: Path) -> str:
+    with RelayProcess(storage) as r:
+        r.start()
+        assert r.key is not None, r.stderr
+        assert r.terminate(signal.SIGTERM) == 0
+        return r.key
+
+
+def test_interop_storage_node_corestore_store_gives_the_node_key(node: str, tmp_path: Path) -> None:
+    storage = tmp_path / "corestore"
+    node_key = node_corestore_key(node, storage)
+    assert (storage / "db" / "CURRENT").exists()
+    before = sorted(p.name for p in (storage / "db").iterdir())
+    assert relay_prints(storage) == node_key
+    # the live directory is only read (through a copy): no sidecar, no new key file
+    assert sorted(p.name for p in (storage / "db").iterdir()) == before
+    assert not (storage / PRIMARY_KEY_FILE).exists()
+    # and the Node service still opens it afterwards with the same key
+    assert node_corestore_key(node, storage) == node_key
+
+
+def test_interop_storage_unclosed_node_store_wal_only(node: str, tmp_path: Path) -> None:
+    storage = tmp_path / "corestore"
+    node_key = node_corestore_key(node, storage, "--no-close")
+    pk = load_primary_key(storage, create=False)
+    assert pk.source == "corestore7"
+    assert encode_id(relay_key_pair(pk.key).public_key) == node_key
+
+
+def test_interop_storage_python_store_opens_in_node_with_the_same_key(node: str, tmp_path: Path) -> None:
+    """Our new-storage layout is corestore 6's primary-key file, which corestore 7 migrates: moving back works."""
+    storage = tmp_path / "corestore"
+    ours = relay_prints(storage)
+    assert node_corestore_key(node, storage) == ours
+    assert (storage / "db" / "CURRENT").exists()  # Node migrated it into RocksDB
+    assert relay_prints(storage) == ours  # and we read the migrated store too
