@@ -1,0 +1,203 @@
+"""Decisions the wizard's steps make that are not drawing: failure hints, the new-job watch,
+and how a deleted job is recreated. Kept here, UI-free, so they are tested without Textual.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Literal
+
+from cosmictui.ops.checks import CheckResult, run_checks
+from cosmictui.ops.config import Settings
+from cosmictui.ops.jobs import Job
+from cosmictui.ops.runner import Runner, RunnerError
+
+STUCK_STATUSES = frozenset({"creating", "starting"})
+FAILED_STATUSES = frozenset({"failed", "error", "errored", "crashloopbackoff"})
+# Fields that describe a job's life, not how it was made: never passed back to `create`.
+_LIFECYCLE_FIELDS = frozenset(
+    {
+        "id",
+        "job id",
+        "job_id",
+        "status",
+        "state",
+        "created",
+        "created at",
+        "created_at",
+        "updated",
+        "updated at",
+        "updated_at",
+        "last update",
+        "last_update",
+        "age",
+        "last seen",
+        "last_seen",
+        "relays",
+    }
+)
+
+
+async def gather_checks(
+    settings: Settings, connect: Callable[[], Awaitable[Runner]], storage: str | None = None
+) -> list[CheckResult]:
+    """All prerequisite checks; a deployment host we cannot reach is a failed check, not an error."""
+    if storage:
+        settings = replace(settings, relay_storage=storage)
+    unreachable: CheckResult | None = None
+    runner: Runner | None
+    try:
+        runner = await connect()
+    except RunnerError as e:
+        runner = None
+        unreachable = CheckResult("Deployment host reachable", "fail", f"{e.host}: {e.what}", e.fix)
+    results = await run_checks(settings, runner)
+    if unreachable is not None:
+        results.append(unreachable)
+    return results
+
+
+def command_failure_hint(cmd: str, exit_code: int, output: str) -> str:
+    """How to fix a failed deployment command, from its exit code and output."""
+    prog = (shlex.split(cmd) or [cmd])[0] if cmd.strip() else cmd
+    low = output.lower()
+    if exit_code == 127 or "command not found" in low or re.search(rf"\b{re.escape(prog)}: not found", low):
+        return (
+            f"`{prog}` was not found on the deployment host: install it, put it on PATH "
+            "([commands] env PATH in the config), or set the command in the config."
+        )
+    if exit_code == 126 or "permission denied" in low:
+        return f"`{prog}` could not run (permission denied): check its mode and the user the wizard connects as."
+    if "does not exist" in low and prog == "task":
+        return (
+            "The Taskfile has no such task: check the deployment directory and the apply/restart "
+            "commands in the config."
+        )
+    return "Read its output above, fix the cause on the deployment host, then press r to run both again."
+
+
+def _status(job: Job) -> str:
+    return job.status.strip().lower()
+
+
+@dataclass
+class _Seen:
+    statuses: list[str] = field(default_factory=list)
+    updates: list[datetime | None] = field(default_factory=list)
+
+
+WatchState = Literal["waiting", "creating", "left", "confirmed", "failed"]
+
+
+@dataclass(frozen=True)
+class WatchVerdict:
+    state: WatchState
+    job: Job | None
+    message: str
+
+
+class JobWatch:
+    """Watches `jobs list` snapshots for a job made after `since` leaving Creating and updating.
+
+    A job counts as new when its created time is after `since`, or (when the CLI prints no
+    creation time) when its id was not in the first snapshot. It is confirmed when it is out of
+    Creating/Starting in two snapshots in a row and its status or update time moved meanwhile —
+    "its status keeps updating" on the operator page.
+    """
+
+    def __init__(self, since: datetime | None, exclude: set[str] | None = None) -> None:
+        self.since = since
+        self.baseline: set[str] | None = set(exclude) if exclude is not None else None
+        self.seen: dict[str, _Seen] = {}
+        self.confirmed: Job | None = None
+
+    def is_new(self, job: Job) -> bool:
+        if self.baseline is not None and job.id in self.baseline:
+            return False
+        if job.created is not None and self.since is not None:
+            return job.created > self.since
+        return self.baseline is not None
+
+    def observe(self, jobs: list[Job]) -> WatchVerdict:
+        if self.baseline is None:
+            # First snapshot: jobs without a creation time seen now are not new.
+            self.baseline = {j.id for j in jobs if j.created is None or self.since is None}
+        new = [j for j in jobs if self.is_new(j)]
+        for j in new:
+            s = self.seen.setdefault(j.id, _Seen())
+            s.statuses.append(_status(j))
+            s.updates.append(j.updated)
+        if self.confirmed is not None:
+            return WatchVerdict(
+                "confirmed", self.confirmed, f"Job {self.confirmed.id} left Creating and keeps updating."
+            )
+        if not new:
+            return WatchVerdict("waiting", None, "No job created after the restart yet: create one now.")
+        best: WatchVerdict | None = None
+        for j in new:
+            s = self.seen[j.id]
+            st = s.statuses[-1]
+            if st in FAILED_STATUSES:
+                best = best or WatchVerdict("failed", j, f"Job {j.id} is {j.status}: it left Creating but failed.")
+                continue
+            if st in STUCK_STATUSES:
+                best = (
+                    best
+                    if best and best.state == "left"
+                    else WatchVerdict("creating", j, f"Job {j.id} is {j.status}; waiting for it to leave Creating …")
+                )
+                continue
+            run = 0  # how many snapshots in a row (up to now) it has been out of Creating
+            for x in reversed(s.statuses):
+                if x in STUCK_STATUSES or x in FAILED_STATUSES:
+                    break
+                run += 1
+            if run >= 2:
+                ups, sts = s.updates[-run:], s.statuses[-run:]
+                # With update times, they must move; without, two snapshots out of Creating do.
+                if all(u is None for u in ups) or len(set(ups)) > 1 or len(set(sts)) > 1:
+                    self.confirmed = j
+                    return WatchVerdict("confirmed", j, f"Job {j.id} left Creating ({j.status}) and keeps updating.")
+            best = WatchVerdict("left", j, f"Job {j.id} is {j.status}; checking that its status keeps updating …")
+        assert best is not None
+        return best
+
+
+def job_command(template: str, job: Job) -> str:
+    """The configured create command for a job like `job`.
+
+    `{fields}` becomes `--name value` for every field that describes the job (not its id,
+    status or times), shell-quoted; `{<field>}` is replaced by that field's value.
+    """
+    fields = {k: v for k, v in job.fields.items() if k.strip().lower() not in _LIFECYCLE_FIELDS and v != ""}
+    flags = " ".join(
+        f"--{re.sub(r'[^a-z0-9]+', '-', k.lower()).strip('-')} {shlex.quote(v)}" for k, v in fields.items()
+    )
+
+    def sub(m: re.Match[str]) -> str:
+        name = m.group(1)
+        if name == "fields":
+            return flags
+        if name == "id":
+            return shlex.quote(job.id)
+        value = job.fields.get(name) or job.fields.get(name.lower())
+        if value is None:
+            raise KeyError(f"the create command uses {{{name}}} but job {job.id} has no field {name!r}")
+        return shlex.quote(value)
+
+    return re.sub(r"\{([A-Za-z0-9_ .-]+)\}", sub, template).strip()
+
+
+def format_age(seconds: float | None) -> str:
+    """A job's age the way kubectl prints it: 45s, 12m, 3h, 2d."""
+    if seconds is None:
+        return "?"
+    s = max(0, int(seconds))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= size:
+            return f"{s // size}{unit}"
+    return f"{s}s"

@@ -1,0 +1,167 @@
+"""What the wizard's steps share: settings, the deployment runner, the relay key, progress.
+
+The context is the only place that talks to the runner on the steps' behalf, so every command
+and every file write goes through one door and lands in the command log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cosmictui.ops import progress as progress_mod
+from cosmictui.ops.config import Settings
+from cosmictui.ops.runner import CommandResult, LocalRunner, Runner, RunnerError, open_deployment
+
+if TYPE_CHECKING:
+    from cosmictui.widgets.command_log import CommandEntry, CommandLog
+
+STEP_IDS = ["prereqs", "relay", "env", "apply", "verify", "recover"]
+
+RunnerFactory = Callable[[Settings], Awaitable[Runner]]
+
+
+async def _open_runner(settings: Settings) -> Runner:
+    return await open_deployment(
+        settings.deployment,
+        env=settings.command_env or None,
+        known_hosts=settings.ssh_known_hosts,
+        client_keys=list(settings.ssh_identity) or None,
+        connect_timeout=settings.ssh_connect_timeout,
+    )
+
+
+class WizardContext:
+    """State shared by the steps for one deployment."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        demo: Any = None,
+        open_runner: RunnerFactory = _open_runner,
+        save: bool = True,
+    ) -> None:
+        self.settings = settings
+        self.demo = demo
+        self._open_runner = open_runner
+        self._runner: Runner | None = None
+        self._runner_lock = asyncio.Lock()
+        self.local = LocalRunner(str(Path.cwd()), env=settings.command_env or None)
+        self._save = save
+        self.progress = progress_mod.load_progress(settings.deployment)
+        self.relay_key: str | None = self.progress.relay_key
+        self.relay_storage: str = self.progress.relay_storage or settings.relay_storage
+        self.restarted_at: float | None = self.progress.restarted_at
+        self.env_backup: str | None = self.progress.env_backup
+        self._log: CommandLog | None = None
+        self._on_command: Callable[[str], None] | None = None
+
+    # -- deployment -----------------------------------------------------------------------------
+
+    def describe_deployment(self) -> str:
+        return ("demo sandbox · " if self.demo is not None else "") + self.settings.deployment
+
+    async def deployment(self) -> Runner:
+        """The deployment runner, connected on first use (SSH errors surface as RunnerError)."""
+        async with self._runner_lock:
+            if self._runner is None:
+                self._runner = await self._open_runner(self.settings)
+            return self._runner
+
+    @property
+    def env_path(self) -> str:
+        if self._runner is not None:
+            return self._runner.resolve(self.settings.env_path)
+        return self.settings.env_path
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.close()
+            self._runner = None
+
+    # -- commands and files, all logged ---------------------------------------------------------
+
+    def attach_log(self, log: CommandLog, on_command: Callable[[str], None] | None = None) -> None:
+        self._log = log
+        self._on_command = on_command
+
+    async def run(
+        self,
+        cmd: str,
+        *,
+        on_output: Callable[[str], None] | None = None,
+        runner: Runner | None = None,
+        timeout: float | None = None,
+    ) -> CommandResult:
+        """Run `cmd` on the deployment (or `runner`), logged with its output and exit code."""
+        runner = runner or await self.deployment()
+        entry = self._log.begin(cmd, f"{runner.label}:{runner.root}") if self._log else None
+        if self._on_command:
+            self._on_command(cmd)
+
+        def chunk(text: str) -> None:
+            if entry is not None and self._log is not None:
+                self._log.output(entry, text)
+            if on_output is not None:
+                on_output(text)
+
+        try:
+            result = await runner.run(cmd, on_output=chunk, timeout=timeout)
+        except RunnerError as e:
+            if entry is not None and self._log is not None:
+                self._log.output(entry, str(e))
+                self._log.end(entry, -1)
+            raise
+        except asyncio.CancelledError:
+            if entry is not None and self._log is not None:
+                self._log.output(entry, "cancelled by the operator")
+                self._log.end(entry, -1)
+            raise
+        if entry is not None and self._log is not None:
+            self._log.end(entry, result.exit_code)
+        return result
+
+    def begin_local(self, cmd: str) -> CommandEntry | None:
+        """Log a command the wizard runs itself on this machine (e.g. starting the relay)."""
+        if self._on_command:
+            self._on_command(cmd)
+        return self._log.begin(cmd, "this machine") if self._log else None
+
+    def end_local(self, entry: CommandEntry | None, exit_code: int, output: str = "") -> None:
+        if entry is None or self._log is None:
+            return
+        if output:
+            self._log.output(entry, output)
+        self._log.end(entry, exit_code)
+
+    def note(self, text: str) -> None:
+        if self._log is not None:
+            self._log.note(text)
+
+    # -- progress -------------------------------------------------------------------------------
+
+    def progress_step(self) -> int:
+        """Index of the step to resume at."""
+        current = self.progress.current_step
+        if current in STEP_IDS:
+            return STEP_IDS.index(current)
+        return 0
+
+    def save_progress(self, step_index: int) -> None:
+        p = self.progress
+        for sid in STEP_IDS[:step_index]:
+            p.complete(sid)
+        p.current_step = STEP_IDS[min(step_index, len(STEP_IDS) - 1)]
+        p.relay_key = self.relay_key
+        p.relay_storage = self.relay_storage
+        p.restarted_at = self.restarted_at
+        p.env_backup = self.env_backup
+        if self._save:
+            progress_mod.save_progress(p)
+
+    def now(self) -> float:
+        return time.time()

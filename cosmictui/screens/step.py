@@ -1,0 +1,110 @@
+"""What every wizard step has in common.
+
+A step is a pane in the wizard's content area, not a Screen: the step list, the command log
+and Back/Next stay put while the operator moves through. Steps are thin; the work is in
+`cosmictui.ops`, run in workers so nothing blocks the UI thread.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.message import Message
+from textual.reactive import reactive
+from textual.widgets import Static
+from textual.worker import Worker, WorkerState
+
+if TYPE_CHECKING:
+    from cosmictui.screens.context import WizardContext
+
+
+class StepStatus(Static):
+    """One line under a step's title: what happened last, in words (not colour alone)."""
+
+    DEFAULT_CLASSES = "step-status"
+
+    def set(self, text: str, kind: str = "info") -> None:
+        for k in ("info", "ok", "warn", "error", "busy"):
+            self.set_class(k == kind, f"-{k}")
+        prefix = {"ok": "✔ ", "warn": "! ", "error": "✘ ", "busy": "… "}.get(kind, "")
+        self.update(prefix + text if text else "")
+
+
+class Step(VerticalScroll):
+    """Base for the six wizard steps."""
+
+    STEP_ID: ClassVar[str] = ""
+    TITLE: ClassVar[str] = ""
+    #: Bindings of this step; the wizard screen shows them in the Footer while the step is active.
+    STEP_BINDINGS: ClassVar[tuple[Binding, ...]] = ()
+
+    busy: reactive[bool] = reactive(False)
+    """True while the step runs something; Back turns into Cancel."""
+
+    class Changed(Message):
+        """Busy/done changed: the wizard refreshes Back/Next and the step list."""
+
+        def __init__(self, step: Step) -> None:
+            super().__init__()
+            self.step = step
+
+    def __init__(self, ctx: WizardContext) -> None:
+        super().__init__(id=f"step-{self.STEP_ID}", classes="step")
+        self.ctx = ctx
+        self.done = False
+
+    @property
+    def status(self) -> StepStatus:
+        return self.query_one(StepStatus)
+
+    def watch_busy(self, _busy: bool) -> None:
+        self.post_message(self.Changed(self))
+
+    def mark_done(self, done: bool = True) -> None:
+        self.done = done
+        self.post_message(self.Changed(self))
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """A bug in a worker must not take the wizard down: say what broke, keep the UI."""
+        if event.state == WorkerState.ERROR and event.worker.node is self:
+            self.busy = False
+            err = event.worker.error
+            self.status.set(f"Unexpected error ({type(err).__name__}: {err}). Nothing further was run.", "error")
+            self.log.error(f"worker {event.worker.name} failed", err)
+
+    # -- hooks the wizard calls ---------------------------------------------------------------
+
+    def on_enter(self) -> None:
+        """The step became the active one (also when coming back to it)."""
+
+    def on_leave(self) -> None:
+        """The operator moved to another step."""
+
+    def validate_step(self) -> str | None:
+        """None when Next may proceed, else what is still missing (shown to the operator)."""
+        return None
+
+    def cancel_work(self) -> None:
+        """Back pressed as Cancel: stop what runs; the step must leave things as they were."""
+        self.workers.cancel_node(self)
+        self.busy = False
+
+    def has_action(self, name: str) -> bool:
+        """Whether the step offers `name` right now (hides Footer bindings that do not apply)."""
+        return any(b.action == f"step('{name}')" for b in self.STEP_BINDINGS)
+
+    def run_step_action(self, name: str) -> None:
+        handler = getattr(self, f"action_{name}", None)
+        if handler is not None:
+            handler()
+
+
+def runner_problem(e: Exception, doing: str) -> str:
+    """A RunnerError (or any I/O error) as one sentence an operator can act on."""
+    what = getattr(e, "what", None) or str(e)
+    host = getattr(e, "host", None)
+    fix = getattr(e, "fix", "")
+    where = f" on {host}" if host else ""
+    return f"Could not {doing}{where}: {what.rstrip('.')}." + (f" Fix: {fix}" if fix else "")

@@ -1,0 +1,114 @@
+"""Step 4: apply the config and restart the worker, output streamed, stop at the first failure."""
+
+from __future__ import annotations
+
+import asyncio
+
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.widgets import Log, Static
+
+from cosmictui.ops.runner import RunnerError
+from cosmictui.ops.wizard_steps import command_failure_hint
+from cosmictui.screens.step import Step, StepStatus, runner_problem
+
+_MARK = {"pending": "·", "running": "…", "ok": "✔", "failed": "✘", "skipped": "–"}
+
+
+class CommandRow(Static):
+    """One command of the step with its state in a symbol and a word."""
+
+    def __init__(self, number: int, cmd: str) -> None:
+        super().__init__(classes="command-row", markup=False)
+        self.number = number
+        self.cmd = cmd
+        self.set_state("pending")
+
+    def set_state(self, state: str, detail: str = "") -> None:
+        for s in _MARK:
+            self.set_class(s == state, f"-{s}")
+        self.state = state
+        word = {"pending": "", "running": "running", "ok": "done", "failed": "FAILED", "skipped": "not run"}[state]
+        tail = f"  [{word}{' · ' + detail if detail else ''}]" if word else ""
+        self.update(f"{_MARK[state]} {self.number}. {self.cmd}{tail}")
+
+
+class ApplyStep(Step):
+    STEP_ID = "apply"
+    TITLE = "Apply & restart"
+    STEP_BINDINGS = (Binding("r", "step('run')", "Run"),)
+
+    def compose(self) -> ComposeResult:
+        yield Static("4. Apply the config and restart the worker", classes="step-title")
+        yield Static("", id="apply-intro", classes="step-intro")
+        s = self.ctx.settings
+        yield CommandRow(1, s.apply_command)
+        yield CommandRow(2, s.restart_command)
+        yield Log(id="apply-output", max_lines=2000)
+        yield StepStatus()
+
+    def on_enter(self) -> None:
+        self.query_one("#apply-intro", Static).update(
+            f"Runs both commands in [b]{self.ctx.settings.deployment}[/b]. The worker passes the relay "
+            "key only to jobs it creates after this restart."
+        )
+        if not self.done and not self.busy:
+            self.status.set("Press r to run both commands.", "info")
+
+    def action_run(self) -> None:
+        if not self.busy:
+            self.run_commands()
+
+    @work(exclusive=True, group="apply", exit_on_error=False)
+    async def run_commands(self) -> None:
+        rows = list(self.query(CommandRow))
+        out = self.query_one("#apply-output", Log)
+        out.clear()
+        for row in rows:
+            row.set_state("pending")
+        self.mark_done(False)
+        self.busy = True
+        try:
+            for i, row in enumerate(rows):
+                row.set_state("running")
+                self.status.set(f"Running {row.cmd} …", "busy")
+                out.write_line(f"$ {row.cmd}")
+                try:
+                    result = await self.ctx.run(row.cmd, on_output=lambda t: out.write_lines(t.splitlines()))
+                except RunnerError as e:
+                    row.set_state("failed", e.kind)
+                    self._skip(rows[i + 1 :])
+                    self.status.set(runner_problem(e, f"run {row.cmd}"), "error")
+                    return
+                if result.exit_code != 0:
+                    row.set_state("failed", f"exit {result.exit_code}")
+                    self._skip(rows[i + 1 :])
+                    hint = command_failure_hint(row.cmd, result.exit_code, result.output)
+                    self.status.set(
+                        f"{row.cmd} exited {result.exit_code}; stopped here. {hint}",
+                        "error",
+                    )
+                    return
+                row.set_state("ok", "exit 0")
+                if i == len(rows) - 1:
+                    self.ctx.restarted_at = self.ctx.now()
+        except asyncio.CancelledError:
+            for row in rows:
+                if row.state == "running":
+                    row.set_state("failed", "cancelled")
+            raise
+        finally:
+            self.busy = False
+        self.mark_done()
+        self.ctx.save_progress(3)
+        self.status.set("Applied and restarted. Press n to verify with a new job.", "ok")
+
+    def _skip(self, rows: list[CommandRow]) -> None:
+        for r in rows:
+            r.set_state("skipped")
+
+    def validate_step(self) -> str | None:
+        if not self.done:
+            return "Both commands must succeed first: press r to run them."
+        return None

@@ -1,0 +1,178 @@
+"""Step 3: put the relay key into the deployment's `.env`, showing the diff before writing."""
+
+from __future__ import annotations
+
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.widgets import RadioButton, RadioSet, Static
+
+from cosmictui.ops.envfile import EnvFileError, EnvPlan, decode_text, encode_text, plan_relays, read_relays
+from cosmictui.ops.runner import RunnerError
+from cosmictui.screens.step import Step, StepStatus, runner_problem
+from cosmictui.widgets.diff_view import DiffView
+
+
+class EnvStep(Step):
+    STEP_ID = "env"
+    TITLE = "Configure .env"
+    STEP_BINDINGS = (
+        Binding("w", "step('write')", "Write .env"),
+        Binding("t", "step('toggle_mode')", "Merge/replace"),
+        Binding("e", "step('reload')", "Re-read"),
+    )
+
+    def __init__(self, ctx) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(ctx)
+        self.plan: EnvPlan | None = None
+        self.mode = "merge"
+        self.written = False
+
+    def compose(self) -> ComposeResult:
+        yield Static("3. Configure .env", classes="step-title")
+        yield Static("", id="env-intro", classes="step-intro")
+        with Horizontal(id="env-mode-row"):
+            yield Static("Existing relays:", id="env-mode-label")
+            with RadioSet(id="env-mode", compact=True):
+                yield RadioButton("Merge (keep them)", value=True, id="env-merge")
+                yield RadioButton("Replace", id="env-replace")
+        yield Static("", id="env-summary", markup=False)
+        yield DiffView(id="env-diff")
+        yield StepStatus()
+
+    def on_enter(self) -> None:
+        var = self.ctx.settings.env_var
+        self.query_one("#env-intro", Static).update(
+            f"Sets [b]{var}[/b] in [b]{self.ctx.settings.env_path}[/b] on the deployment "
+            f"({self.ctx.settings.deployment}). Every other line stays byte for byte; a timestamped "
+            "backup is written beside it first."
+        )
+        if not self.written:
+            self.load()
+
+    # -- reading and planning ---------------------------------------------------------------------
+
+    def on_radio_set_changed(self, event: RadioSet.Changed) -> None:
+        event.stop()
+        self.mode = "replace" if event.pressed.id == "env-replace" else "merge"
+        if not self.busy:
+            self.written = False
+            self.mark_done(False)
+            self.load()
+
+    def action_toggle_mode(self) -> None:
+        target = "#env-replace" if self.mode == "merge" else "#env-merge"
+        self.query_one(target, RadioButton).value = True
+
+    def action_reload(self) -> None:
+        self.written = False
+        self.mark_done(False)
+        self.load()
+
+    def _clear(self) -> None:
+        self.plan = None
+        self.query_one("#env-summary", Static).update("")
+        self.query_one(DiffView).update("")
+
+    async def _read(self) -> tuple[str, str]:
+        runner = await self.ctx.deployment()
+        path = runner.resolve(self.ctx.settings.env_path)
+        data = await runner.read_file(path)
+        return path, decode_text(data)
+
+    @work(exclusive=True, group="env", exit_on_error=False)
+    async def load(self) -> None:
+        key = self.ctx.relay_key
+        if not key:
+            self._clear()
+            self.status.set("No relay key yet: go back to step 2 and start or attach the relay.", "error")
+            return
+        self.busy = True
+        self.status.set("Reading .env …", "busy")
+        try:
+            path, text = await self._read()
+            plan = plan_relays(text, key, self.mode, var=self.ctx.settings.env_var, path=path)  # type: ignore[arg-type]
+        except RunnerError as e:
+            self._clear()
+            self.status.set(runner_problem(e, "read the .env"), "error")
+            return
+        except EnvFileError as e:
+            self._clear()
+            self.status.set(_env_problem(e), "error")
+            return
+        finally:
+            self.busy = False
+        self.plan = plan
+        old = ", ".join(plan.old_keys) or "(not set)"
+        new = ", ".join(plan.new_keys)
+        self.query_one("#env-summary", Static).update(f"File:    {path}\nNow:     {old}\nAfter:   {new}")
+        self.query_one(DiffView).show_diff(plan.diff)
+        if not plan.changed:
+            self.written = True
+            self.mark_done()
+            self.status.set("The .env already has this relay key; nothing to write. Press n.", "ok")
+        else:
+            self.status.set(f"Review the diff ({self.mode}), then press w to write.", "info")
+
+    # -- writing ----------------------------------------------------------------------------------
+
+    def action_write(self) -> None:
+        if self.plan is None or self.busy:
+            self.status.set("Nothing to write yet: the .env could not be read (see above).", "error")
+            return
+        if not self.plan.changed:
+            self.status.set("The .env already has this relay key; nothing to write.", "ok")
+            return
+        self.write()
+
+    @work(exclusive=True, group="env", exit_on_error=False)
+    async def write(self) -> None:
+        plan = self.plan
+        assert plan is not None
+        self.busy = True
+        self.status.set("Writing .env …", "busy")
+        try:
+            runner = await self.ctx.deployment()
+            path, text = await self._read()
+            if text != plan.old:
+                # Someone changed the file since we showed the diff: show the new diff instead.
+                self.status.set("The .env changed since the diff was shown; showing the new diff.", "warn")
+                self.busy = False
+                self.load()
+                return
+            backup = await runner.write_file_atomic(path, encode_text(plan.new), backup=True)
+            # Read back: what is on disk must be what we showed.
+            _, after = await self._read()
+            keys = read_relays(after, self.ctx.settings.env_var, path)
+        except RunnerError as e:
+            self.status.set(runner_problem(e, "write the .env") + " The file was not changed.", "error")
+            return
+        except EnvFileError as e:
+            self.status.set(_env_problem(e), "error")
+            return
+        finally:
+            self.busy = False
+        self.ctx.env_backup = backup
+        self.ctx.note(f"wrote {path}" + (f" (backup: {backup})" if backup else ""))
+        if self.ctx.relay_key not in keys:
+            self.status.set(f"Wrote {path}, but reading it back does not show the key. Check the file.", "error")
+            return
+        self.written = True
+        self.query_one("#env-summary", Static).update(
+            f"File:    {path}\nBackup:  {backup or '(none)'}\nRelays:  {', '.join(keys)}"
+        )
+        self.mark_done()
+        self.status.set("Wrote the .env. Press n to apply it and restart the worker.", "ok")
+
+    def validate_step(self) -> str | None:
+        if not self.ctx.relay_key:
+            return "No relay key: finish step 2 first."
+        if not self.written:
+            return "The .env does not have the relay key yet: review the diff and press w to write it."
+        return None
+
+
+def _env_problem(e: EnvFileError) -> str:
+    where = f"{e.path} line {e.line}" if e.line is not None else e.path
+    return f"Cannot edit {where}: {e.problem}." + (f" Fix: {e.fix}" if e.fix else "") + " Nothing was changed."

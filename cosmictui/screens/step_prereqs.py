@@ -1,0 +1,90 @@
+"""Step 1: prerequisites, each a live check with what was seen and how to fix it."""
+
+from __future__ import annotations
+
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.widgets import Static
+
+from cosmictui.ops.checks import CheckResult
+from cosmictui.ops.wizard_steps import gather_checks
+from cosmictui.screens.step import Step, StepStatus
+
+_MARK = {"ok": "✔ ok  ", "warn": "! warn", "fail": "✘ FAIL", "busy": "… "}
+
+
+class CheckRow(Static):
+    """One prerequisite: a status word (not colour alone), what was seen, and the fix."""
+
+    def __init__(self, result: CheckResult) -> None:
+        super().__init__(classes=f"check-row -{result.status}", markup=False)
+        self.result = result
+
+    def render(self) -> str:
+        r = self.result
+        text = f"{_MARK[r.status]}  {r.name}: {r.detail}"
+        if r.fix and r.status != "ok":
+            text += f"\n        fix: {r.fix}"
+        return text
+
+
+class PrereqsStep(Step):
+    STEP_ID = "prereqs"
+    TITLE = "Prerequisites"
+    STEP_BINDINGS = (Binding("r", "step('rerun')", "Re-run checks"),)
+
+    def __init__(self, ctx) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(ctx)
+        self.results: list[CheckResult] = []
+
+    def compose(self) -> ComposeResult:
+        yield Static("1. Prerequisites", classes="step-title")
+        yield Static(
+            "Live checks of this machine (the relay host) and of the deployment host. "
+            "Warnings may be passed; failures must be fixed. Press r to check again.",
+            classes="step-intro",
+        )
+        yield Vertical(id="check-rows")
+        yield StepStatus()
+
+    def on_enter(self) -> None:
+        if not self.results and not self.busy:
+            self.run_checks()
+
+    def action_rerun(self) -> None:
+        if not self.busy:
+            self.run_checks()
+
+    @work(exclusive=True, group="checks", exit_on_error=False)
+    async def run_checks(self) -> None:
+        self.busy = True
+        self.status.set("Checking …", "busy")
+        try:
+            results = await gather_checks(self.ctx.settings, self.ctx.deployment, self.ctx.relay_storage)
+        finally:
+            self.busy = False
+        self.results = results
+        rows = self.query_one("#check-rows", Vertical)
+        await rows.remove_children()
+        await rows.mount_all([CheckRow(r) for r in results])
+        fails = [r for r in results if r.status == "fail"]
+        warns = [r for r in results if r.status == "warn"]
+        if fails:
+            self.mark_done(False)
+            self.status.set(f"{len(fails)} check(s) failed: fix them, then press r.", "error")
+        else:
+            self.mark_done()
+            extra = f" ({len(warns)} warning(s))" if warns else ""
+            self.status.set(f"All prerequisites met{extra}. Press n to continue.", "warn" if warns else "ok")
+
+    def validate_step(self) -> str | None:
+        if self.busy:
+            return "The checks are still running."
+        if not self.results:
+            return "The checks have not run yet: press r."
+        fails = [r.name for r in self.results if r.status == "fail"]
+        if fails:
+            return "Fix the failed checks first: " + ", ".join(fails) + "."
+        return None

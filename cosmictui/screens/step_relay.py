@@ -1,0 +1,227 @@
+"""Step 2: start the relay detached (it outlives the TUI) or attach to one already running.
+
+The key derives from the storage directory; anything that would change the key the
+deployment already uses gets a loud warning first.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.widgets import Input, Static
+
+from cosmictui.ops import relayproc
+from cosmictui.ops.relayproc import RelayProcError, RelayRuntime
+from cosmictui.screens.confirm import ConfirmScreen
+from cosmictui.screens.step import Step, StepStatus
+
+
+class RelayStep(Step):
+    STEP_ID = "relay"
+    TITLE = "Relay"
+    STEP_BINDINGS = (
+        Binding("s", "step('start')", "Start relay"),
+        Binding("a", "step('attach')", "Attach"),
+        Binding("c", "step('copy_key')", "Copy key"),
+    )
+
+    def __init__(self, ctx) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(ctx)
+        self.runtime: RelayRuntime | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static("2. Start the relay", classes="step-title")
+        yield Static(
+            "The relay runs on this machine, detached: it keeps running after the wizard exits. "
+            "Its key comes from the storage directory — always use the same one.",
+            classes="step-intro",
+        )
+        with Horizontal(classes="field-row"):
+            yield Static("Storage dir", classes="field-label")
+            yield Input(self.ctx.relay_storage, id="relay-storage", compact=True)
+        with Horizontal(classes="field-row"):
+            yield Static("UDP port", classes="field-label")
+            yield Input(str(self.ctx.settings.relay_port), id="relay-port", type="integer", compact=True)
+        yield Static("", id="relay-state", markup=False)
+        yield Static("", id="relay-key", markup=False)
+        yield StepStatus()
+
+    # -- inputs -----------------------------------------------------------------------------------
+
+    def _storage(self) -> str:
+        return self.query_one("#relay-storage", Input).value.strip()
+
+    def _port(self) -> int | None:
+        try:
+            port = int(self.query_one("#relay-port", Input).value)
+        except ValueError:
+            return None
+        return port if 0 < port < 65536 else None
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        # A different storage is a different relay: forget what we attached to.
+        if event.input.id == "relay-storage" and self.runtime is not None and self.runtime.storage != self._abs():
+            self.runtime = None
+            self.mark_done(False)
+            self._show()
+
+    def _abs(self) -> str:
+        return str(relayproc.runtime_path(self._storage()).parent) if self._storage() else ""
+
+    # -- display ----------------------------------------------------------------------------------
+
+    def on_enter(self) -> None:
+        if self.runtime is None and not self.busy:
+            self.look()
+
+    @work(exclusive=True, group="relay", exit_on_error=False)
+    async def look(self) -> None:
+        """Show whether a relay already runs with this storage (attaching needs a keypress)."""
+        storage = self._storage()
+        if not storage:
+            return
+        status = relayproc.relay_status(storage)
+        if status.running and status.runtime is not None:
+            self.status.set(
+                f"A relay is already running with this storage (pid {status.runtime.pid}): press a to attach.", "info"
+            )
+        elif status.stale_runtime:
+            self.status.set(
+                "A previous relay of this storage is gone (stale runtime file). Press s to start it.", "warn"
+            )
+        else:
+            self.status.set("No relay running with this storage. Press s to start it.", "info")
+        self._show()
+
+    def _show(self) -> None:
+        rt = self.runtime
+        state = self.query_one("#relay-state", Static)
+        key = self.query_one("#relay-key", Static)
+        if rt is None:
+            state.update(f"Relay:   not attached\nStorage: {self._abs() or '(none)'}")
+            key.update("")
+            key.remove_class("-shown")
+            return
+        since = time.strftime("%H:%M:%S", time.localtime(rt.started_at))
+        state.update(
+            f"Relay:   running · pid {rt.pid} · since {since} · UDP {rt.host}:{rt.port}\n"
+            f"Storage: {rt.storage}\n"
+            f"Log:     {relayproc.log_path(rt.storage)}"
+        )
+        key.update(f"Key: {rt.key}")
+        key.add_class("-shown")
+
+    # -- actions ----------------------------------------------------------------------------------
+
+    def _key_warning(self, storage: str) -> str | None:
+        """Loud warning text when using `storage` gives a key other than the one in use."""
+        parts: list[str] = []
+        ops_warning = relayproc.key_change_warning(storage, self.ctx.progress.relay_storage)
+        if ops_warning:
+            parts.append(ops_warning)
+        known = self.ctx.relay_key
+        new_key = relayproc.read_key(storage)
+        if known and new_key != known:
+            parts.append(
+                f"The deployment was set up with relay key\n  {known}\n"
+                + (
+                    f"but this storage has key\n  {new_key}"
+                    if new_key
+                    else "but this storage has no key yet: a NEW key will be made"
+                )
+                + ".\nJobs created with the old key will not reach this relay until the .env is updated and the "
+                "worker restarted."
+            )
+        return "\n\n".join(parts) or None
+
+    def action_start(self) -> None:
+        if self.busy:
+            return
+        storage, port = self._storage(), self._port()
+        if not storage:
+            self.status.set("Enter a storage directory first.", "error")
+            return
+        if port is None:
+            self.status.set("The UDP port must be a number from 1 to 65535.", "error")
+            return
+        warning = self._key_warning(storage)
+        if warning:
+            self.app.push_screen(
+                ConfirmScreen("This changes the relay key", warning, yes="Start anyway", danger=True),
+                lambda ok: self.start(storage, port) if ok else self.status.set("Not started: key unchanged.", "info"),
+            )
+        else:
+            self.start(storage, port)
+
+    @work(exclusive=True, group="relay", exit_on_error=False)
+    async def start(self, storage: str, port: int) -> None:
+        s = self.ctx.settings
+        metrics = s.relay_metrics if s.relay_metrics else None
+        cmd = relayproc.relay_command(storage, port, s.relay_host, s.relay_bootstrap, metrics)
+        entry = self.ctx.begin_local(shlex.join(cmd) + f"  &> {relayproc.log_path(storage)} &")
+        self.busy = True
+        self.status.set("Starting the relay (waiting for it to listen) …", "busy")
+        try:
+            rt = await relayproc.start_relay(storage, port, s.relay_host, s.relay_bootstrap, metrics)
+        except RelayProcError as e:
+            self.ctx.end_local(entry, 1, (e.log_tail or "").strip())
+            msg = f"The relay did not start: {e.what}." + (f" Fix: {e.fix}" if e.fix else "")
+            if e.log_tail:
+                msg += f"\nLast log lines:\n{e.log_tail.strip()}"
+            self.status.set(msg, "error")
+            return
+        finally:
+            self.busy = False
+        self.ctx.end_local(entry, 0, f"Server listening on {rt.key} (pid {rt.pid})")
+        self._attached(rt, "Started")
+
+    def action_attach(self) -> None:
+        if self.busy:
+            return
+        storage = self._storage()
+        if not storage:
+            self.status.set("Enter a storage directory first.", "error")
+            return
+        rt = relayproc.attach(storage)
+        if rt is None:
+            self.status.set(
+                f"No relay is running with storage {self._abs()} (no live relay-runtime.json). Press s to start it.",
+                "error",
+            )
+            return
+        warning = self._key_warning(storage)
+        if warning:
+            self.app.push_screen(
+                ConfirmScreen("This changes the relay key", warning, yes="Attach anyway", danger=True),
+                lambda ok: self._attached(rt, "Attached to") if ok else self.status.set("Not attached.", "info"),
+            )
+        else:
+            self._attached(rt, "Attached to")
+
+    def _attached(self, rt: RelayRuntime, verb: str) -> None:
+        self.runtime = rt
+        self.ctx.relay_key = rt.key
+        self.ctx.relay_storage = rt.storage
+        self._show()
+        self.mark_done()
+        self.ctx.save_progress(1)
+        self.status.set(f"{verb} the relay. Press c to copy the key, n to put it in the .env.", "ok")
+
+    def action_copy_key(self) -> None:
+        if self.runtime is None:
+            self.status.set("No key yet: start (s) or attach (a) the relay first.", "error")
+            return
+        self.app.copy_to_clipboard(self.runtime.key)
+        self.notify(f"Copied {self.runtime.key}", title="Relay key copied")
+
+    def validate_step(self) -> str | None:
+        if self.runtime is None:
+            return "No relay yet: press s to start it or a to attach to a running one."
+        if not relayproc.pid_alive(self.runtime.pid):
+            return f"The relay (pid {self.runtime.pid}) is no longer running: press s to start it again."
+        return None

@@ -1,0 +1,218 @@
+"""The wizard's one screen: step list, the active step, Back/Next, the command log.
+
+Navigation rules live here so every step gets them the same way: Next validates the step
+first; Back turns into Cancel while the step works; the furthest step reached is saved so a
+rerun resumes there.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.widgets import Button, ContentSwitcher, Footer, Header, Static
+
+from cosmictui.screens.context import WizardContext
+from cosmictui.screens.step import Step
+from cosmictui.screens.step_apply import ApplyStep
+from cosmictui.screens.step_env import EnvStep
+from cosmictui.screens.step_prereqs import PrereqsStep
+from cosmictui.screens.step_recover import RecoverStep
+from cosmictui.screens.step_relay import RelayStep
+from cosmictui.screens.step_verify import VerifyStep
+from cosmictui.widgets.command_log import CommandLog
+from cosmictui.widgets.step_list import StepList, StepState
+
+STEP_CLASSES: list[type[Step]] = [PrereqsStep, RelayStep, EnvStep, ApplyStep, VerifyStep, RecoverStep]
+
+
+def _step_bindings() -> list[BindingType]:
+    seen: list[BindingType] = []
+    for cls in STEP_CLASSES:
+        seen.extend(cls.STEP_BINDINGS)
+    return seen
+
+
+class WizardScreen(Screen[None]):
+    """Prerequisites → relay → .env → apply & restart → verify → recover."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("n", "next", "Next"),
+        Binding("b", "back", "Back"),
+        Binding("escape", "cancel", "Cancel"),
+        *_step_bindings(),
+        Binding("l", "toggle_log", "Log"),
+        Binding("y", "copy_log", "Copy log"),
+        Binding("m", "monitor", "Monitor"),
+        Binding("q", "app.quit", "Quit"),
+    ]
+
+    VERTICAL_BREAKPOINTS: ClassVar[list[tuple[int, str]] | None] = [(0, "-short"), (40, "-tall")]
+    HORIZONTAL_BREAKPOINTS: ClassVar[list[tuple[int, str]] | None] = [(0, "-narrow"), (120, "-wide")]
+
+    def __init__(self, ctx: WizardContext) -> None:
+        super().__init__()
+        self.ctx = ctx
+        self.steps: list[Step] = [cls(ctx) for cls in STEP_CLASSES]
+        self.index = 0
+        self.reached = 0
+
+    # -- layout ---------------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield Header(icon="⛭")
+        with Horizontal(id="body"):
+            yield StepList([s.TITLE for s in self.steps], id="step-list")
+            with Vertical(id="main"):
+                with ContentSwitcher(id="content", initial=self.steps[0].id):
+                    yield from self.steps
+                with Horizontal(id="nav"):
+                    yield Static("", id="nav-hint", markup=False)
+                    yield Button("◀ Back", id="back", compact=True)
+                    yield Button("Next ▶", id="next", variant="primary", compact=True)
+        yield CommandLog(id="command-log")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.title = "cosmictui · relay setup"
+        self.sub_title = self.ctx.describe_deployment()
+        self.ctx.attach_log(self.query_one(CommandLog), self._on_command)
+        resume = min(self.ctx.progress_step(), len(self.steps) - 1)
+        self.reached = resume
+        self._show(resume)
+        if resume:
+            self.notify(f"Resumed at step {resume + 1}: {self.steps[resume].TITLE}", title="Progress restored")
+
+    # -- navigation -----------------------------------------------------------------------------
+
+    @property
+    def step(self) -> Step:
+        return self.steps[self.index]
+
+    def _show(self, index: int) -> None:
+        if 0 <= self.index < len(self.steps) and self.steps[self.index].is_mounted and index != self.index:
+            self.steps[self.index].on_leave()
+        self.index = index
+        self.reached = max(self.reached, index)
+        self.query_one("#content", ContentSwitcher).current = self.step.id
+        self.step.on_enter()
+        self._refresh_nav()
+
+    def _refresh_nav(self) -> None:
+        states: list[StepState] = []
+        for i, s in enumerate(self.steps):
+            if i == self.index:
+                states.append("busy" if s.busy else "current")
+            elif s.done:
+                states.append("done")
+            else:
+                states.append("pending")
+        self.query_one(StepList).set_states(states)
+        back = self.query_one("#back", Button)
+        nxt = self.query_one("#next", Button)
+        if self.step.busy:
+            back.label = "✕ Cancel"
+            back.disabled = False
+            back.variant = "warning"
+        else:
+            back.label = "◀ Back"
+            back.disabled = self.index == 0
+            back.variant = "default"
+        nxt.disabled = self.step.busy
+        nxt.label = "Finish ✔" if self.index == len(self.steps) - 1 else "Next ▶"
+        self.refresh_bindings()
+
+    @on(Step.Changed)
+    def _step_changed(self, event: Step.Changed) -> None:
+        self._refresh_nav()
+
+    @on(Button.Pressed, "#next")
+    def _next_pressed(self) -> None:
+        self.action_next()
+
+    @on(Button.Pressed, "#back")
+    def _back_pressed(self) -> None:
+        if self.step.busy:
+            self.action_cancel()
+        else:
+            self.action_back()
+
+    @on(StepList.Selected)
+    def _jump(self, event: StepList.Selected) -> None:
+        if self.step.busy or event.index > self.reached or event.index == self.index:
+            return
+        if event.index > self.index:
+            # Forward jumps pass through validation of each step in between.
+            for i in range(self.index, event.index):
+                problem = self.steps[i].validate_step()
+                if problem:
+                    self._show(i)
+                    self._refuse(problem)
+                    return
+        self._show(event.index)
+
+    def _refuse(self, problem: str) -> None:
+        self.step.status.set(problem, "error")
+        self.notify(problem, title=f"Step {self.index + 1} is not done yet", severity="error")
+
+    def action_next(self) -> None:
+        if self.step.busy:
+            return
+        problem = self.step.validate_step()
+        if problem:
+            self._refuse(problem)
+            return
+        self.step.mark_done()
+        self.ctx.save_progress(self.index + 1)
+        if self.index == len(self.steps) - 1:
+            self.notify("All steps done. The relay is set up.", title="Finished")
+            self.ctx.save_progress(self.index)
+            return
+        self._show(self.index + 1)
+
+    def action_back(self) -> None:
+        if self.step.busy or self.index == 0:
+            return
+        self._show(self.index - 1)
+
+    def action_cancel(self) -> None:
+        if self.step.busy:
+            self.step.cancel_work()
+            self.step.status.set("Cancelled; nothing further was run.", "warn")
+            self._refresh_nav()
+
+    def action_toggle_log(self) -> None:
+        log = self.query_one(CommandLog)
+        log.toggle_class("-shown")
+        log.set_class(log.has_class("-shown"), "-user")
+
+    def action_copy_log(self) -> None:
+        text = self.query_one(CommandLog).transcript()
+        self.app.copy_to_clipboard(text)
+        n = len(self.query_one(CommandLog).entries)
+        self.notify(f"Copied the command log ({n} commands) to the clipboard.")
+
+    def action_monitor(self) -> None:
+        self.app.open_monitor()  # type: ignore[attr-defined]
+
+    def action_step(self, name: str) -> None:
+        self.step.run_step_action(name)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "step":
+            return self.step.has_action(str(parameters[0]))
+        if action == "back":
+            return not self.step.busy and self.index > 0
+        if action == "cancel":
+            return self.step.busy
+        if action == "next":
+            return not self.step.busy
+        return True
+
+    def _on_command(self, cmd: str) -> None:
+        """Show the last command in the nav bar, so it is visible even with the log hidden."""
+        self.query_one("#nav-hint", Static).update(f"$ {cmd}")

@@ -1,0 +1,1 @@
+"""Widgets shared by the wizard and the monitor (monitor-owned modules carry a `monitor_` prefix)."""

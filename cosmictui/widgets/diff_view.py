@@ -1,0 +1,40 @@
+"""A unified diff, coloured but keeping the +/- markers so it reads without colour."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from rich.text import Text
+from textual.widgets import Static
+
+
+def render_diff(lines: Iterable[str]) -> Text:
+    """Style a unified diff line by line."""
+    text = Text(no_wrap=False, overflow="fold")
+    for line in lines:
+        line = line.rstrip("\n")
+        if line.startswith(("+++", "---")):
+            style = "bold"
+        elif line.startswith("@@"):
+            style = "cyan"
+        elif line.startswith("+"):
+            style = "bold green"
+        elif line.startswith("-"):
+            style = "red"
+        else:
+            style = "dim"
+        text.append(line + "\n", style=style)
+    return text
+
+
+class DiffView(Static):
+    """Shows a planned change to a file before it is written."""
+
+    DEFAULT_CLASSES = "diff-view"
+
+    def show_diff(self, diff: str | Iterable[str]) -> None:
+        lines = diff.splitlines() if isinstance(diff, str) else list(diff)
+        if not lines:
+            self.update(Text("No change: the file already has this value.", style="italic"))
+        else:
+            self.update(render_diff(lines))
