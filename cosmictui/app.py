@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
-from typing import Any
+from pathlib import Path, PurePath
+from typing import Any, ClassVar
 
 from textual.app import App
 from textual.binding import Binding
@@ -18,7 +18,7 @@ class WizardApp(App[int]):
     """Takes an operator from "jobs are stuck in Creating" to "new jobs leave Creating"."""
 
     TITLE = "cosmictui"
-    CSS_PATH = ("app.tcss", "screens/wizard.tcss")
+    CSS_PATH: ClassVar[list[str | PurePath]] = ["app.tcss", "screens/wizard.tcss"]
     BINDINGS = [Binding("ctrl+q", "quit", "Quit", show=False, priority=True)]  # noqa: RUF012
 
     def __init__(self, ctx: WizardContext) -> None:
