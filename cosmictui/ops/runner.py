@@ -7,8 +7,27 @@ files over SFTP). Failures become `RunnerError` saying what failed, where, and h
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import inspect
+import os
+import posixpath
+import re
+import secrets
+import shlex
+import shutil
+import signal
+import socket
+import stat
+import tempfile
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import asyncssh
 
 OutputCallback = Callable[[str], Awaitable[None] | None]
 
@@ -51,7 +70,55 @@ class DeploymentSpec:
 
 
 def parse_deployment(spec: str) -> DeploymentSpec:
-    raise NotImplementedError
+    """`ssh://user@host[:port]/path` or a local directory (`~` expanded, made absolute)."""
+    if spec.startswith("ssh://"):
+        parts = urlsplit(spec)
+        if not parts.hostname:
+            raise RunnerError(f"no host in {spec!r}", "write it as ssh://user@host[:port]/path", spec, "error")
+        try:
+            port = parts.port or 22
+        except ValueError:
+            raise RunnerError(
+                f"bad port in {spec!r}", "write it as ssh://user@host[:port]/path", spec, "error"
+            ) from None
+        path = unquote(parts.path) or "."
+        if path.startswith("/~"):  # ssh://host/~/x: relative to the login directory
+            path = path[1:]
+        return DeploymentSpec(path, parts.hostname, port, unquote(parts.username) if parts.username else None)
+    if "://" in spec:
+        raise RunnerError(f"unsupported deployment {spec!r}", "use a local path or ssh://user@host[:port]/path")
+    return DeploymentSpec(os.path.abspath(os.path.expanduser(spec)))
+
+
+def _backup_name(path: str) -> str:
+    return f"{path}.bak-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+
+
+def _missing_command(cmd: str, output: str, host: str) -> RunnerError:
+    """Exit 127: the shell did not find a program; name the one it reported (or the first word)."""
+    try:
+        words = shlex.split(cmd)
+    except ValueError:
+        words = cmd.split()
+    prog = words[0] if words else cmd
+    for line in output.splitlines():
+        m = re.search(r"([^\s:]+): (?:command )?not found", line)
+        if m:
+            prog = m.group(1)
+            break
+    return RunnerError(
+        f"`{prog}` is not installed or not on PATH on {host}",
+        f"install `{prog}` there, or give its full path in the command settings ([commands] in config.toml)",
+        host,
+        "missing-command",
+    )
+
+
+async def _emit(on_output: OutputCallback | None, line: str) -> None:
+    if on_output is not None:
+        result = on_output(line)
+        if inspect.isawaitable(result):
+            await result
 
 
 class Runner:
@@ -63,7 +130,11 @@ class Runner:
     async def run(
         self, cmd: str, cwd: str | None = None, on_output: OutputCallback | None = None, timeout: float | None = None
     ) -> CommandResult:
-        """Run `cmd` in a shell in `cwd` (default: root), streaming output lines (stdout+stderr)."""
+        """Run `cmd` in a shell in `cwd` (default: root), streaming output lines (stdout+stderr).
+
+        A non-zero exit is a result, not an error; exit 127 (command not found), a missing
+        directory and a timeout raise RunnerError.
+        """
         raise NotImplementedError
 
     async def read_file(self, path: str) -> bytes:
@@ -78,7 +149,7 @@ class Runner:
 
     def resolve(self, path: str) -> str:
         """`path` relative to the deployment root (absolute paths unchanged)."""
-        raise NotImplementedError
+        return posixpath.join(self.root, path)
 
     async def close(self) -> None:
         return None
@@ -91,13 +162,137 @@ class Runner:
 
 
 class LocalRunner(Runner):
+    """The deployment directory is on this machine."""
+
     def __init__(self, root: str, env: dict[str, str] | None = None) -> None:
-        self.root = root
+        self.root = os.path.abspath(os.path.expanduser(root))
         self.env = dict(env or {})
         self.label = "localhost"
 
+    async def run(
+        self, cmd: str, cwd: str | None = None, on_output: OutputCallback | None = None, timeout: float | None = None
+    ) -> CommandResult:
+        where = self.resolve(cwd) if cwd else self.root
+        if not os.path.isdir(where):
+            raise RunnerError(
+                f"directory {where} does not exist on {self.label}",
+                "check the deployment path",
+                self.label,
+                "missing-directory",
+            )
+        proc = await asyncio.create_subprocess_shell(
+            cmd,
+            cwd=where,
+            env={**os.environ, **self.env},
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,
+        )
+        lines: list[str] = []
+
+        async def pump() -> int:
+            assert proc.stdout is not None
+            async for raw in proc.stdout:
+                line = raw.decode("utf-8", "replace").rstrip("\r\n")
+                lines.append(line)
+                await _emit(on_output, line)
+            return await proc.wait()
+
+        try:
+            code = await asyncio.wait_for(pump(), timeout)
+        except TimeoutError:
+            _kill_group(proc.pid)
+            await proc.wait()
+            raise RunnerError(
+                f"`{cmd}` did not finish within {timeout:g} s on {self.label}",
+                "run it by hand to see where it hangs",
+                self.label,
+                "timeout",
+            ) from None
+        except BaseException:  # cancelled by the UI: take the command down with us
+            _kill_group(proc.pid)
+            raise
+        output = "\n".join(lines)
+        if code == 127:
+            raise _missing_command(cmd, output, self.label)
+        return CommandResult(cmd, code, output)
+
+    async def read_file(self, path: str) -> bytes:
+        full = self.resolve(path)
+        try:
+            return await asyncio.to_thread(Path(full).read_bytes)
+        except FileNotFoundError:
+            raise RunnerError(
+                f"{full} does not exist on {self.label}",
+                "check the deployment directory and the env file path",
+                self.label,
+                "missing-file",
+            ) from None
+        except OSError as e:
+            raise RunnerError(f"cannot read {full}: {e.strerror or e}", "", self.label, "io") from None
+
+    async def write_file_atomic(self, path: str, data: bytes, backup: bool = True) -> str | None:
+        full = self.resolve(path)
+        try:
+            return await asyncio.to_thread(_write_local_atomic, full, data, backup)
+        except OSError as e:
+            raise RunnerError(
+                f"cannot write {full}: {e.strerror or e}", "check permissions on its directory", self.label, "io"
+            ) from None
+
+    async def exists(self, path: str) -> bool:
+        return os.path.exists(self.resolve(path))
+
+
+def _kill_group(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def _write_local_atomic(full: str, data: bytes, backup: bool) -> str | None:
+    """Temp file beside the target, same mode/owner, fsync, rename; backup keeps the old bytes."""
+    directory = os.path.dirname(full) or "."
+    try:
+        st: os.stat_result | None = os.stat(full)
+    except FileNotFoundError:
+        st = None
+    saved = None
+    if st is not None and backup:
+        saved = _backup_name(full)
+        n = 1
+        while os.path.exists(saved):
+            saved = f"{_backup_name(full)}-{n}"
+            n += 1
+        shutil.copy2(full, saved)
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(full)}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        if st is not None:
+            os.chmod(tmp, stat.S_IMODE(st.st_mode))
+            if (st.st_uid, st.st_gid) != (os.geteuid(), os.getegid()):
+                with contextlib.suppress(PermissionError):
+                    os.chown(tmp, st.st_uid, st.st_gid)
+        os.replace(tmp, full)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    with contextlib.suppress(OSError):
+        dfd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    return saved
+
 
 class SSHRunner(Runner):
+    """The deployment directory is on another host, reached with asyncssh (commands + SFTP)."""
+
     def __init__(
         self,
         host: str,
@@ -115,7 +310,237 @@ class SSHRunner(Runner):
         self.root = root
         self.port = port
         self.username = username
-        self.label = host
+        self.known_hosts = known_hosts
+        self.client_keys = client_keys
+        self.password = password
+        self.env = dict(env or {})
+        self.connect_timeout = connect_timeout
+        who = f"{username}@" if username else ""
+        self.label = f"{who}{host}" + (f":{port}" if port != 22 else "")
+        self._conn: asyncssh.SSHClientConnection | None = None
+        self._sftp: asyncssh.SFTPClient | None = None
+
+    async def connect(self) -> None:
+        """Open the SSH connection; every way it can fail becomes a RunnerError with a fix."""
+        known: Any
+        known_file = os.path.expanduser(self.known_hosts) if self.known_hosts else None
+        if self.known_hosts is None:
+            known = None  # verification explicitly disabled by the caller
+        elif known_file and os.path.isfile(known_file):
+            known = known_file
+        else:
+            known = asyncssh.import_known_hosts("")
+        options: dict[str, Any] = {
+            "port": self.port,
+            "known_hosts": known,
+            "connect_timeout": self.connect_timeout,
+        }
+        if self.username:
+            options["username"] = self.username
+        if self.client_keys is not None:
+            options["client_keys"] = [os.path.expanduser(k) for k in self.client_keys]
+        if self.password is not None:
+            options["password"] = self.password
+        try:
+            self._conn = await asyncssh.connect(self.host, **options)
+        except asyncssh.HostKeyNotVerifiable:
+            raise self._host_key_error(known_file) from None
+        except asyncssh.PermissionDenied:
+            raise RunnerError(
+                f"SSH authentication to {self.label} failed",
+                "check the user name, load your key into ssh-agent (ssh-add), pass --identity, or use a password",
+                self.label,
+                "auth",
+            ) from None
+        except ConnectionRefusedError:
+            raise RunnerError(
+                f"{self.host} refused the SSH connection on port {self.port}",
+                "check that sshd runs there and the port is right",
+                self.label,
+                "refused",
+            ) from None
+        except socket.gaierror as e:
+            raise RunnerError(
+                f"cannot resolve host {self.host}: {e.strerror or e}",
+                "check the host name in the deployment",
+                self.label,
+                "unresolvable",
+            ) from None
+        except TimeoutError:
+            raise RunnerError(
+                f"no SSH answer from {self.label} within {self.connect_timeout:g} s",
+                "check the address, the port and firewalls",
+                self.label,
+                "timeout",
+            ) from None
+        except (OSError, asyncssh.Error) as e:
+            raise RunnerError(f"SSH connection to {self.label} failed: {e}", "", self.label, "error") from None
+
+    def _host_key_error(self, known_file: str | None) -> RunnerError:
+        listed = False
+        if known_file and os.path.isfile(known_file):
+            try:
+                known = asyncssh.read_known_hosts(known_file)
+                trusted, cas, *_ = known.match(self.host, self.host, self.port)
+                listed = bool(trusted or cas)
+            except (OSError, ValueError, asyncssh.Error):
+                listed = False
+        entry = self.host if self.port == 22 else f"[{self.host}]:{self.port}"
+        if listed:
+            return RunnerError(
+                f"the host key of {self.label} does NOT match the one in {known_file} — possibly a different "
+                "machine or a man-in-the-middle",
+                f"if the host was reinstalled, verify its new key out of band, then `ssh-keygen -R '{entry}'`",
+                self.label,
+                "host-key-mismatch",
+            )
+        return RunnerError(
+            f"{self.label} is not in {known_file or 'known_hosts'}, so its host key cannot be verified",
+            f"connect once with `ssh -p {self.port} {self.host}` and check the fingerprint, or "
+            f"`ssh-keyscan -p {self.port} {self.host} >> ~/.ssh/known_hosts` after verifying it",
+            self.label,
+            "host-key-unknown",
+        )
+
+    @property
+    def conn(self) -> asyncssh.SSHClientConnection:
+        if self._conn is None:
+            raise RunnerError(f"not connected to {self.label}", "call connect() first", self.label)
+        return self._conn
+
+    async def sftp(self) -> asyncssh.SFTPClient:
+        if self._sftp is None:
+            try:
+                self._sftp = await self.conn.start_sftp_client()
+            except (asyncssh.Error, OSError) as e:
+                raise RunnerError(
+                    f"SFTP is not available on {self.label}: {e}", "enable the sftp subsystem in sshd", self.label, "io"
+                ) from None
+        return self._sftp
+
+    async def run(
+        self, cmd: str, cwd: str | None = None, on_output: OutputCallback | None = None, timeout: float | None = None
+    ) -> CommandResult:
+        where = self.resolve(cwd) if cwd else self.root
+        sftp = await self.sftp()
+        if not await sftp.isdir(where):
+            raise RunnerError(
+                f"directory {where} does not exist on {self.label}",
+                "check the path in the deployment (ssh://user@host/path)",
+                self.label,
+                "missing-directory",
+            )
+        exports = "".join(f"export {k}={shlex.quote(v)}; " for k, v in self.env.items())
+        full = f"cd {shlex.quote(where)} && {exports}{cmd}"
+        lines: list[str] = []
+        try:
+            proc = await self.conn.create_process(
+                full, stdin=asyncssh.DEVNULL, stderr=asyncssh.STDOUT, encoding="utf-8", errors="replace"
+            )
+        except (asyncssh.Error, OSError) as e:
+            raise RunnerError(f"cannot start `{cmd}` on {self.label}: {e}", "", self.label, "error") from None
+
+        async def pump() -> int:
+            async for raw in proc.stdout:
+                line = raw.rstrip("\r\n")
+                lines.append(line)
+                await _emit(on_output, line)
+            await proc.wait_closed()
+            if proc.exit_status is None or proc.exit_status < 0:
+                return -1
+            return proc.exit_status
+
+        try:
+            code = await asyncio.wait_for(pump(), timeout)
+        except TimeoutError:
+            proc.close()
+            raise RunnerError(
+                f"`{cmd}` did not finish within {timeout:g} s on {self.label}",
+                "run it by hand to see where it hangs",
+                self.label,
+                "timeout",
+            ) from None
+        except BaseException:
+            proc.close()
+            raise
+        output = "\n".join(lines)
+        if code == 127:
+            raise _missing_command(cmd, output, self.label)
+        return CommandResult(cmd, code, output)
+
+    def resolve(self, path: str) -> str:
+        return posixpath.join(self.root, path)
+
+    async def read_file(self, path: str) -> bytes:
+        full = self.resolve(path)
+        sftp = await self.sftp()
+        try:
+            async with sftp.open(full, "rb") as f:
+                return await f.read()
+        except asyncssh.SFTPNoSuchFile:
+            raise RunnerError(
+                f"{full} does not exist on {self.label}",
+                "check the deployment directory and the env file path",
+                self.label,
+                "missing-file",
+            ) from None
+        except (asyncssh.SFTPError, OSError) as e:
+            raise RunnerError(f"cannot read {full} on {self.label}: {e}", "", self.label, "io") from None
+
+    async def write_file_atomic(self, path: str, data: bytes, backup: bool = True) -> str | None:
+        full = self.resolve(path)
+        sftp = await self.sftp()
+        directory, name = posixpath.split(full)
+        tmp = posixpath.join(directory or ".", f".{name}.{secrets.token_hex(6)}.tmp")
+        saved: str | None = None
+        try:
+            try:
+                attrs: asyncssh.SFTPAttrs | None = await sftp.stat(full)
+            except asyncssh.SFTPNoSuchFile:
+                attrs = None
+            if attrs is not None and backup:
+                saved = _backup_name(full)
+                async with sftp.open(full, "rb") as f:
+                    old = await f.read()
+                await self._write(sftp, saved, old, attrs)
+            await self._write(sftp, tmp, data, attrs)
+            try:
+                await sftp.posix_rename(tmp, full)
+            except asyncssh.SFTPOpUnsupported:
+                await sftp.rename(tmp, full, flags=0)
+        except (asyncssh.SFTPError, OSError) as e:
+            with contextlib.suppress(asyncssh.SFTPError, OSError):
+                await sftp.remove(tmp)
+            raise RunnerError(
+                f"cannot write {full} on {self.label}: {e}", "check permissions on its directory", self.label, "io"
+            ) from None
+        return saved
+
+    @staticmethod
+    async def _write(sftp: asyncssh.SFTPClient, path: str, data: bytes, attrs: asyncssh.SFTPAttrs | None) -> None:
+        async with sftp.open(path, "wb") as f:
+            await f.write(data)
+            with contextlib.suppress(asyncssh.SFTPError):
+                await f.fsync()
+        if attrs is not None:
+            if attrs.permissions is not None:
+                await sftp.chmod(path, stat.S_IMODE(attrs.permissions))
+            if attrs.uid is not None and attrs.gid is not None:
+                with contextlib.suppress(asyncssh.SFTPError):
+                    await sftp.chown(path, attrs.uid, attrs.gid)
+
+    async def exists(self, path: str) -> bool:
+        return await (await self.sftp()).exists(self.resolve(path))
+
+    async def close(self) -> None:
+        if self._sftp is not None:
+            self._sftp.exit()
+            self._sftp = None
+        if self._conn is not None:
+            self._conn.close()
+            with contextlib.suppress(Exception):
+                await self._conn.wait_closed()
+            self._conn = None
 
 
 async def open_deployment(
@@ -128,4 +553,28 @@ async def open_deployment(
     connect_timeout: float = 10.0,
 ) -> Runner:
     """A connected runner for a deployment spec; raises RunnerError when it cannot connect."""
-    raise NotImplementedError
+    d = parse_deployment(spec)
+    if not d.remote:
+        runner = LocalRunner(d.path, env=env)
+        if not os.path.isdir(runner.root):
+            raise RunnerError(
+                f"deployment directory {runner.root} does not exist",
+                "pass the directory that holds the deployment's .env and Taskfile",
+                "localhost",
+                "missing-directory",
+            )
+        return runner
+    assert d.host is not None
+    ssh = SSHRunner(
+        d.host,
+        d.path,
+        port=d.port,
+        username=d.username,
+        known_hosts=known_hosts,
+        client_keys=client_keys,
+        password=password,
+        env=env,
+        connect_timeout=connect_timeout,
+    )
+    await ssh.connect()
+    return ssh
