@@ -1,0 +1,108 @@
+"""UDX (libudx / udx-native wire protocol) in Python: streams, socket sharing, blind forwarding.
+
+Layers (sans-IO core, one asyncio runtime):
+
+- `relay.udx.packet` — codec: `decode(datagram) -> Packet`, `encode(...)`, flag constants
+  `DATA END SACK MESSAGE DESTROY HEARTBEAT`, `seq_lt`/`seq_diff`, `UDXError` (the one error
+  type of this layer; `.code` is `ECONNRESET`, `ETIMEDOUT`, `EBADPACKET`, ...).
+- `relay.udx.stream` — `StreamCore`: the stream state machine (bytes and `now` in;
+  datagrams via `poll(now)`, `next_deadline()`, events `DataReceived`, `EndReceived`,
+  `MessageReceived`, `StreamClosed(error)` out). No sockets, no clocks.
+- `relay.udx.runtime` — `UDX`, `UDXSocket`, `UDXStream` below.
+
+Public asyncio API (names are stable)::
+
+    udx = UDX()                                   # one stream-id table (a libudx instance)
+    sock = await udx.create_socket("0.0.0.0", 49737, on_datagram=handler)
+    #   handler(data: bytes, addr: (host, port)) gets every datagram that is not a UDX packet
+    #   for a live stream of `udx` (dht-rpc shares the socket this way); send yours with
+    #   sock.send(data, addr). sock.address, sock.port, sock.stats (SocketStats counters:
+    #   received/sent/relayed/dropped/foreign packets and bytes), sock.close().
+
+    s = udx.create_stream(id=None, firewall=None, framed=False)   # id None = random u32
+    s.connect(sock, remote_id, (host, port))      # sends nothing, as libudx
+    s.write(data) -> bool                         # False above the high-water mark
+    await s.drain();  await s.flush()             # below HWM / everything acknowledged
+    s.end(data=b"")                               # graceful half-close (END)
+    await s.read() -> bytes                       # next chunk, b"" at EOF, raises UDXError
+    s.on_data / s.on_end / s.on_message / s.on_close(error)   # optional callbacks instead
+    s.send(datagram)                              # unordered MESSAGE packet
+    s.destroy(error=None)                         # abortive close: one DESTROY to the peer
+    await s.wait_closed() -> UDXError | None
+    s.set_keepalive(seconds)                      # HEARTBEATs while idle
+    s.change_remote(sock, remote_id, addr)
+    s.id, s.remote_id, s.remote_addr, s.socket, s.connected, s.closed, s.error,
+    s.stats (StreamStats: retransmits, rack_losses, tlp_probes, rto_count, ...),
+    s.rtt, s.cwnd, s.inflight, s.user_data
+
+Raw streams for a blind relay (what blind-relay does with udx-native)::
+
+    def firewall(stream, socket, addr) -> bool:   # True = drop (udx-native's convention)
+        stream.connect(socket, peer_stream_id, addr)   # first packet teaches the address
+        return False
+    a = udx.create_stream(firewall=firewall_a); b = udx.create_stream(firewall=firewall_b)
+    a.relay_to(b); b.relay_to(a)
+
+The firewall runs for packets reaching a stream that is not connected on the arrival
+socket; without one such packets are dropped (udx-native's default). A relayed stream
+forwards every packet it receives to its destination's peer with bytes 4..7 replaced by
+the destination's `remote_id` — nothing else is touched, nothing is ACKed or buffered;
+packets arriving before the destination is connected are dropped, as in libudx. A DESTROY
+passing through closes both streams; closing either stream locally closes its partner and
+sends nothing.
+"""
+
+from __future__ import annotations
+
+from .packet import (
+    DATA,
+    DESTROY,
+    END,
+    HEADER_SIZE,
+    HEARTBEAT,
+    MESSAGE,
+    SACK,
+    Packet,
+    UDXError,
+    decode,
+    encode,
+    seq_diff,
+    seq_lt,
+)
+from .runtime import UDX, Address, Firewall, SocketStats, UDXSocket, UDXStream
+from .stream import (
+    DataReceived,
+    EndReceived,
+    MessageReceived,
+    StreamClosed,
+    StreamCore,
+    StreamStats,
+)
+
+__all__ = [
+    "DATA",
+    "DESTROY",
+    "END",
+    "HEADER_SIZE",
+    "HEARTBEAT",
+    "MESSAGE",
+    "SACK",
+    "UDX",
+    "Address",
+    "DataReceived",
+    "EndReceived",
+    "Firewall",
+    "MessageReceived",
+    "Packet",
+    "SocketStats",
+    "StreamClosed",
+    "StreamCore",
+    "StreamStats",
+    "UDXError",
+    "UDXSocket",
+    "UDXStream",
+    "decode",
+    "encode",
+    "seq_diff",
+    "seq_lt",
+]

@@ -1,0 +1,670 @@
+"""The asyncio runtime: one non-blocking UDP socket per `UDXSocket`, timers, and the relay fast path.
+
+The socket is read with `loop.add_reader` and drained in batches (`recvfrom_into` a reused
+buffer until EAGAIN) instead of one `datagram_received` call per packet: one event-loop wake
+serves a burst, and a forwarded packet is rewritten in place and sent on without any
+allocation. That forwarding path (`_on_readable`) is the relay's hot path; keep it flat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket as _socket
+import struct
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .packet import DESTROY, U32, UDXError
+from .stream import DataReceived, EndReceived, MessageReceived, StreamClosed, StreamCore, StreamStats
+
+log = logging.getLogger("relay.udx")
+
+Address = tuple[str, int]
+#: `firewall(stream, socket, address) -> bool`: True drops the packet (udx-native's convention).
+Firewall = Callable[["UDXStream", "UDXSocket", Address], bool]
+DatagramHandler = Callable[[bytes, Address], None]
+
+BUFFER_SIZE = 2048  # libudx truncates longer datagrams to this, so do we
+RECV_BATCH = 128
+SEND_QUEUE_MAX = 4096
+LINGER = 3.0
+_u32 = struct.Struct("<I")
+_IP_MTU_DISCOVER = getattr(_socket, "IP_MTU_DISCOVER", 10)
+_IP_PMTUDISC_PROBE = getattr(_socket, "IP_PMTUDISC_PROBE", 3)
+
+
+@dataclass(slots=True)
+class SocketStats:
+    """Per-socket counters; the relay's metrics endpoint reports these."""
+
+    received_packets: int = 0
+    received_bytes: int = 0
+    sent_packets: int = 0
+    sent_bytes: int = 0
+    relayed_packets: int = 0
+    relayed_bytes: int = 0
+    dropped_packets: int = 0
+    foreign_packets: int = 0
+    send_errors: int = 0
+    callback_errors: int = 0
+
+
+class UDX:
+    """One stream-id table shared by its sockets, as one libudx instance (hyperdht has two sockets)."""
+
+    def __init__(self) -> None:
+        self.streams: dict[int, UDXStream] = {}
+        self.sockets: list[UDXSocket] = []
+
+    def random_id(self) -> int:
+        while True:
+            i = int.from_bytes(os.urandom(4), "little")
+            if i not in self.streams:
+                return i
+
+    def create_stream(
+        self,
+        id: int | None = None,
+        *,
+        firewall: Firewall | None = None,
+        framed: bool = False,
+        seq: int = 0,
+    ) -> UDXStream:
+        sid = self.random_id() if id is None else id & U32
+        if sid in self.streams and not self.streams[sid].closed:
+            raise UDXError(f"stream id {sid:#010x} is in use", "EADDRINUSE")
+        s = UDXStream(self, sid, firewall=firewall, framed=framed, seq=seq)
+        self.streams[sid] = s
+        return s
+
+    async def create_socket(
+        self,
+        host: str = "0.0.0.0",
+        port: int = 0,
+        *,
+        on_datagram: DatagramHandler | None = None,
+        reuse_port: bool = False,
+    ) -> UDXSocket:
+        sock = UDXSocket(self, host, port, on_datagram=on_datagram, reuse_port=reuse_port)
+        self.sockets.append(sock)
+        return sock
+
+    def close(self) -> None:
+        for s in list(self.streams.values()):
+            s.destroy()
+        for sock in list(self.sockets):
+            sock.close()
+
+
+class UDXSocket:
+    """One UDP socket: UDX packets go to streams by id, every other datagram to `on_datagram`."""
+
+    def __init__(
+        self,
+        udx: UDX,
+        host: str = "0.0.0.0",
+        port: int = 0,
+        *,
+        on_datagram: DatagramHandler | None = None,
+        reuse_port: bool = False,
+    ) -> None:
+        self.udx = udx
+        self.loop = asyncio.get_running_loop()
+        self.on_datagram = on_datagram
+        self.stats = SocketStats()
+        family = _socket.AF_INET6 if ":" in host else _socket.AF_INET
+        sock = _socket.socket(family, _socket.SOCK_DGRAM)
+        sock.setblocking(False)
+        if reuse_port:
+            sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEPORT, 1)
+        for size in (1 << 20, 1 << 19, 1 << 18):
+            try:
+                sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_RCVBUF, size)
+                sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_SNDBUF, size)
+                break
+            except OSError:
+                continue
+        if family == _socket.AF_INET:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(_socket.IPPROTO_IP, _IP_MTU_DISCOVER, _IP_PMTUDISC_PROBE)
+        else:
+            with contextlib.suppress(OSError, AttributeError):
+                sock.setsockopt(_socket.IPPROTO_IPV6, _socket.IPV6_V6ONLY, 0)
+        sock.bind((host, port))
+        self._sock = sock
+        self.family = family
+        self._buf = bytearray(BUFFER_SIZE)
+        self._mv = memoryview(self._buf)
+        self._sendq: deque[tuple[bytes, Address]] = deque()
+        self._dirty: set[UDXStream] = set()
+        self._flush_scheduled = False
+        self.closed = False
+        self.loop.add_reader(sock.fileno(), self._on_readable)
+
+    @property
+    def address(self) -> Address:
+        a = self._sock.getsockname()
+        return (a[0], a[1])
+
+    @property
+    def port(self) -> int:
+        return self._sock.getsockname()[1]
+
+    def fileno(self) -> int:
+        return self._sock.fileno()
+
+    def send(self, data: bytes | bytearray | memoryview, addr: Address) -> None:
+        """Send a non-UDX datagram (dht-rpc) from this socket."""
+        self._sendto(data, addr)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        for s in [s for s in self.udx.streams.values() if s._socket is self]:
+            s.destroy()
+        self.closed = True
+        self.loop.remove_reader(self._sock.fileno())
+        if self._sendq:
+            self.loop.remove_writer(self._sock.fileno())
+            self._sendq.clear()
+        self._sock.close()
+        with contextlib.suppress(ValueError):
+            self.udx.sockets.remove(self)
+
+    # --- sending ---------------------------------------------------------------------------
+
+    def _sendto(self, data: bytes | bytearray | memoryview, addr: Address) -> None:
+        if self._sendq:
+            if len(self._sendq) < SEND_QUEUE_MAX:
+                self._sendq.append((bytes(data), addr))
+            else:
+                self.stats.send_errors += 1
+            return
+        try:
+            self._sock.sendto(data, addr)
+        except BlockingIOError:
+            self._sendq.append((bytes(data), addr))
+            self.loop.add_writer(self._sock.fileno(), self._on_writable)
+            return
+        except OSError:
+            self.stats.send_errors += 1
+            return
+        self.stats.sent_packets += 1
+        self.stats.sent_bytes += len(data)
+
+    def _on_writable(self) -> None:
+        q = self._sendq
+        sendto = self._sock.sendto
+        st = self.stats
+        while q:
+            data, addr = q[0]
+            try:
+                sendto(data, addr)
+            except BlockingIOError:
+                return
+            except OSError:
+                st.send_errors += 1
+            else:
+                st.sent_packets += 1
+                st.sent_bytes += len(data)
+            q.popleft()
+        self.loop.remove_writer(self._sock.fileno())
+
+    # --- receiving (hot path) -------------------------------------------------------------
+
+    def _on_readable(self) -> None:
+        recv_into = self._sock.recvfrom_into
+        buf = self._buf
+        mv = self._mv
+        streams = self.udx.streams
+        st = self.stats
+        v6 = self.family == _socket.AF_INET6
+        now = 0.0
+        for _ in range(RECV_BATCH):
+            try:
+                n, addr = recv_into(buf)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                continue
+            st.received_packets += 1
+            st.received_bytes += n
+            if v6:
+                addr = _v4(addr)
+            try:
+                if n >= 20 and buf[0] == 0xFF and buf[1] == 0x01:
+                    s = streams.get(_u32.unpack_from(buf, 4)[0])
+                    if s is not None and not s.closed:
+                        if s._socket is not self and not self._pass_firewall(s, addr):
+                            st.dropped_packets += 1
+                            continue
+                        t = s._relay
+                        if t is not None:
+                            dst = t._remote_addr
+                            if dst is not None:
+                                buf[4:8] = t._remote_id_le
+                                out = t._socket
+                                if out is self and not self._sendq:
+                                    try:
+                                        self._sock.sendto(mv[:n], dst)
+                                        st.sent_packets += 1
+                                        st.sent_bytes += n
+                                    except BlockingIOError:
+                                        self._sendq.append((bytes(mv[:n]), dst))
+                                        self.loop.add_writer(self._sock.fileno(), self._on_writable)
+                                    except OSError:
+                                        st.send_errors += 1
+                                else:
+                                    out._sendto(mv[:n], dst)
+                                st.relayed_packets += 1
+                                st.relayed_bytes += n
+                            else:
+                                st.dropped_packets += 1  # partner not connected yet (libudx drops too)
+                            if buf[2] & DESTROY:
+                                s._on_relayed_destroy()
+                            continue
+                        if now == 0.0:
+                            now = time.monotonic()
+                        if s._core.receive(bytes(mv[:n]), now):
+                            s._after_input()
+                        else:
+                            st.dropped_packets += 1
+                        continue
+                    if s is not None and s._core.lingering:
+                        if now == 0.0:
+                            now = time.monotonic()
+                        s._core.receive(bytes(mv[:n]), now)
+                        s._after_input()
+                        continue
+                cb = self.on_datagram
+                if cb is None:
+                    st.dropped_packets += 1
+                    continue
+                st.foreign_packets += 1
+                cb(bytes(mv[:n]), addr)
+            except Exception:
+                st.callback_errors += 1
+                st.dropped_packets += 1
+                log.exception("udx: error while handling a datagram from %s", addr)
+        if self._dirty:
+            self._flush_dirty()
+
+    def _pass_firewall(self, s: UDXStream, addr: Address) -> bool:
+        fw = s._firewall
+        if fw is None:
+            return False  # udx-native's default firewall drops everything
+        port = addr[1]
+        if not 0 < port < 65536:
+            return False
+        try:
+            drop = fw(s, self, addr)
+        except Exception:
+            self.stats.callback_errors += 1
+            log.exception("udx: firewall callback failed")
+            return False
+        return not drop and not s.closed
+
+    def _mark_dirty(self, s: UDXStream) -> None:
+        self._dirty.add(s)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush_dirty)
+
+    def _flush_dirty(self) -> None:
+        self._flush_scheduled = False
+        dirty = self._dirty
+        if not dirty:
+            return
+        self._dirty = set()
+        now = time.monotonic()
+        for s in dirty:
+            s._flush(now)
+
+
+def _v4(addr: Any) -> Address:
+    host = addr[0]
+    if host.startswith("::ffff:") and "." in host:
+        host = host[7:]
+    return (host, addr[1])
+
+
+class UDXStream:
+    """A UDX stream endpoint (or a raw relay stream) driven by its `StreamCore`.
+
+    Use `write`/`drain`/`end`/`read` like an asyncio stream, or set `on_data`, `on_end`,
+    `on_message`, `on_close` callbacks (data then bypasses the read queue).
+    """
+
+    def __init__(self, udx: UDX, id: int, *, firewall: Firewall | None, framed: bool, seq: int) -> None:
+        self.udx = udx
+        self.id = id
+        self._core = StreamCore(id, seq=seq)
+        self._firewall = firewall
+        self.framed = framed
+        self._socket: UDXSocket | None = None
+        self._remote_addr: Address | None = None
+        self._remote_id_le = b"\0\0\0\0"
+        self._relay: UDXStream | None = None
+        self._relayed_from: list[UDXStream] = []
+        self.closed = False
+        self._finished = False
+        self.error: UDXError | None = None
+        self.on_data: Callable[[bytes], None] | None = None
+        self.on_end: Callable[[], None] | None = None
+        self.on_message: Callable[[bytes], None] | None = None
+        self.on_close: Callable[[UDXError | None], None] | None = None
+        self._readq: deque[bytes] = deque()
+        self._eof = False
+        self._frame_buf = bytearray()
+        self._read_waiter: asyncio.Future[None] | None = None
+        self._drain_waiter: asyncio.Future[None] | None = None
+        self._closed_fut: asyncio.Future[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
+        self.user_data: Any = None
+
+    def __repr__(self) -> str:
+        return f"<UDXStream id={self.id:#010x} remote={self.remote_id:#010x}@{self._remote_addr} closed={self.closed}>"
+
+    # --- properties ------------------------------------------------------------------------
+
+    @property
+    def socket(self) -> UDXSocket | None:
+        return self._socket
+
+    @property
+    def remote_id(self) -> int:
+        return self._core.remote_id
+
+    @property
+    def remote_addr(self) -> Address | None:
+        return self._remote_addr
+
+    @property
+    def connected(self) -> bool:
+        return self._socket is not None
+
+    @property
+    def relayed(self) -> bool:
+        return self._relay is not None
+
+    @property
+    def stats(self) -> StreamStats:
+        return self._core.stats
+
+    @property
+    def core(self) -> StreamCore:
+        return self._core
+
+    @property
+    def rtt(self) -> float:
+        return self._core.srtt
+
+    @property
+    def cwnd(self) -> float:
+        return self._core.cwnd
+
+    @property
+    def inflight(self) -> int:
+        return self._core.inflight
+
+    # --- commands --------------------------------------------------------------------------
+
+    def connect(self, socket: UDXSocket, remote_id: int, addr: Address, *, ack: int | None = None) -> None:
+        """Bind to `socket` and peer stream `remote_id` at `addr`; sends nothing (UDX has no handshake)."""
+        if self.closed:
+            raise UDXError("stream is closed", "ECLOSED")
+        if self._socket is not None:
+            raise UDXError("stream is already connected", "EALREADY")
+        if socket.closed:
+            raise UDXError("socket is closed", "ECLOSED")
+        self._socket = socket
+        self._remote_addr = (addr[0], addr[1])
+        self._remote_id_le = _u32.pack(remote_id & U32)
+        self._core.connect(remote_id, ipv6=":" in addr[0], ack=ack)
+        socket._mark_dirty(self)
+
+    def change_remote(self, socket: UDXSocket, remote_id: int, addr: Address) -> None:
+        if self._socket is None:
+            raise UDXError("stream is not connected", "ENOTCONN")
+        self._socket = socket
+        self._remote_addr = (addr[0], addr[1])
+        self._remote_id_le = _u32.pack(remote_id & U32)
+        self._core.change_remote(remote_id, ipv6=":" in addr[0])
+
+    def relay_to(self, destination: UDXStream) -> None:
+        """Forward every packet this stream receives to `destination`'s peer, id rewritten."""
+        if self._relay is not None:
+            raise UDXError("stream is already relayed", "EINVAL")
+        if destination.closed or self.closed:
+            raise UDXError("cannot relay to or from a closed stream", "EINVAL")
+        self._relay = destination
+        destination._relayed_from.append(self)
+
+    def write(self, data: bytes | bytearray | memoryview) -> bool:
+        """Queue bytes; False means the buffer is above the high-water mark (await `drain`)."""
+        if self._socket is None:
+            raise UDXError("writing while not connected is not supported", "ENOTCONN")
+        if self.closed:
+            raise self.error or UDXError("stream is closed", "EPIPE")
+        self._core.write(data)
+        self._socket._mark_dirty(self)
+        return self._core.write_buffered < self._core.high_watermark
+
+    async def drain(self) -> None:
+        while not self.closed and self._core.write_buffered >= self._core.high_watermark:
+            if self._drain_waiter is None or self._drain_waiter.done():
+                self._drain_waiter = asyncio.get_running_loop().create_future()
+            await self._drain_waiter
+        if self.closed and self.error is not None:
+            raise self.error
+
+    async def flush(self) -> None:
+        """Wait until everything written so far is acknowledged."""
+        while not self.closed and self._core.write_buffered > 0:
+            if self._drain_waiter is None or self._drain_waiter.done():
+                self._drain_waiter = asyncio.get_running_loop().create_future()
+            await self._drain_waiter
+        if self.closed and self.error is not None:
+            raise self.error
+
+    def end(self, data: bytes = b"") -> None:
+        """Half-close: send END after the queued data (graceful; the peer sees EOF)."""
+        if self.closed:
+            return
+        if self._socket is None:
+            raise UDXError("ending while not connected is not supported", "ENOTCONN")
+        self._core.end(data)
+        self._socket._mark_dirty(self)
+
+    def send(self, data: bytes) -> None:
+        """An unordered, unreliable MESSAGE datagram (udx-native `trySend`)."""
+        if self._socket is None or self.closed:
+            return
+        self._core.send_message(data)
+        self._socket._mark_dirty(self)
+
+    def set_keepalive(self, seconds: float) -> None:
+        self._core.set_keepalive(seconds, time.monotonic())
+        if self._socket is not None:
+            self._socket._mark_dirty(self)
+
+    def destroy(self, error: UDXError | None = None) -> None:
+        """Abortive close: one DESTROY to the peer (nothing for relayed or unconnected streams)."""
+        if self.closed:
+            return
+        self._core.destroy(error, send=self._relay is None)
+        self._flush(time.monotonic())
+
+    async def read(self) -> bytes:
+        """Next chunk of stream data (a whole frame in framed mode); b"" at EOF."""
+        while True:
+            if self._readq:
+                chunk = self._readq.popleft()
+                self._core.consumed(len(chunk))
+                if self._core._ack_needed and self._socket is not None:
+                    self._socket._mark_dirty(self)
+                return chunk
+            if self._eof:
+                return b""
+            if self.closed:
+                if self.error is not None:
+                    raise self.error
+                return b""
+            if self._read_waiter is None or self._read_waiter.done():
+                self._read_waiter = asyncio.get_running_loop().create_future()
+            await self._read_waiter
+
+    async def wait_closed(self) -> UDXError | None:
+        if not self.closed:
+            if self._closed_fut is None:
+                self._closed_fut = asyncio.get_running_loop().create_future()
+            await self._closed_fut
+        return self.error
+
+    # --- runtime internals -------------------------------------------------------------------
+
+    def _after_input(self) -> None:
+        if self._core.events:
+            self._dispatch()
+        sock = self._socket
+        if sock is not None:
+            sock._dirty.add(self)
+        elif self.closed:
+            self._finish_close()
+
+    def _flush(self, now: float) -> None:
+        core = self._core
+        out = core.poll(now)
+        if out and self._socket is not None and self._remote_addr is not None:
+            sendto = self._socket._sendto
+            dst = self._remote_addr
+            for d in out:
+                sendto(d, dst)
+        if core.events:
+            self._dispatch()
+        if self.closed:
+            self._finish_close()
+            return
+        w = self._drain_waiter
+        if w is not None and not w.done() and (core.write_buffered < core.high_watermark or not core.write_buffered):
+            w.set_result(None)
+        deadline = core.next_deadline()
+        if deadline is not None and (self._timer is None or deadline < self._timer_at):
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer_at = deadline
+            self._timer = asyncio.get_running_loop().call_later(max(0.0, deadline - now), self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        now = time.monotonic()
+        self._core.handle_timer(now)
+        self._flush(now)
+
+    def _dispatch(self) -> None:
+        events = self._core.events
+        self._core.events = []
+        for ev in events:
+            if isinstance(ev, DataReceived):
+                if self.framed:
+                    self._deliver_framed(ev.data)
+                else:
+                    self._deliver(ev.data)
+            elif isinstance(ev, EndReceived):
+                self._eof = True
+                self._wake_reader()
+                if self.on_end is not None:
+                    self._call(self.on_end)
+            elif isinstance(ev, MessageReceived):
+                if self.on_message is not None:
+                    self._call(self.on_message, ev.data)
+            elif isinstance(ev, StreamClosed):
+                self.closed = True
+                self.error = ev.error
+
+    def _deliver(self, data: bytes) -> None:
+        if self.on_data is not None:
+            self._core.consumed(len(data))
+            self._call(self.on_data, data)
+        else:
+            self._readq.append(data)
+            self._wake_reader()
+
+    def _deliver_framed(self, data: bytes) -> None:
+        """Hand out whole 3-byte-length-prefixed frames, as udx-native's framed mode."""
+        fb = self._frame_buf
+        fb += data
+        self._core.consumed(len(data))
+        while len(fb) >= 3:
+            size = 3 + (fb[0] | fb[1] << 8 | fb[2] << 16)
+            if len(fb) < size:
+                break
+            frame = bytes(fb[:size])
+            del fb[:size]
+            self._core.unread += size  # accounted again when the reader takes it
+            self._deliver(frame)
+
+    def _wake_reader(self) -> None:
+        w = self._read_waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    def _call(self, fn: Callable[..., Any], *args: Any) -> None:
+        try:
+            fn(*args)
+        except Exception:
+            if self._socket is not None:
+                self._socket.stats.callback_errors += 1
+            log.exception("udx: stream callback failed")
+
+    def _on_relayed_destroy(self) -> None:
+        self._core.destroy(UDXError("stream was reset by the peer", "ECONNRESET"), send=False)
+        self._dispatch()
+        self._finish_close()
+
+    def _finish_close(self) -> None:
+        if self._finished:
+            return
+        self._finished = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        core = self._core
+        if core.lingering:
+            loop = asyncio.get_running_loop()
+            self._timer = loop.call_later(LINGER, self._unregister)
+        else:
+            self._unregister()
+        self._wake_reader()
+        w = self._drain_waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+        if self._closed_fut is not None and not self._closed_fut.done():
+            self._closed_fut.set_result(None)
+        partners = self._relayed_from
+        self._relayed_from = []
+        for p in partners:
+            p.destroy()
+        if self._relay is not None:
+            t = self._relay
+            self._relay = None
+            if self in t._relayed_from:
+                t._relayed_from.remove(self)
+            t.destroy()
+        cb = self.on_close
+        if cb is not None:
+            self.on_close = None
+            self._call(cb, self.error)
+
+    def _unregister(self) -> None:
+        self._timer = None
+        self._core.lingering = False
+        if self.udx.streams.get(self.id) is self:
+            del self.udx.streams[self.id]
