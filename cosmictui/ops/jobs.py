@@ -7,8 +7,10 @@ cannot read raises `JobsFormatError` carrying the raw text, never anything else.
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 
 
 class JobsFormatError(ValueError):
@@ -41,14 +43,230 @@ class JobView:
     stuck: str | None
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+_BOX_RULE = re.compile(r"^[\s+\-=─━═┌┐└┘├┤┬┴┼╔╗╚╝╠╣╦╩╬╒╕╘╛╞╡╤╧╪╓╖╙╜╟╢╥╨╫┏┓┗┛┣┫┳┻╋:|]*$")
+_CELL_SEP = re.compile(r"[│┃║|]")
+
+ID_NAMES = ("id", "job id", "jobid", "job", "uuid", "job uuid")
+STATUS_NAMES = ("status", "state", "phase", "job status")
+CREATED_NAMES = ("created", "created at", "creation time", "creation timestamp", "submitted", "started", "age")
+UPDATED_NAMES = (
+    "updated",
+    "updated at",
+    "last update",
+    "last updated",
+    "last seen",
+    "last communication",
+    "last heartbeat",
+    "heartbeat",
+    "last contact",
+)
+STUCK_STATUSES = frozenset({"creating", "starting", "pending"})
+DONE_STATUSES = frozenset(
+    {"completed", "succeeded", "failed", "error", "deleted", "stopped", "terminated", "cancelled"}
+)
+
+
+def _norm(name: str) -> str:
+    """Header/key name as compared: camelCase split, lower, `_`/`-` as spaces."""
+    name = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", name.strip())
+    return re.sub(r"[\s_\-.]+", " ", name).strip().lower()
+
+
 def parse_jobs(output: str, now: datetime | None = None) -> list[Job]:
     """Jobs from JSON (array or {"jobs": [...]}) or an aligned / box-drawn table."""
-    raise NotImplementedError
+    now = now or datetime.now(UTC)
+    if not isinstance(output, str):
+        raise JobsFormatError(f"expected text, got {type(output).__name__}", repr(output))
+    text = _ANSI.sub("", output).replace("\r\n", "\n").replace("\r", "\n")
+    stripped = text.strip()
+    if not stripped or re.fullmatch(r"(?i)no (jobs?|resources?)( found)?\.?", stripped):
+        return []
+    if stripped[0] in "[{":
+        return _parse_json(stripped, output, now)
+    rows = _table_rows(text, output)
+    return _jobs_from_rows(rows, output, now)
+
+
+def _parse_json(text: str, raw: str, now: datetime) -> list[Job]:
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        raise JobsFormatError(f"looks like JSON but is not valid ({e})", raw) from None
+    if isinstance(data, dict):
+        for key in ("jobs", "items", "data", "results"):
+            if isinstance(data.get(key), list):
+                data = data[key]
+                break
+        else:
+            raise JobsFormatError('JSON object without a jobs array (expected {"jobs": [...]})', raw)
+    if not isinstance(data, list):
+        raise JobsFormatError('JSON is neither an array of jobs nor {"jobs": [...]}', raw)
+    rows: list[dict[str, str]] = []
+    for i, item in enumerate(data):
+        if not isinstance(item, dict):
+            raise JobsFormatError(f"job {i} is not a JSON object", raw)
+        row: dict[str, str] = {}
+        for key, value in item.items():
+            if isinstance(value, dict) and _norm(str(key)) in STATUS_NAMES:
+                value = next((value[k] for k in ("phase", "state", "status") if k in value), json.dumps(value))
+            row[_norm(str(key))] = value if isinstance(value, str) else json.dumps(value)
+        rows.append(row)
+    return _jobs_from_rows(rows, raw, now, from_json=True)
+
+
+def _table_rows(text: str, raw: str) -> list[dict[str, str]]:
+    lines = [line for line in text.split("\n") if line.strip()]
+    boxed = any(_CELL_SEP.search(line) for line in lines) and any(
+        _BOX_RULE.match(line) and re.search(r"[─━═+\-]{3}", line) for line in lines
+    )
+    if boxed or sum(1 for line in lines if _CELL_SEP.search(line)) >= 2:
+        cells = [
+            [c.strip() for c in _strip_outer(_CELL_SEP.split(line))]
+            for line in lines
+            if not _BOX_RULE.match(line) and _CELL_SEP.search(line)
+        ]
+        if not cells:
+            raise JobsFormatError("a box-drawn table without rows", raw)
+        header, body = cells[0], cells[1:]
+        return [
+            dict(zip([_norm(h) for h in header], row + [""] * (len(header) - len(row)), strict=False)) for row in body
+        ]
+    header_at = next((i for i, line in enumerate(lines) if _has_header(line)), None)
+    if header_at is None:
+        raise JobsFormatError("no table header with an id and a status column, and not JSON", raw)
+    header_line = lines[header_at]
+    wide = [m for m in re.finditer(r"\S+(?: \S+)*", header_line)]
+    spans = [(m.start(), m.group()) for m in wide]
+    if len(spans) == 1 or not _has_header(header_line, [n for _, n in spans]):
+        spans = [(m.start(), m.group()) for m in re.finditer(r"\S+", header_line)]
+    names = [_norm(n) for _, n in spans]
+    rows = []
+    for line in lines[header_at + 1 :]:
+        if _BOX_RULE.match(line):
+            continue
+        parts = re.split(r"\s{2,}", line.strip())
+        if len(parts) != len(names) and len(line.split()) == len(names):
+            parts = line.split()
+        if len(parts) != len(names):
+            starts = [p for p, _ in spans] + [None]
+            parts = [line[starts[i] : starts[i + 1]].strip() for i in range(len(names))]
+            if starts[-2] is not None and len(line) > (starts[-2] or 0):
+                parts[-1] = line[starts[-2] :].strip()
+        rows.append(dict(zip(names, parts, strict=False)))
+    return rows
+
+
+def _strip_outer(parts: list[str]) -> list[str]:
+    if parts and not parts[0].strip():
+        parts = parts[1:]
+    if parts and not parts[-1].strip():
+        parts = parts[:-1]
+    return parts
+
+
+def _has_header(line: str, names: list[str] | None = None) -> bool:
+    if names is None:
+        names = re.split(r"\s{2,}", line.strip())
+        if len(names) == 1:
+            names = line.split()
+    normed = {_norm(n) for n in names}
+    return bool(normed & set(ID_NAMES)) and bool(normed & set(STATUS_NAMES))
+
+
+def _pick(row: dict[str, str], names: tuple[str, ...]) -> str | None:
+    for name in names:
+        if name in row:
+            return row[name]
+    return None
+
+
+def _jobs_from_rows(rows: list[dict[str, str]], raw: str, now: datetime, from_json: bool = False) -> list[Job]:
+    jobs: list[Job] = []
+    for row in rows:
+        job_id = _pick(row, ID_NAMES)
+        status = _pick(row, STATUS_NAMES)
+        if job_id is None or status is None:
+            what = "object" if from_json else "table"
+            raise JobsFormatError(f"the {what} has no id and status (found: {', '.join(row) or 'nothing'})", raw)
+        if not job_id.strip():
+            continue  # a wrapped continuation line of a box-drawn cell
+        created_raw = _pick(row, CREATED_NAMES)
+        updated_raw = _pick(row, UPDATED_NAMES)
+        jobs.append(
+            Job(
+                id=job_id.strip(),
+                status=status.strip(),
+                created=parse_when(created_raw, now) if created_raw else None,
+                fields=dict(row),
+                updated=parse_when(updated_raw, now) if updated_raw else None,
+            )
+        )
+    return jobs
+
+
+_UNITS = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60, "h": 3600, "hr": 3600, "hour": 3600}
+_UNITS |= {"d": 86400, "day": 86400, "w": 604800, "week": 604800, "y": 31536000, "year": 31536000}
+
+
+def parse_when(value: str, now: datetime) -> datetime | None:
+    """A timestamp (ISO 8601, unix seconds/ms) or an age (`5m`, `3d4h`, `5 minutes ago`); None if unreadable."""
+    v = value.strip().strip('"')
+    low = v.lower()
+    if not v or low in ("-", "<none>", "n/a", "none", "never", "null", "unknown"):
+        return None
+    if low in ("just now", "now"):
+        return now
+    if re.fullmatch(r"\d{9,}(\.\d+)?", v):
+        ts = float(v)
+        return datetime.fromtimestamp(ts / 1000 if ts > 1e12 else ts, UTC)
+    try:
+        when = datetime.fromisoformat(v.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        pass
+    else:
+        return when if when.tzinfo else when.replace(tzinfo=UTC)
+    rel = re.sub(r"\s+ago$", "", low)
+    rel = re.sub(r"^(an?|one)\s+", "1 ", rel)
+    if not re.fullmatch(r"(?:\d+(?:\.\d+)?\s*[a-z]+[\s,]*)+", rel):
+        return None
+    total = 0.0
+    for amount, unit in re.findall(r"(\d+(?:\.\d+)?)\s*([a-z]+)", rel):
+        factor = _UNITS.get(unit) or (_UNITS.get(unit[:-1]) if unit.endswith("s") else None)
+        if factor is None:
+            return None
+        total += float(amount) * factor
+    return now - timedelta(seconds=total)
+
+
+def format_age(seconds: float | None) -> str:
+    """Compact age like kubectl: `45s`, `12m`, `3h5m`, `2d4h`."""
+    if seconds is None:
+        return "?"
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m"
+    if s < 86400:
+        return f"{s // 3600}h{(s % 3600) // 60}m" if s % 3600 >= 60 else f"{s // 3600}h"
+    return f"{s // 86400}d{(s % 86400) // 3600}h" if s % 86400 >= 3600 else f"{s // 86400}d"
 
 
 def stuck_reason(job: Job, now: datetime, stuck_after: float = 300.0, stale_after: float = 300.0) -> str | None:
     """Why the job looks stuck (long in Creating/Starting, stale last update), else None."""
-    raise NotImplementedError
+    status = job.status.strip().lower()
+    if status in DONE_STATUSES:
+        return None
+    if status in STUCK_STATUSES and job.created is not None:
+        age = (now - job.created).total_seconds()
+        if age >= stuck_after:
+            return f"{job.status} for {format_age(age)}"
+    if job.updated is not None:
+        quiet = (now - job.updated).total_seconds()
+        if quiet >= stale_after:
+            return f"no status update for {format_age(quiet)}"
+    return None
 
 
 def view_jobs(
@@ -58,4 +276,10 @@ def view_jobs(
     stuck_after: float = 300.0,
     stale_after: float = 300.0,
 ) -> list[JobView]:
-    raise NotImplementedError
+    """Each job with its age, whether it predates the worker restart, and why it is stuck."""
+    views = []
+    for job in jobs:
+        age = (now - job.created).total_seconds() if job.created else None
+        before = restart_at is not None and job.created is not None and job.created < restart_at
+        views.append(JobView(job, age, before, stuck_reason(job, now, stuck_after, stale_after)))
+    return views
