@@ -1,0 +1,100 @@
+"""Helpers for the wizard's Pilot tests: a deployment directory, tools on PATH, waits on state."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from textual.pilot import Pilot
+
+from cosmictui.app import WizardApp
+from cosmictui.ops import progress as progress_mod
+from cosmictui.ops.config import Settings
+from cosmictui.screens.context import STEP_IDS, WizardContext
+from cosmictui.screens.step import Step, StepStatus
+from relay.keys import encode_id, key_pair
+
+KEY = encode_id(key_pair(b"\x01" * 32).public_key)
+OTHER_KEY = encode_id(key_pair(b"\x02" * 32).public_key)
+ENV_VAR = "K8S_COMMON_CONFIG__interconnect__relays"
+
+
+def make_bin(root: Path, scripts: dict[str, str]) -> Path:
+    """A directory of executable shell scripts standing in for the deployment's tools."""
+    bin_dir = root / "bin"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    for name, body in scripts.items():
+        p = bin_dir / name
+        p.write_text("#!/bin/sh\n" + body)
+        p.chmod(p.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return bin_dir
+
+
+def path_with(bin_dir: Path | None, *, keep_system: bool = True) -> str:
+    parts = [str(bin_dir)] if bin_dir else []
+    if keep_system:
+        parts += ["/usr/local/bin", "/usr/bin", "/bin"]
+    return ":".join(parts)
+
+
+def resume_at(deployment: str, step: str, **fields: object) -> None:
+    """Save progress as if the operator had stopped before `step`: the wizard resumes there."""
+    p = progress_mod.WizardProgress(deployment=deployment, current_step=step, **fields)  # type: ignore[arg-type]
+    for sid in STEP_IDS[: STEP_IDS.index(step)]:
+        p.complete(sid)
+    progress_mod.save_progress(p)
+
+
+def make_app(settings: Settings, **ctx_kwargs: object) -> WizardApp:
+    return WizardApp(WizardContext(settings, **ctx_kwargs))  # type: ignore[arg-type]
+
+
+def step(app: WizardApp, step_id: str) -> Step:
+    return app.screen.query_one(f"#step-{step_id}", Step)
+
+
+def status(app: WizardApp, step_id: str) -> str:
+    return str(step(app, step_id).query_one(StepStatus).render())
+
+
+def status_kind(app: WizardApp, step_id: str) -> str:
+    st = step(app, step_id).query_one(StepStatus)
+    return next((k for k in ("ok", "warn", "error", "busy", "info") if st.has_class(f"-{k}")), "")
+
+
+async def wait_until(pilot: Pilot[object], cond: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
+    """Wait on the app's state (not on a fixed sleep); the timeout is only a safety net."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for: {what}")
+        await pilot.pause(0.02)
+
+
+async def wait_status(
+    pilot: Pilot[object], app: WizardApp, step_id: str, kinds: tuple[str, ...], timeout: float = 20.0
+) -> str:
+    await wait_until(
+        pilot,
+        lambda: status_kind(app, step_id) in kinds and not step(app, step_id).busy,
+        f"step {step_id} status in {kinds} (now {status_kind(app, step_id)!r}: {status(app, step_id)!r})",
+        timeout,
+    )
+    return status(app, step_id)
+
+
+def snapshot_tree(root: Path) -> dict[str, bytes]:
+    """Every file under `root` with its bytes: compared before/after to prove nothing changed."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+async def settle(pilot: Pilot[object]) -> None:
+    await pilot.pause()
+    await asyncio.sleep(0)
+
+
+__all__ = ["ENV_VAR", "KEY", "OTHER_KEY", "make_app", "make_bin", "os", "path_with", "resume_at", "status", "step"]

@@ -1,0 +1,107 @@
+"""Pilot tests for step 3 (.env): merge/replace with diff and backup, and every way it must refuse."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cosmictui.ops.config import Settings
+from tests.e2e._wizard_support import (
+    ENV_VAR,
+    KEY,
+    OTHER_KEY,
+    make_app,
+    resume_at,
+    snapshot_tree,
+    status,
+    step,
+    wait_status,
+)
+
+
+@pytest.fixture(autouse=True)
+def _state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+
+
+def _deploy(tmp_path: Path, env: bytes | None) -> Path:
+    d = tmp_path / "deploy"
+    d.mkdir()
+    if env is not None:
+        (d / ".env").write_bytes(env)
+    return d
+
+
+async def _open_env_step(tmp_path: Path, env: bytes | None):  # type: ignore[no-untyped-def]
+    d = _deploy(tmp_path, env)
+    resume_at(str(d), "env", relay_key=KEY, relay_storage=str(tmp_path / "relay"))
+    return d, make_app(Settings(deployment=str(d)))
+
+
+async def test_wizard_env_merge_shows_diff_writes_backup_and_keeps_other_bytes(tmp_path: Path) -> None:
+    original = (
+        b"# CosmicAC\r\nexport A='x y'\r\n"
+        + f"{ENV_VAR}='[\"{OTHER_KEY}\"]'\r\n".encode()
+        + b"Z=1"  # no final newline: must survive
+    )
+    d, app = await _open_env_step(tmp_path, original)
+    async with app.run_test(size=(80, 24)) as pilot:
+        text = await wait_status(pilot, app, "env", ("info",))
+        assert "press w" in text
+        diff = str(step(app, "env").query_one("#env-diff").render())
+        assert f"-{ENV_VAR}='[\"{OTHER_KEY}\"]'" in diff
+        assert f'+{ENV_VAR}=\'["{OTHER_KEY}", "{KEY}"]\'' in diff or f'"{OTHER_KEY}","{KEY}"' in diff
+        # Next is refused before writing, and the file is untouched.
+        await pilot.press("n")
+        assert app.screen.index == 2
+        assert (d / ".env").read_bytes() == original
+        await pilot.press("w")
+        text = await wait_status(pilot, app, "env", ("ok",))
+        assert "Wrote the .env" in text
+        new = (d / ".env").read_bytes()
+        assert new.startswith(b"# CosmicAC\r\nexport A='x y'\r\n") and new.endswith(b"\r\nZ=1")
+        assert KEY.encode() in new and OTHER_KEY.encode() in new
+        backups = [p for p in d.iterdir() if p.name.startswith(".env.bak-")]
+        assert len(backups) == 1 and backups[0].read_bytes() == original
+        summary = str(step(app, "env").query_one("#env-summary").render())
+        assert str(backups[0]) in summary
+        assert any(str(backups[0]) in line for line in app.screen.query_one("#command-log-text").lines)
+        await pilot.press("n")
+        assert app.screen.index == 3
+
+
+async def test_wizard_env_replace_mode_drops_other_relays(tmp_path: Path) -> None:
+    original = f"{ENV_VAR}='[\"{OTHER_KEY}\"]'\n".encode()
+    d, app = await _open_env_step(tmp_path, original)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_status(pilot, app, "env", ("info",))
+        await pilot.press("t")
+        await wait_status(pilot, app, "env", ("info",))
+        assert "(replace)" in status(app, "env")
+        await pilot.press("w")
+        await wait_status(pilot, app, "env", ("ok",))
+    assert (d / ".env").read_bytes() == f"{ENV_VAR}='[\"{KEY}\"]'\n".encode()
+
+
+@pytest.mark.parametrize(
+    ("env", "expect"),
+    [
+        (None, ".env does not exist"),
+        (b"A=1\nthis is not an assignment\n", "line 2: not a KEY=VALUE line"),
+        (f"A=1\n{ENV_VAR}='[\"{OTHER_KEY}\",'\n".encode(), "is not valid JSON"),
+    ],
+    ids=["missing-env", "malformed-line", "invalid-json"],
+)
+async def test_wizard_env_errors_are_clear_and_change_nothing(tmp_path: Path, env: bytes | None, expect: str) -> None:
+    d, app = await _open_env_step(tmp_path, env)
+    before = snapshot_tree(d)
+    async with app.run_test(size=(80, 24)) as pilot:
+        text = await wait_status(pilot, app, "env", ("error",))
+        assert expect in text
+        assert "Nothing was changed" in text or "Fix:" in text
+        await pilot.press("w")  # nothing to write: refused
+        assert "Nothing to write" in status(app, "env")
+        await pilot.press("n")  # validation refuses
+        assert app.screen.index == 2
+    assert snapshot_tree(d) == before
