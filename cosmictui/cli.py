@@ -1,13 +1,514 @@
-"""`cosmictui` entry point: the wizard by default, subcommands for scripts."""
+"""`cosmictui` entry point: the wizard by default, subcommands for the monitor and for scripts.
+
+Every headless subcommand prints for people by default and for programs with `--json`, and
+ends with an exit code scripts can branch on (see `EXIT_CODES`). The work itself lives in
+`cosmictui.ops`; this module only parses flags, calls it, prints and picks the exit code.
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, is_dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+OK, FAILED, USAGE = 0, 1, 2
+
+EXIT_CODES = """\
+exit codes:
+  0  ok (checks passed, relay up, .env written or already right, jobs listed)
+  1  a check failed, the relay is down or not running, a command on the deployment failed
+  2  usage or configuration error (bad flag, unreadable config, invalid key, .env not editable)"""
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="cosmictui", description="Set up a CosmicAC relay and watch it.")
-    p.add_argument("--demo", action="store_true", help="run against a built-in sandbox deployment")
-    p.parse_args(argv)
-    print("cosmictui: the wizard is not built yet (see issue 6)")
-    return 2
+class UsageError(Exception):
+    """Bad input from the operator: exit 2 with the message."""
+
+
+# -- parser ---------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", metavar="PATH", default=argparse.SUPPRESS, help="TOML config file")
+    common.add_argument(
+        "--deployment",
+        metavar="SPEC",
+        default=argparse.SUPPRESS,
+        help="deployment directory or ssh://user@host[:port]/path",
+    )
+
+    fmt = argparse.RawDescriptionHelpFormatter
+    p = argparse.ArgumentParser(
+        prog="cosmictui",
+        description="Set up a CosmicAC blind relay and watch it. Without a subcommand: the setup wizard.",
+        epilog=EXIT_CODES,
+        formatter_class=fmt,
+        parents=[common],
+    )
+    p.add_argument("--demo", action="store_true", help="run the wizard against a built-in sandbox deployment")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    m = sub.add_parser(
+        "monitor",
+        parents=[common],
+        help="live monitor of one or more relays",
+        description="Live monitor of one or more relays (memory, CPU, traffic, pairings, DHT, log). "
+        "Without --storage/--metrics: the configured relay storage, else the default metrics address.",
+        epilog="keys: +/- refresh interval, p pause, r refresh now, t light/dark theme, l log, q quit\n\n" + EXIT_CODES,
+        formatter_class=fmt,
+    )
+    m.add_argument("--storage", metavar="DIR", action="append", default=[], help="relay storage dir (repeatable)")
+    m.add_argument("--metrics", metavar="URL", action="append", default=[], help="HOST:PORT or URL (repeatable)")
+    m.add_argument("--interval", metavar="S", type=_interval, default=1.0, help="refresh interval in seconds (1)")
+
+    c = sub.add_parser(
+        "check",
+        parents=[common],
+        help="run the wizard's prerequisite checks",
+        description="Run the prerequisite checks (the wizard's first step). Warnings do not fail.",
+        epilog=EXIT_CODES,
+        formatter_class=fmt,
+    )
+    c.add_argument("--json", action="store_true", help="print a JSON array of results")
+    c.add_argument("--storage", metavar="DIR", help="relay storage directory to check")
+    c.add_argument("--port", type=int, help="relay UDP port to check")
+
+    e = sub.add_parser(
+        "env", parents=[common], help="edit the deployment's .env", epilog=EXIT_CODES, formatter_class=fmt
+    )
+    esub = e.add_subparsers(dest="env_command", metavar="ACTION", required=True)
+    sr = esub.add_parser(
+        "set-relay",
+        parents=[common],
+        help="put a relay key into the relays variable",
+        description="Set K8S_COMMON_CONFIG__interconnect__relays in the deployment's .env: merge the key "
+        "into the existing array (default) or replace it. Prints the diff, writes a timestamped backup, "
+        "keeps every other byte.",
+        epilog=EXIT_CODES,
+        formatter_class=fmt,
+    )
+    sr.add_argument("key", metavar="KEY", help="relay public key (z32 or hex)")
+    sr.add_argument("--env", metavar="PATH", help=".env path (relative to the deployment)")
+    sr.add_argument("--replace", action="store_true", help="replace the array instead of merging")
+    sr.add_argument("--dry-run", action="store_true", help="print the diff, write nothing")
+
+    j = sub.add_parser(
+        "jobs",
+        parents=[common],
+        help="list CosmicAC jobs and which look stuck",
+        description="Run the list command (default `cosmicac jobs list`) on the deployment and show jobs "
+        "with status, age and why they look stuck.",
+        epilog=EXIT_CODES,
+        formatter_class=fmt,
+    )
+    j.add_argument("--json", action="store_true", help="print JSON (one object per line with --watch)")
+    j.add_argument("--watch", action="store_true", help="list again every --interval seconds until Ctrl-C")
+    j.add_argument("--interval", metavar="S", type=_interval, default=None, help="seconds between lists (config)")
+    j.add_argument("--count", type=int, default=None, help=argparse.SUPPRESS)  # bounded --watch, for tests
+
+    r = sub.add_parser(
+        "relay", parents=[common], help="the relay on this machine", epilog=EXIT_CODES, formatter_class=fmt
+    )
+    rsub = r.add_subparsers(dest="relay_command", metavar="ACTION", required=True)
+    rs = rsub.add_parser(
+        "status",
+        parents=[common],
+        help="is the relay running and answering",
+        description="Read <storage>/relay-runtime.json and the relay's /stats.",
+        epilog=EXIT_CODES,
+        formatter_class=fmt,
+    )
+    rs.add_argument("--json", action="store_true", help="print a JSON object")
+    rs.add_argument("--storage", metavar="DIR", help="relay storage directory (config)")
+    rs.add_argument("--metrics", metavar="URL", help="ask this metrics address instead of the runtime file's")
+    return p
+
+
+def _interval(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0.2 <= v <= 3600:
+        raise argparse.ArgumentTypeError("interval must be between 0.2 and 3600 seconds")
+    return v
+
+
+# -- helpers --------------------------------------------------------------------------------------
+
+
+def _settings(args: argparse.Namespace, **overrides: Any) -> Any:
+    from cosmictui.ops.config import ConfigError, load_settings
+
+    if getattr(args, "deployment", None) is not None:
+        overrides["deployment"] = args.deployment
+    try:
+        return load_settings(getattr(args, "config", None), **overrides)
+    except ConfigError as e:
+        raise UsageError(str(e)) from None
+
+
+def _plain(obj: Any) -> Any:
+    """Dataclasses, paths and datetimes as JSON-ready values."""
+    if is_dataclass(obj) and not isinstance(obj, type):
+        return _plain(asdict(obj))
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_plain(v) for v in obj]
+    if isinstance(obj, datetime):
+        return obj.isoformat()
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def _dump(obj: Any, out: TextIO) -> None:
+    out.write(json.dumps(_plain(obj), indent=None if out is not sys.stdout else 2) + "\n")
+
+
+async def _open_runner(settings: Any) -> Any:
+    from cosmictui.ops.runner import open_deployment
+
+    return await open_deployment(
+        settings.deployment,
+        env=settings.command_env,
+        known_hosts=settings.ssh_known_hosts,
+        client_keys=list(settings.ssh_identity) or None,
+        connect_timeout=settings.ssh_connect_timeout,
+    )
+
+
+# -- subcommands ----------------------------------------------------------------------------------
+
+
+def cmd_wizard(args: argparse.Namespace, out: TextIO) -> int:
+    try:
+        from cosmictui.app import main_wizard  # type: ignore[attr-defined]
+    except ImportError as e:
+        print(f"cosmictui: the setup wizard is not available in this build ({e}).", file=sys.stderr)
+        print("The monitor and the headless commands work: see `cosmictui --help`.", file=sys.stderr)
+        return FAILED
+    rc = main_wizard(getattr(args, "deployment", None), args.demo, getattr(args, "config", None))
+    return int(rc or 0)
+
+
+def monitor_targets(args: argparse.Namespace, settings: Any) -> list[Any]:
+    """--storage/--metrics as given; neither: the configured storage if a relay runs there,
+    else the configured metrics address."""
+    from cosmictui.ops.metrics import Target, normalize_url, read_runtime
+
+    targets: list[Target] = [Target(storage=Path(s).expanduser().absolute()) for s in args.storage]
+    for url in args.metrics:
+        try:
+            normalize_url(url)
+        except ValueError as e:
+            raise UsageError(f"--metrics {url}: {e}") from None
+        targets.append(Target(metrics=url))
+    if not targets:
+        storage = Path(settings.relay_storage).expanduser().absolute()
+        if read_runtime(storage) is not None or settings.metrics_url is None:
+            targets.append(Target(storage=storage))
+        else:
+            targets.append(Target(metrics=settings.metrics_url))
+    return targets
+
+
+def cmd_monitor(args: argparse.Namespace, out: TextIO) -> int:
+    settings = _settings(args)
+    targets = monitor_targets(args, settings)
+    from cosmictui.monitor_app import MonitorApp
+
+    MonitorApp(targets, interval=args.interval).run()
+    return OK
+
+
+STATUS_WORD = {"ok": "[ OK ]", "warn": "[WARN]", "fail": "[FAIL]"}
+
+
+def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
+    overrides: dict[str, Any] = {}
+    if args.storage:
+        overrides["relay_storage"] = args.storage
+    if args.port is not None:
+        overrides["relay_port"] = args.port
+    settings = _settings(args, **overrides)
+    from cosmictui.ops.checks import run_checks
+    from cosmictui.ops.runner import RunnerError
+
+    async def go() -> list[Any]:
+        runner = None
+        if getattr(args, "deployment", None) is not None or settings.deployment != ".":
+            try:
+                runner = await _open_runner(settings)
+            except RunnerError as e:
+                from cosmictui.ops.checks import CheckResult
+
+                return [CheckResult("deployment host", "fail", e.what, e.fix)]
+        try:
+            return await run_checks(settings, runner)
+        finally:
+            if runner is not None:
+                await runner.close()
+
+    results = asyncio.run(go())
+    if args.json:
+        _dump([{"name": r.name, "status": r.status, "detail": r.detail, "fix": r.fix} for r in results], out)
+    else:
+        width = max((len(r.name) for r in results), default=0)
+        for r in results:
+            out.write(f"{STATUS_WORD.get(r.status, r.status)} {r.name:<{width}}  {r.detail}\n")
+            if r.fix and r.status != "ok":
+                out.write(f"       {'':<{width}}  fix: {r.fix}\n")
+        fails = sum(r.status == "fail" for r in results)
+        warns = sum(r.status == "warn" for r in results)
+        out.write(f"{len(results)} checks: {fails} failed, {warns} warnings\n")
+    return FAILED if any(r.status == "fail" for r in results) else OK
+
+
+def cmd_env_set_relay(args: argparse.Namespace, out: TextIO) -> int:
+    settings = _settings(args)
+    from cosmictui.ops.envfile import EnvFileError, decode_text, encode_text, normalize_key, plan_relays
+    from cosmictui.ops.runner import RunnerError
+
+    try:
+        key = normalize_key(args.key)
+    except ValueError as e:
+        raise UsageError(f"KEY: {e}") from None
+    env_path = args.env or settings.env_path
+
+    async def go() -> int:
+        try:
+            runner = await _open_runner(settings)
+        except RunnerError as e:
+            print(f"cosmictui env: {e}", file=sys.stderr)
+            return FAILED
+        try:
+            path = runner.resolve(env_path)
+            data = await runner.read_file(path)
+            plan = plan_relays(
+                decode_text(data), key, mode="replace" if args.replace else "merge", var=settings.env_var, path=path
+            )
+            if not plan.changed:
+                out.write(f"{path}: {settings.env_var} already holds {key}; nothing to change\n")
+                return OK
+            out.write(plan.diff if plan.diff.endswith("\n") else plan.diff + "\n")
+            if args.dry_run:
+                out.write(f"dry run: {path} not written\n")
+                return OK
+            backup = await runner.write_file_atomic(path, encode_text(plan.new), backup=True)
+            out.write(f"wrote {path}" + (f" (backup {backup})" if backup else "") + "\n")
+            out.write("next: apply the config and restart the worker (the wizard's step 4)\n")
+            return OK
+        except EnvFileError as e:
+            raise UsageError(str(e)) from None
+        except RunnerError as e:
+            print(f"cosmictui env: {e}", file=sys.stderr)
+            return USAGE if e.kind in ("missing-file", "missing-directory") else FAILED
+        finally:
+            await runner.close()
+
+    return asyncio.run(go())
+
+
+def _jobs_table(views: Sequence[Any]) -> str:
+    from cosmictui.ops.metrics import human_duration
+
+    rows = [("ID", "STATUS", "AGE", "NOTE")]
+    for v in views:
+        note = v.stuck or ("created before the restart" if v.before_restart else "")
+        rows.append((v.job.id, v.job.status, human_duration(v.age) if v.age is not None else "–", note))
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    return "".join(
+        f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:>{widths[2]}}  {r[3]}".rstrip() + "\n" for r in rows
+    )
+
+
+def cmd_jobs(args: argparse.Namespace, out: TextIO) -> int:
+    settings = _settings(args)
+    from cosmictui.ops.jobs import JobsFormatError, parse_jobs, view_jobs
+    from cosmictui.ops.runner import RunnerError
+
+    interval = args.interval or settings.poll_interval
+
+    async def once(runner: Any) -> tuple[int, Any]:
+        result = await runner.run(settings.list_command)
+        if not result.ok:
+            return FAILED, {"error": f"`{result.cmd}` exited {result.exit_code}", "output": result.output}
+        try:
+            jobs = parse_jobs(result.output)
+        except JobsFormatError as e:
+            return FAILED, {"error": str(e), "output": e.raw}
+        now = datetime.now(UTC)
+        views = view_jobs(jobs, now, stuck_after=settings.stuck_after, stale_after=settings.stale_after)
+        return OK, views
+
+    def show(rc: int, res: Any) -> None:
+        if rc != OK:
+            if args.json:
+                _dump(res, out)
+            else:
+                print(f"cosmictui jobs: {res['error']}\n{res['output']}", file=sys.stderr)
+            return
+        if args.json:
+            payload = [
+                {
+                    "id": v.job.id,
+                    "status": v.job.status,
+                    "created": v.job.created,
+                    "updated": v.job.updated,
+                    "age_seconds": v.age,
+                    "before_restart": v.before_restart,
+                    "stuck": v.stuck,
+                    "fields": v.job.fields,
+                }
+                for v in res
+            ]
+            _dump({"at": datetime.now(UTC), "jobs": payload} if args.watch else payload, out)
+        else:
+            if args.watch:
+                out.write(f"-- {datetime.now().strftime('%H:%M:%S')} --\n")
+            out.write(_jobs_table(res))
+        out.flush()
+
+    async def go() -> int:
+        try:
+            runner = await _open_runner(settings)
+        except RunnerError as e:
+            print(f"cosmictui jobs: {e}", file=sys.stderr)
+            return FAILED
+        try:
+            n = 0
+            while True:
+                try:
+                    rc, res = await once(runner)
+                except RunnerError as e:
+                    rc, res = FAILED, {"error": str(e), "output": ""}
+                show(rc, res)
+                n += 1
+                if not args.watch or (args.count is not None and n >= args.count):
+                    return rc
+                await asyncio.sleep(interval)
+        finally:
+            await runner.close()
+
+    try:
+        return asyncio.run(go())
+    except KeyboardInterrupt:
+        return OK
+
+
+def relay_status_report(storage: str | None, metrics: str | None, timeout: float = 3.0) -> dict[str, Any]:
+    """What `relay status` prints: runtime file, process liveness, /stats, and a verdict."""
+    from cosmictui.ops import relayproc
+    from cosmictui.ops.metrics import MetricsError, fetch
+
+    report: dict[str, Any] = {"state": "not running", "storage": storage, "runtime": None, "stats": None}
+    report |= {"metrics": metrics, "error": None}
+    if storage is not None:
+        st = relayproc.relay_status(storage)
+        report["storage"] = st.storage
+        report["log"] = st.log_path
+        report["runtime"] = _plain(st.runtime) if st.runtime else None
+        if st.runtime is None:
+            report["error"] = f"no relay is running with storage {st.storage}"
+        elif not st.running or st.stale_runtime:
+            report["error"] = f"pid {st.runtime.pid} from {relayproc.RUNTIME_FILE} is gone"
+        elif metrics is None:
+            metrics = st.runtime.metrics
+            report["metrics"] = metrics
+            if metrics is None:
+                report["state"] = "up"
+                report["error"] = "running with metrics off: no /stats to read"
+                return report
+        if report["error"] is not None and metrics is None:
+            return report
+    if metrics is None:
+        report["error"] = report["error"] or "no metrics address"
+        return report
+    try:
+        s = fetch(metrics, timeout=timeout)
+    except (MetricsError, ValueError) as e:
+        report["state"] = "down"
+        report["error"] = f"{e}"
+        return report
+    report["state"] = "up"
+    report["error"] = None
+    report["stats"] = s.stats
+    report["rss_bytes"] = s.rss_bytes
+    return report
+
+
+def cmd_relay_status(args: argparse.Namespace, out: TextIO) -> int:
+    from cosmictui.ops.metrics import human_bytes, human_duration
+
+    settings = _settings(args)
+    storage = args.storage if args.storage is not None else (None if args.metrics else settings.relay_storage)
+    rep = relay_status_report(storage, args.metrics)
+    if args.json:
+        _dump(rep, out)
+        return OK if rep["state"] == "up" else FAILED
+    badge = {"up": "▲ UP", "down": "✖ DOWN", "not running": "■ NOT RUNNING"}[rep["state"]]
+    stats = rep["stats"] or {}
+    rt = rep["runtime"] or {}
+    key = stats.get("key") or rt.get("key") or "–"
+    out.write(f"relay    {badge}   key {key}\n")
+    if rep.get("storage"):
+        out.write(f"storage  {rep['storage']}\n")
+    if rt:
+        out.write(f"process  pid {rt.get('pid')}  udp {rt.get('host')}:{rt.get('port')}  version {rt.get('version')}\n")
+    if rep.get("metrics"):
+        out.write(f"metrics  {rep['metrics']}\n")
+    if stats:
+        sessions, pairings, streams = stats.get("sessions", {}), stats.get("pairings", {}), stats.get("streams", {})
+        out.write(f"uptime   {human_duration(stats.get('uptime_seconds'))}   rss {human_bytes(rep.get('rss_bytes'))}\n")
+        out.write(
+            f"sessions {sessions.get('opened', 0) - sessions.get('closed', 0)} open   "
+            f"pairings {pairings.get('active', 0)} active, {pairings.get('pending', 0)} pending, "
+            f"{pairings.get('matched', 0)} matched   stream errors {streams.get('errors', 0)}\n"
+        )
+        dht = stats.get("dht", {})
+        pub = f"{dht.get('public_host')}:{dht.get('public_port')}" if dht.get("public_host") else "unknown"
+        ann = dht.get("last_announce")
+        ago = f"{human_duration(time.time() - ann)} ago" if isinstance(ann, int | float) else "never"
+        out.write(
+            f"dht      bootstrapped {'yes' if dht.get('bootstrapped') else 'NO'}   "
+            f"firewalled {'YES' if dht.get('firewalled') else 'no'}   public {pub}   last announce {ago}\n"
+        )
+    if rep["error"]:
+        out.write(f"note     {rep['error']}\n")
+    return OK if rep["state"] == "up" else FAILED
+
+
+# -- main -----------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handlers = {
+        None: cmd_wizard,
+        "monitor": cmd_monitor,
+        "check": cmd_check,
+        "jobs": cmd_jobs,
+    }
+    try:
+        if args.command == "env":
+            return cmd_env_set_relay(args, out)
+        if args.command == "relay":
+            return cmd_relay_status(args, out)
+        return handlers[args.command](args, out)
+    except UsageError as e:
+        print(f"cosmictui: {e}", file=sys.stderr)
+        return USAGE
+    except NotImplementedError:
+        print(f"cosmictui {args.command}: not available in this build yet", file=sys.stderr)
+        return FAILED

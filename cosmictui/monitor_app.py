@@ -1,0 +1,25 @@
+"""`cosmictui monitor`: the monitor screen as its own small app, for a tmux pane."""
+
+from __future__ import annotations
+
+from textual.app import App
+
+from cosmictui.ops.metrics import Target
+from cosmictui.screens.monitor import MonitorScreen
+
+
+class MonitorApp(App[None]):
+    """Just the monitor; q quits."""
+
+    TITLE = "cosmictui monitor"
+    ENABLE_COMMAND_PALETTE = False
+
+    def __init__(self, targets: list[Target], interval: float = 1.0, theme: str | None = None) -> None:
+        super().__init__()
+        self.targets = targets
+        self.interval = interval
+        if theme is not None:
+            self.theme = theme
+
+    def on_mount(self) -> None:
+        self.push_screen(MonitorScreen(self.targets, self.interval, standalone=True))

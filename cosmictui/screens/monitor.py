@@ -1,0 +1,257 @@
+"""The relay monitor: is it alive, how much memory and traffic, how many pairs, what the DHT sees.
+
+Made for a tmux pane. At 80 columns it shows the numbers beside a memory graph (with the
+200 MB budget drawn on it) and a traffic graph; from 120 columns it adds CPU and packet graphs
+and a longer log. Polling runs in a worker, one scrape per relay per refresh; after a while
+with nothing changing the refresh slows (up to 4×, at most 5 s) and snaps back on activity.
+Used standalone by `cosmictui monitor` and pushed by the wizard.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import ClassVar
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Grid, Horizontal, VerticalScroll
+from textual.reactive import reactive
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Log, Static
+
+from cosmictui.ops.metrics import (
+    MEMORY_BUDGET_BYTES,
+    STATE_BADGE,
+    LogTail,
+    RelayState,
+    RelayWatch,
+    Target,
+)
+from cosmictui.widgets.monitor_facts import RelayFacts, short_key
+from cosmictui.widgets.monitor_graphs import COUNT_UNITS, RATE_UNITS, Series, TimePlot
+from cosmictui.widgets.monitor_relays import RelayTable, summary_line
+
+INTERVAL_STEPS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
+QUIET_POLLS_PER_SLOWDOWN = 5
+MAX_SLOWDOWN = 4
+MAX_IDLE_INTERVAL = 5.0
+
+
+def effective_interval(interval: float, quiet_polls: int) -> float:
+    """The refresh actually used: slower while nothing changes, never slower than 4× or 5 s
+    (unless the operator asked for more), so a relay dying is still seen within seconds."""
+    factor = min(MAX_SLOWDOWN, 2 ** (quiet_polls // QUIET_POLLS_PER_SLOWDOWN))
+    return max(interval, min(interval * factor, MAX_IDLE_INTERVAL))
+
+
+class MonitorScreen(Screen[None]):
+    """Live view of one or more relays."""
+
+    CSS_PATH = "monitor.tcss"
+    HORIZONTAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = [(0, "-narrow"), (120, "-wide")]
+    VERTICAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = [(0, "-short"), (36, "-tall")]
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("plus,equals_sign", "slower", "Slower"),
+        Binding("minus,underscore", "faster", "Faster"),
+        Binding("r", "refresh_now", "Refresh"),
+        Binding("p", "pause", "Pause"),
+        Binding("t", "toggle_theme", "Theme"),
+        Binding("l", "toggle_log", "Log"),
+        Binding("escape", "close", "Back"),
+        Binding("q", "app.quit", "Quit"),
+    ]
+
+    interval: reactive[float] = reactive(1.0)
+    paused: reactive[bool] = reactive(False)
+    selected: reactive[int] = reactive(0)
+
+    def __init__(
+        self, targets: list[Target], interval: float = 1.0, standalone: bool = False, name: str | None = None
+    ) -> None:
+        super().__init__(name=name)
+        if not targets:
+            raise ValueError("the monitor needs at least one relay to watch")
+        self.watches = [RelayWatch(t) for t in targets]
+        self.tails = [LogTail(t.log_path()) for t in targets]
+        self.standalone = standalone
+        self.quiet_polls = 0
+        self.polls = 0
+        self.last_poll: float | None = None
+        self._wake = asyncio.Event()
+        self.set_reactive(MonitorScreen.interval, interval)
+
+    # -- layout ---------------------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        yield Static("", id="status", markup=False)
+        multi = len(self.watches) > 1
+        table = RelayTable(id="relays")
+        table.display = multi
+        yield table
+        summary = Static("", id="summary", markup=False)
+        summary.display = multi
+        yield summary
+        with Horizontal(id="body"):
+            with VerticalScroll(id="facts-pane"):
+                yield RelayFacts(id="facts")
+            with Grid(id="graphs"):
+                yield TimePlot(
+                    "memory",
+                    unit="MB",
+                    floor=1.0,
+                    limit=MEMORY_BUDGET_BYTES / 1e6,
+                    limit_label="200 MB budget",
+                    id="plot-memory",
+                )
+                yield TimePlot("traffic", units=RATE_UNITS, floor=1000.0, id="plot-traffic")
+                yield TimePlot("cpu", unit="% of a core", floor=5.0, id="plot-cpu", classes="wide-only")
+                yield TimePlot("packets", units=COUNT_UNITS, floor=10.0, id="plot-packets", classes="wide-only")
+        yield Log(id="log", max_lines=500, auto_scroll=True)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#facts-pane").border_title = "relay"
+        log = self.query_one("#log", Log)
+        log.border_title = "log"
+        self._render_status()
+        self.poll_loop()
+
+    # -- polling --------------------------------------------------------------------------------
+    @work(exclusive=True, group="monitor-poll")
+    async def poll_loop(self) -> None:
+        while True:
+            if not self.paused:
+                await self.poll_once()
+            delay = effective_interval(self.interval, self.quiet_polls)
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=delay)
+
+    async def poll_once(self) -> bool:
+        """Scrape every relay once and redraw; True when anything changed."""
+        timeout = max(0.5, min(self.interval * 0.9, 3.0))
+        results = await asyncio.gather(*(w.poll(timeout) for w in self.watches))
+        changed = any(results)
+        self.quiet_polls = 0 if changed else self.quiet_polls + 1
+        self.polls += 1
+        self.last_poll = time.time()
+        self.refresh_view()
+        return changed
+
+    # -- drawing --------------------------------------------------------------------------------
+    def refresh_view(self) -> None:
+        if len(self.watches) > 1:
+            self.query_one(RelayTable).show(self.watches)
+            self.query_one("#summary", Static).update(summary_line(self.watches))
+        w = self.watches[self.selected]
+        wide = self.has_class("-wide")
+        facts_pane = self.query_one("#facts-pane")
+        self.query_one(RelayFacts).show(w, key_width=52 if wide else 24, roomy=facts_pane.size.height >= 24)
+        now = time.time()
+        h = w.history
+        self.query_one("#plot-memory", TimePlot).show([Series("rss", h["rss_mb"], "primary")], now)
+        traffic = [Series("in", h["in_bps"], "primary"), Series("out", h["out_bps"], "accent")]
+        if wide:
+            traffic.append(Series("relayed", h["relayed_bps"], "warning"))
+        self.query_one("#plot-traffic", TimePlot).show(traffic, now)
+        if wide:
+            self.query_one("#plot-cpu", TimePlot).show([Series("cpu", h["cpu_percent"], "secondary")], now)
+            pk = [Series("in", h["in_pps"], "primary"), Series("out", h["out_pps"], "accent")]
+            self.query_one("#plot-packets", TimePlot).show(pk, now)
+        self._render_log()
+        self._render_status()
+
+    def _render_log(self) -> None:
+        tail = self.tails[self.selected]
+        if tail.path is None:
+            w = self.watches[self.selected]
+            tail.path = w.target.log_path(w.last.stats if w.last else None)
+        lines, changed = tail.read()
+        log = self.query_one("#log", Log)
+        log.border_subtitle = str(tail.path) if tail.path else "no log file known"
+        if changed:
+            log.clear()
+            log.write_lines(lines[-200:] if lines else [f"(no log at {tail.path})" if tail.path else "(no log)"])
+
+    def _render_status(self) -> None:
+        w = self.watches[self.selected]
+        eff = effective_interval(self.interval, self.quiet_polls)
+        refresh = "PAUSED" if self.paused else f"refresh {_secs(self.interval)}"
+        if eff > self.interval and not self.paused:
+            refresh += f" (idle {_secs(eff)})"
+        which = f"relay {self.selected + 1}/{len(self.watches)}" if len(self.watches) > 1 else "relay"
+        parts = [f"{STATE_BADGE[w.state]}  {which} {short_key(w.key, 16)}", refresh]
+        if self.last_poll:
+            parts.append(time.strftime("%H:%M:%S", time.localtime(self.last_poll)))
+        if self.has_class("-wide"):
+            parts.insert(0, "cosmictui monitor")
+        status = self.query_one("#status", Static)
+        status.update("  ·  ".join(parts))
+        status.set_class(w.state is not RelayState.UP, "-down")
+
+    # -- reactions ------------------------------------------------------------------------------
+    def watch_paused(self) -> None:
+        if self.is_mounted:
+            self._render_status()
+
+    def watch_interval(self) -> None:
+        if self.is_mounted:
+            self._render_status()
+
+    def watch_selected(self) -> None:
+        if self.is_mounted:
+            self.tails[self.selected]._sig = None  # force the log to load
+            self.refresh_view()
+
+    @on(DataTable.RowHighlighted, "#relays")
+    def _row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.row_key.value is not None:
+            self.selected = int(event.row_key.value)
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self.refresh_view)
+
+    # -- actions --------------------------------------------------------------------------------
+    def action_slower(self) -> None:
+        self.interval = next((s for s in INTERVAL_STEPS if s > self.interval), INTERVAL_STEPS[-1])
+        self.quiet_polls = 0
+        self._wake.set()
+
+    def action_faster(self) -> None:
+        self.interval = next((s for s in reversed(INTERVAL_STEPS) if s < self.interval), INTERVAL_STEPS[0])
+        self.quiet_polls = 0
+        self._wake.set()
+
+    def action_refresh_now(self) -> None:
+        self.quiet_polls = 0
+        self._wake.set()
+
+    def action_pause(self) -> None:
+        self.paused = not self.paused
+        self._wake.set()
+
+    def action_toggle_theme(self) -> None:
+        self.app.theme = "textual-light" if self.app.current_theme.dark else "textual-dark"
+        self.call_after_refresh(self.refresh_view)
+
+    def action_toggle_log(self) -> None:
+        log = self.query_one("#log", Log)
+        log.display = not log.display
+
+    def action_close(self) -> None:
+        if self.standalone:
+            self.app.exit()
+        else:
+            self.dismiss()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "close":
+            return not self.standalone  # standalone: q quits, Back makes no sense
+        return True
+
+
+def _secs(s: float) -> str:
+    return f"{s:g}s"

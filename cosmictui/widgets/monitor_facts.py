@@ -1,0 +1,149 @@
+"""The monitor's numbers panel: one relay's state, memory, traffic, pairings and DHT view.
+
+Every state is a word plus a symbol (▲ UP, ✖ DOWN, "firewalled YES"), never only a colour, so
+it reads in light and dark themes, in monochrome tmux and for colour-blind operators.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+from textual.widgets import Static
+
+from cosmictui.ops.metrics import (
+    MEMORY_BUDGET_BYTES,
+    STATE_BADGE,
+    RelayState,
+    RelayWatch,
+    human_bytes,
+    human_duration,
+)
+
+STATE_STYLE = {
+    RelayState.UP: "bold $success",
+    RelayState.DOWN: "bold reverse $error",
+    RelayState.NOT_RUNNING: "bold $warning",
+    RelayState.CONNECTING: "bold $secondary",
+}
+
+
+def short_key(key: str | None, width: int = 52) -> str:
+    if not key:
+        return "–"
+    if len(key) <= width:
+        return key
+    half = max(4, (width - 1) // 2)
+    return key[:half] + "…" + key[-(width - 1 - half) :]
+
+
+def _rate(v: float | None, unit: str = "/s") -> str:
+    if v is None:
+        return "–"
+    if v >= 100 or v == 0:
+        return f"{v:.0f}{unit}"
+    return f"{v:.1f}{unit}"
+
+
+def _int(v: Any) -> str:
+    return "–" if v is None else f"{int(v)}"
+
+
+class RelayFacts(Static):
+    """Numbers for one relay; `show(watch)` after each poll."""
+
+    DEFAULT_CSS = """
+    RelayFacts { width: 100%; height: auto; }
+    """
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__("", id=id, classes=classes)
+        self.watch_: RelayWatch | None = None
+        self.key_width = 24
+
+    def show(self, watch: RelayWatch, key_width: int = 24, roomy: bool = False) -> None:
+        """`roomy`: blank lines between groups and the address, when the pane is tall enough."""
+        self.watch_ = watch
+        self.key_width = key_width
+        self.update(self.render_facts(watch, key_width, roomy))
+
+    def render_facts(self, w: RelayWatch, key_width: int, roomy: bool = False) -> Table:
+        t = Table.grid(padding=(0, 1), expand=True)
+        t.add_column(style="bold", no_wrap=True, width=10)
+        t.add_column(no_wrap=True, overflow="ellipsis", ratio=1)
+        now = time.time()
+        badge = Text(f" {STATE_BADGE[w.state]} ", style=self._style(STATE_STYLE[w.state]))
+        since = time.strftime("%H:%M:%S", time.localtime(w.since))
+        t.add_row("relay", Text.assemble(badge, f" since {since}"))
+        if w.error and w.state is not RelayState.UP:
+            t.add_row("why", Text(w.error, style=self._style("$text-warning")))
+        t.add_row("key", short_key(w.key, key_width))
+        if roomy:
+            t.add_row("metrics", w.url or w.target.label)
+        s = w.last if w.state is RelayState.UP else None
+        pid = s.stat("pid") if s else None
+        t.add_row("uptime", f"{human_duration(w.uptime(now))}" + (f"   pid {pid}" if pid else ""))
+        rss = s.rss_bytes if s else None
+        if rss is not None:
+            pct = 100 * rss / MEMORY_BUDGET_BYTES
+            over = "  OVER BUDGET" if rss > MEMORY_BUDGET_BYTES else ""
+            mem = Text(f"{human_bytes(rss)} of 200 MB ({pct:.0f}%){over}")
+            if over:
+                mem.stylize(self._style("bold $error"))
+            t.add_row("memory", mem)
+        else:
+            t.add_row("memory", "–")
+        r = w.rates
+        t.add_row("cpu", f"{r.cpu_percent:.1f}% of a core" if r else "–")
+        if roomy:
+            t.add_row("", "")
+        t.add_row(
+            "in", f"{human_bytes(r['received_bytes'], True)}  {_rate(r['received_packets'], ' pkt/s')}" if r else "–"
+        )
+        t.add_row("out", f"{human_bytes(r['sent_bytes'], True)}  {_rate(r['sent_packets'], ' pkt/s')}" if r else "–")
+        t.add_row(
+            "relayed", f"{human_bytes(r['relayed_bytes'], True)}  drop {_rate(r['dropped_packets'])}" if r else "–"
+        )
+        if roomy:
+            t.add_row("", "")
+        g = s.get if s else (lambda name, default=None: None)
+        active, pending = _int(g("blind_relay_pairings_active")), _int(g("blind_relay_pairings_pending"))
+        t.add_row("pairings", f"{active} active  {pending} pending")
+        matched = _rate(r["pairings_matched"] if r else None)
+        cancelled = _rate(r["pairings_cancelled"] if r else None)
+        t.add_row("", f"{matched} matched {cancelled} cancelled")
+        opened, closed = g("blind_relay_sessions_opened"), g("blind_relay_sessions_closed")
+        sessions = f"{int(opened - closed)} open" if opened is not None and closed is not None else "–"
+        errors = g("blind_relay_streams_errors")
+        new_errors = r["streams_errors"] if r else 0.0
+        err = Text(f"{_int(errors)} stream errors" + (f" +{_rate(new_errors)}" if new_errors else ""))
+        if new_errors:
+            err.stylize(self._style("bold $error"))
+        t.add_row("sessions", Text.assemble(f"{sessions}  ", err))
+        if roomy:
+            t.add_row("", "")
+        dht = s.stat("dht") if s else None
+        if isinstance(dht, dict):
+            t.add_row("dht", "bootstrapped ✓" if dht.get("bootstrapped") else "NOT bootstrapped ✗")
+            t.add_row("firewall", "firewalled ✗ (unreachable)" if dht.get("firewalled") else "open ✓ (reachable)")
+            host, port = dht.get("public_host"), dht.get("public_port")
+            t.add_row("public", f"{host}:{port}" if host else "unknown (not seen yet)")
+            ann = dht.get("last_announce")
+            when = f"{human_duration(now - ann)} ago" if isinstance(ann, int | float) else "never"
+            t.add_row("announced", f"{when} · {_int(dht.get('nodes'))} nodes")
+        else:
+            t.add_row("dht", "–")
+        return t
+
+    def _style(self, style: str) -> str:
+        """Resolve `$variable` colours from the app theme into a Rich style."""
+        variables = self.app.theme_variables
+        parts = []
+        for word in style.split():
+            if word.startswith("$"):
+                parts.append(variables.get(word[1:], "default"))
+            else:
+                parts.append(word)
+        return " ".join(parts)

@@ -1,0 +1,143 @@
+"""Time-series plots with real axes for the monitor (textual-plotext).
+
+Chosen over Textual's Sparkline after looking at both at 80×24: a sparkline shows a shape but
+no scale, and "is memory near the 200 MB budget?" needs a y axis with numbers and the budget
+drawn on it. Colours come from the Textual theme's own accents so both light and dark read
+well, and every line has a legend word, so nothing depends on colour alone.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from textual.color import Color
+from textual_plotext import PlotextPlot
+
+ColorName = str  # a Textual theme variable: "primary", "secondary", "accent", "warning", "error", "success"
+
+
+@dataclass(frozen=True)
+class Series:
+    label: str
+    points: Sequence[tuple[float, float]]
+    """(unix time, value)"""
+    color: ColorName = "primary"
+
+
+RATE_UNITS = ((1e9, "GB/s"), (1e6, "MB/s"), (1e3, "KB/s"), (1.0, "B/s"))
+COUNT_UNITS = ((1e6, "M/s"), (1e3, "k/s"), (1.0, "/s"))
+
+
+def pick_unit(peak: float, units: Iterable[tuple[float, str]]) -> tuple[float, str]:
+    """The largest unit the peak reaches, so tick labels stay short."""
+    units = list(units)
+    for scale, name in units:
+        if peak >= scale:
+            return scale, name
+    return units[-1]
+
+
+class TimePlot(PlotextPlot):
+    """Last `window` seconds of one or more series; x is seconds before now, y is `unit`."""
+
+    DEFAULT_CSS = """
+    TimePlot { height: 1fr; width: 1fr; min-height: 6; }
+    """
+
+    def __init__(
+        self,
+        title: str,
+        *,
+        unit: str = "",
+        units: Sequence[tuple[float, str]] | None = None,
+        window: float = 120.0,
+        floor: float = 1.0,
+        limit: float | None = None,
+        limit_label: str = "",
+        id: str | None = None,
+        classes: str | None = None,
+    ) -> None:
+        super().__init__(id=id, classes=classes)
+        self.title = title
+        self.unit = unit
+        self.units = units
+        self.window = window
+        self.floor = floor
+        self.limit = limit
+        self.limit_label = limit_label
+        self.series: list[Series] = []
+        self.now: float | None = None
+
+    def show(self, series: list[Series], now: float | None = None) -> None:
+        self.series = series
+        self.now = now
+        self.replot()
+
+    def _rgb(self, name: ColorName) -> tuple[int, int, int]:
+        value = self.app.theme_variables.get(name) or self.app.theme_variables.get("primary", "#0178D4")
+        return Color.parse(value).rgb
+
+    def replot(self) -> None:
+        plt = self.plt
+        plt.clear_data()
+        plt.clear_figure()
+        now = self.now if self.now is not None else time.time()
+        window = self.window
+        visible = [[(t - now, v) for t, v in s.points if now - t <= window] for s in self.series]
+        peak = max((v for pts in visible for _, v in pts), default=0.0)
+        scale, unit = pick_unit(max(peak, self.floor), self.units) if self.units else (1.0, self.unit)
+        top = max(peak / scale, self.floor / scale)
+        if self.limit is not None:
+            top = max(top, self.limit / scale)
+        step = nice_step(top / 3)
+        ticks_y = [step * i for i in range(math.ceil(top * 1.05 / step) + 1)]
+        top = ticks_y[-1]
+        plt.title(f"{self.title} ({unit})" if unit else self.title)
+        for s, pts in zip(self.series, visible, strict=True):
+            if not pts:
+                continue
+            xs = [x for x, _ in pts]
+            ys = [v / scale for _, v in pts]
+            plt.plot(xs, ys, label=s.label, color=self._rgb(s.color), marker="braille")
+        if self.limit is not None:
+            plt.hline(self.limit / scale, color=self._rgb("error"))
+            plt.text(
+                self.limit_label, x=-window * 0.98, y=self.limit / scale, color=self._rgb("error"), alignment="left"
+            )
+        plt.xlim(-window, 0)
+        plt.ylim(0, top)
+        ticks = [-window, -window * 2 / 3, -window / 3, 0]
+        plt.xticks(ticks, [_ago(t) for t in ticks])
+        plt.yticks(ticks_y, [_num(v) for v in ticks_y])
+        self.refresh()
+
+    def on_resize(self) -> None:
+        self.replot()
+
+
+def nice_step(raw: float) -> float:
+    """1, 2 or 5 times a power of ten, at least `raw`: tick labels a person reads at a glance."""
+    if raw <= 0:
+        return 1.0
+    exp = math.floor(math.log10(raw))
+    base = 10.0**exp
+    for m in (1, 2, 5, 10):
+        if m * base >= raw:
+            return m * base
+    return 10 * base
+
+
+def _num(v: float) -> str:
+    return f"{v:g}" if v < 1000 else f"{v:.0f}"
+
+
+def _ago(seconds: float) -> str:
+    s = round(-seconds)
+    if s == 0:
+        return "now"
+    if s % 60 == 0 and s >= 120:
+        return f"-{s // 60}m"
+    return f"-{s}s"
