@@ -13,11 +13,11 @@ from typing import Literal
 
 from cosmictui.ops.checks import CheckResult, run_checks
 from cosmictui.ops.config import Settings
-from cosmictui.ops.jobs import Job
+from cosmictui.ops.jobs import STUCK_STATUSES, Job, format_age
 from cosmictui.ops.runner import Runner, RunnerError
 
-STUCK_STATUSES = frozenset({"creating", "starting"})
-FAILED_STATUSES = frozenset({"failed", "error", "errored", "crashloopbackoff"})
+FAILED_STATUSES = frozenset({"failed", "error", "errored", "crashloopbackoff", "deleted", "terminated", "cancelled"})
+__all__ = ["FAILED_STATUSES", "STUCK_STATUSES", "JobWatch", "format_age", "job_command"]
 # Fields that describe a job's life, not how it was made: never passed back to `create`.
 _LIFECYCLE_FIELDS = frozenset(
     {
@@ -190,14 +190,3 @@ def job_command(template: str, job: Job) -> str:
         return shlex.quote(value)
 
     return re.sub(r"\{([A-Za-z0-9_ .-]+)\}", sub, template).strip()
-
-
-def format_age(seconds: float | None) -> str:
-    """A job's age the way kubectl prints it: 45s, 12m, 3h, 2d."""
-    if seconds is None:
-        return "?"
-    s = max(0, int(seconds))
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if s >= size:
-            return f"{s // size}{unit}"
-    return f"{s}s"

@@ -1,0 +1,65 @@
+"""The wizard's UI-free decisions: when a new job counts as confirmed, how a job is recreated."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from cosmictui.ops.jobs import Job
+from cosmictui.ops.wizard_steps import JobWatch, command_failure_hint, job_command
+
+T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+
+
+def job(jid: str, status: str, created: datetime | None = None, updated: datetime | None = None, **fields: str) -> Job:
+    return Job(jid, status, created, {"id": jid, "status": status, **fields}, updated)
+
+
+def test_old_jobs_never_count_and_new_one_must_leave_creating_then_keep_updating() -> None:
+    w = JobWatch(T0)
+    old = job("old", "Running", T0 - timedelta(hours=1))
+    assert w.observe([old]).state == "waiting"
+    new = lambda st, up: job("new", st, T0 + timedelta(seconds=5), T0 + timedelta(seconds=up))  # noqa: E731
+    assert w.observe([old, new("Creating", 5)]).state == "creating"
+    assert w.observe([old, new("Running", 10)]).state == "left"
+    # Same status and the same update time: not "keeps updating" yet.
+    assert w.observe([old, new("Running", 10)]).state == "left"
+    v = w.observe([old, new("Running", 15)])
+    assert v.state == "confirmed" and v.job is not None and v.job.id == "new"
+    assert w.observe([old]).state == "confirmed"  # stays confirmed
+
+
+def test_without_times_new_means_absent_from_first_snapshot() -> None:
+    w = JobWatch(None)
+    assert w.observe([job("a", "Creating")]).state == "waiting"
+    assert w.observe([job("a", "Creating"), job("b", "Creating")]).state == "creating"
+    assert w.observe([job("a", "Creating"), job("b", "Running")]).state == "left"
+    assert w.observe([job("a", "Creating"), job("b", "Running")]).state == "confirmed"
+
+
+def test_failed_new_job_is_reported_not_confirmed() -> None:
+    w = JobWatch(T0)
+    v = w.observe([job("n", "Failed", T0 + timedelta(seconds=1))])
+    assert v.state == "failed" and "failed" in v.message
+
+
+def test_exclude_ignores_jobs_that_existed_before_recreation() -> None:
+    w = JobWatch(T0, exclude={"x"})
+    assert w.observe([job("x", "Running", T0 + timedelta(seconds=1))]).state == "waiting"
+
+
+def test_job_command_passes_descriptive_fields_quoted_and_not_lifecycle_ones() -> None:
+    j = Job("j-1", "Creating", T0, {"id": "j-1", "name": "my job", "gpu": "a100", "created": "x", "age": "5m"})
+    assert job_command("cosmicac jobs delete {id}", j) == "cosmicac jobs delete j-1"
+    assert job_command("cosmicac jobs create {fields}", j) == "cosmicac jobs create --name 'my job' --gpu a100"
+    assert job_command("cosmicac jobs create --name {name}", j) == "cosmicac jobs create --name 'my job'"
+    with pytest.raises(KeyError, match="has no field 'image'"):
+        job_command("cosmicac jobs create --image {image}", j)
+
+
+def test_failure_hints() -> None:
+    assert "not found" in command_failure_hint("task x", 127, "sh: task: not found")
+    assert "permission denied" in command_failure_hint("task x", 126, "")
+    assert "no such task" in command_failure_hint("task x", 200, 'task: Task "x" does not exist')
+    assert "fix the cause" in command_failure_hint("task x", 1, "boom")
