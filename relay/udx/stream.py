@@ -398,6 +398,10 @@ class StreamCore:
                 self._sacked_hi = acked
             self._tlp_outstanding = False
             self._rto_at = now + self.rto if outstanding else None
+            if outstanding and self.ca_state == OPEN and self._sacked_hi <= acked:
+                self._arm_tlp(now)
+            else:
+                self._tlp_at = None
             if self.ca_state != OPEN and acked >= self._high_seq:
                 if self.ca_state == RECOVERY:
                     self.cwnd = max(self.ssthresh, MIN_CWND)
@@ -644,12 +648,15 @@ class StreamCore:
             self._rto_at = now + self.rto
         self._keepalive_at = None
         if not probe and self.ca_state == OPEN and self._sacked_hi <= self.remote_acked:
-            pto = 2 * self.srtt if self._have_rtt else 1.0
-            if self.inflight == 1:
-                pto += TLP_MAX_ACK_DELAY
-            pto = max(pto, TLP_MIN)
-            at = now + pto
-            self._tlp_at = at if self._rto_at is None or at < self._rto_at else self._rto_at
+            self._arm_tlp(now)
+
+    def _arm_tlp(self, now: float) -> None:
+        """RFC 8985 §7.2: probe after 2·srtt (+ ack delay when one packet is out), not after the RTO."""
+        pto = 2 * self.srtt if self._have_rtt else 1.0
+        if self.inflight == 1:
+            pto += TLP_MAX_ACK_DELAY
+        at = now + max(pto, TLP_MIN)
+        self._tlp_at = at if self._rto_at is None or at < self._rto_at else self._rto_at
 
     def poll(self, now: float) -> list[bytes]:
         """Datagrams to send now (retransmissions first, then new data, then a bare ACK)."""
