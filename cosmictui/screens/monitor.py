@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 from typing import ClassVar
 
 from textual import on, work
@@ -70,9 +71,19 @@ class MonitorScreen(Screen[None]):
     selected: reactive[int] = reactive(0)
 
     def __init__(
-        self, targets: list[Target], interval: float = 1.0, standalone: bool = False, name: str | None = None
+        self,
+        targets: list[Target],
+        interval: float = 1.0,
+        standalone: bool = False,
+        *,
+        autopoll: bool = True,
+        clock: Callable[[], float] = time.time,
+        name: str | None = None,
     ) -> None:
+        """`autopoll=False` and `clock` let snapshot tests and screenshots draw fixed data."""
         super().__init__(name=name)
+        self.autopoll = autopoll
+        self.clock = clock
         if not targets:
             raise ValueError("the monitor needs at least one relay to watch")
         self.watches = [RelayWatch(t) for t in targets]
@@ -117,7 +128,8 @@ class MonitorScreen(Screen[None]):
         log = self.query_one("#log", Log)
         log.border_title = "log"
         self._render_status()
-        self.poll_loop()
+        if self.autopoll:
+            self.poll_loop()
 
     # -- polling --------------------------------------------------------------------------------
     @work(exclusive=True, group="monitor-poll")
@@ -137,20 +149,21 @@ class MonitorScreen(Screen[None]):
         changed = any(results)
         self.quiet_polls = 0 if changed else self.quiet_polls + 1
         self.polls += 1
-        self.last_poll = time.time()
+        self.last_poll = self.clock()
         self.refresh_view()
         return changed
 
     # -- drawing --------------------------------------------------------------------------------
     def refresh_view(self) -> None:
         if len(self.watches) > 1:
-            self.query_one(RelayTable).show(self.watches)
+            self.query_one(RelayTable).show(self.watches, self.clock())
             self.query_one("#summary", Static).update(summary_line(self.watches))
         w = self.watches[self.selected]
         wide = self.has_class("-wide")
         facts_pane = self.query_one("#facts-pane")
-        self.query_one(RelayFacts).show(w, key_width=52 if wide else 24, roomy=facts_pane.size.height >= 24)
-        now = time.time()
+        now = self.clock()
+        roomy = facts_pane.size.height >= 24
+        self.query_one(RelayFacts).show(w, key_width=52 if wide else 24, roomy=roomy, now=now)
         h = w.history
         self.query_one("#plot-memory", TimePlot).show([Series("rss", h["rss_mb"], "primary")], now)
         traffic = [Series("in", h["in_bps"], "primary"), Series("out", h["out_bps"], "accent")]

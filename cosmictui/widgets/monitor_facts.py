@@ -63,17 +63,16 @@ class RelayFacts(Static):
         self.watch_: RelayWatch | None = None
         self.key_width = 24
 
-    def show(self, watch: RelayWatch, key_width: int = 24, roomy: bool = False) -> None:
+    def show(self, watch: RelayWatch, key_width: int = 24, roomy: bool = False, now: float | None = None) -> None:
         """`roomy`: blank lines between groups and the address, when the pane is tall enough."""
         self.watch_ = watch
         self.key_width = key_width
-        self.update(self.render_facts(watch, key_width, roomy))
+        self.update(self.render_facts(watch, key_width, roomy, time.time() if now is None else now))
 
-    def render_facts(self, w: RelayWatch, key_width: int, roomy: bool = False) -> Table:
+    def render_facts(self, w: RelayWatch, key_width: int, roomy: bool, now: float) -> Table:
         t = Table.grid(padding=(0, 1), expand=True)
         t.add_column(style="bold", no_wrap=True, width=10)
         t.add_column(no_wrap=True, overflow="ellipsis", ratio=1)
-        now = time.time()
         badge = Text(f" {STATE_BADGE[w.state]} ", style=self._style(STATE_STYLE[w.state]))
         since = time.strftime("%H:%M:%S", time.localtime(w.since))
         t.add_row("relay", Text.assemble(badge, f" since {since}"))

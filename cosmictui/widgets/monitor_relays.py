@@ -29,9 +29,9 @@ class RelayTable(DataTable[Text | str]):
         for c in COLUMNS:
             self.add_column(c, key=c)
 
-    def show(self, watches: list[RelayWatch]) -> None:
+    def show(self, watches: list[RelayWatch], now: float) -> None:
         for i, w in enumerate(watches):
-            row = self._row(w)
+            row = self._row(w, now)
             key = str(i)
             if key in self.rows:
                 for col, value in zip(COLUMNS, row, strict=True):
@@ -40,7 +40,7 @@ class RelayTable(DataTable[Text | str]):
                 self.add_row(*row, key=key)
 
     @staticmethod
-    def _row(w: RelayWatch) -> tuple[Text | str, ...]:
+    def _row(w: RelayWatch, now: float) -> tuple[Text | str, ...]:
         state = Text(STATE_BADGE[w.state])
         if w.state is not RelayState.UP:
             state.stylize("bold reverse")
@@ -50,7 +50,7 @@ class RelayTable(DataTable[Text | str]):
             state,
             w.target.label,
             short_key(w.key, 12),
-            human_duration(w.uptime()),
+            human_duration(w.uptime(now)),
             human_bytes(s.rss_bytes) if s else "–",
             f"{r.cpu_percent:.1f}%" if r else "–",
             human_bytes(r["received_bytes"], True) if r else "–",
