@@ -8,9 +8,21 @@ would switch storage directories gets a warning first (`key_change_warning`).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import importlib.util
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
+
+import psutil
 
 RUNTIME_FILE = "relay-runtime.json"
 LOG_FILE = "blind-relay.log"
@@ -57,22 +69,70 @@ def log_path(storage: str) -> Path:
     return Path(storage).expanduser().absolute() / LOG_FILE
 
 
+def _abs(storage: str) -> str:
+    return str(Path(storage).expanduser().absolute())
+
+
 def read_runtime(storage: str) -> RelayRuntime | None:
     """The runtime file, or None when absent or unreadable."""
-    raise NotImplementedError
+    try:
+        data = json.loads(runtime_path(storage).read_text("utf-8"))
+        return RelayRuntime(
+            pid=int(data["pid"]),
+            key=str(data["key"]),
+            host=str(data.get("host", "0.0.0.0")),
+            port=int(data["port"]),
+            metrics=str(data["metrics"]) if data.get("metrics") else None,
+            started_at=float(data.get("started_at") or 0),
+            version=str(data.get("version", "")),
+            storage=_abs(storage),
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def pid_alive(pid: int) -> bool:
-    raise NotImplementedError
+    """True if the process exists and is not a zombie (our own exited child is reaped here)."""
+    child = _children.get(pid)
+    if child is not None and child.poll() is not None:
+        del _children[pid]
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _is_relay_process(pid: int) -> bool:
+    """Guard against a recycled pid: the process must look like our relay."""
+    try:
+        cmdline = " ".join(psutil.Process(pid).cmdline())
+    except psutil.AccessDenied:
+        return True
+    except psutil.Error:
+        return False
+    return "relay" in cmdline
+
+
+_children: dict[int, subprocess.Popen[bytes]] = {}
 
 
 def relay_status(storage: str) -> RelayStatus:
-    raise NotImplementedError
+    runtime = read_runtime(storage)
+    running = runtime is not None and pid_alive(runtime.pid) and _is_relay_process(runtime.pid)
+    return RelayStatus(_abs(storage), running, runtime, str(log_path(storage)), runtime is not None and not running)
 
 
 def attach(storage: str) -> RelayRuntime | None:
     """The running relay of `storage` (runtime file present and its pid alive), else None."""
-    raise NotImplementedError
+    status = relay_status(storage)
+    return status.runtime if status.running else None
 
 
 def relay_command(
@@ -84,7 +144,27 @@ def relay_command(
     python: str = sys.executable,
 ) -> list[str]:
     """`python -m relay --storage S --port P [--host H] [--bootstrap ...] [--metrics ...]`."""
-    raise NotImplementedError
+    cmd = [python, "-m", "relay", "--storage", _abs(storage), "--port", str(port)]
+    if host and host != "0.0.0.0":
+        cmd += ["--host", host]
+    if bootstrap:
+        cmd += ["--bootstrap", ",".join(bootstrap)]
+    if metrics:
+        cmd += ["--metrics", metrics]
+    return cmd
+
+
+def log_tail(storage: str, lines: int = 20) -> str:
+    """The last lines of the relay log (for error messages and the monitor)."""
+    try:
+        with open(log_path(storage), "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 16384))
+            data = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    return "\n".join(data.splitlines()[-lines:])
 
 
 async def start_relay(
@@ -96,20 +176,185 @@ async def start_relay(
     timeout: float = 30.0,
     python: str = sys.executable,
 ) -> RelayRuntime:
-    """Start the relay detached and wait until it listens; attach instead if it already runs."""
-    raise NotImplementedError
+    """Start the relay detached and wait until it listens; attach instead if it already runs.
+
+    The relay gets its own session (SIGHUP from a closing terminal or tmux pane does not
+    reach it) and appends its output to `<storage>/blind-relay.log`.
+    """
+    running = attach(storage)
+    if running is not None:
+        return running
+    root = Path(_abs(storage))
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise RelayProcError(
+            f"cannot create storage directory {root}: {e.strerror or e}",
+            "create it with the right owner (sudo mkdir -p DIR && sudo chown $USER DIR) or choose another",
+        ) from None
+    cmd = relay_command(storage, port, host, bootstrap, metrics, python)
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    spec = importlib.util.find_spec("relay")
+    if spec is not None and spec.origin:  # run the same relay package we import, wherever cwd is
+        pkg_root = str(Path(spec.origin).parent.parent)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH")) if p)
+    try:
+        log = open(log_path(storage), "ab")  # noqa: SIM115 - handed to the child
+    except OSError as e:
+        raise RelayProcError(f"cannot write the relay log in {root}: {e.strerror or e}", "check permissions") from None
+    with log:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        log.write(f"--- {stamp} cosmictui started: {shlex.join(cmd)}\n".encode())
+        log.flush()
+        start_offset = log.tell()
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            cwd=root,
+            env=env,
+            start_new_session=True,
+            close_fds=True,
+        )
+    _children[proc.pid] = proc
+    deadline = time.monotonic() + timeout
+    while True:
+        runtime = read_runtime(storage)
+        if runtime is not None and runtime.pid == proc.pid:
+            return runtime
+        code = proc.poll()
+        if code is not None:
+            _children.pop(proc.pid, None)
+            tail = _log_since(storage, start_offset)
+            raise RelayProcError(
+                f"the relay exited with code {code} before listening",
+                _error_hint(tail),
+                tail,
+            )
+        if time.monotonic() > deadline:
+            proc.kill()
+            proc.wait()
+            _children.pop(proc.pid, None)
+            tail = _log_since(storage, start_offset)
+            raise RelayProcError(
+                f"the relay did not report `Server listening on` within {timeout:g} s (stopped it)",
+                f"see {log_path(storage)}",
+                tail,
+            )
+        await asyncio.sleep(0.05)
+
+
+def _log_since(storage: str, offset: int) -> str:
+    try:
+        with open(log_path(storage), "rb") as f:
+            f.seek(offset)
+            return f.read()[-8192:].decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
+
+
+def _error_hint(tail: str) -> str:
+    for line in reversed(tail.splitlines()):
+        if "error" in line.lower():
+            if "address already in use" in line.lower() or "in use" in line.lower():
+                return "the UDP port is taken: stop what holds it or choose another port"
+            return line.strip()
+    return "see the relay log for details"
 
 
 async def stop_relay(storage: str, timeout: float = 10.0) -> bool:
-    """SIGTERM the relay of `storage` and wait for it to exit; False when none was running."""
-    raise NotImplementedError
+    """SIGTERM the relay of `storage` and wait for it to exit; False when none was running.
+
+    After `timeout` seconds it gets SIGKILL (it would otherwise hold the port forever).
+    """
+    status = relay_status(storage)
+    if not status.running or status.runtime is None:
+        return False
+    pid = status.runtime.pid
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        raise RelayProcError(
+            f"not allowed to stop the relay (pid {pid})", f"stop it as its owner: sudo kill {pid}"
+        ) from None
+    deadline = time.monotonic() + timeout
+    while pid_alive(pid):
+        if time.monotonic() > deadline:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            deadline = time.monotonic() + 5.0
+            timeout = 5.0
+        await asyncio.sleep(0.05)
+    child = _children.pop(pid, None)
+    if child is not None:
+        child.wait()
+    return True
+
+
+_LISTENING = re.compile(r"^Server listening on (\S+)\s*$", re.M)
 
 
 def read_key(storage: str) -> str | None:
     """The relay key: from the runtime file, else the last `Server listening on` in the log."""
-    raise NotImplementedError
+    runtime = read_runtime(storage)
+    if runtime is not None:
+        return runtime.key
+    try:
+        text = log_path(storage).read_text("utf-8", "replace")
+    except OSError:
+        return None
+    found = _LISTENING.findall(text)
+    return found[-1] if found else None
 
 
-def key_change_warning(storage: str, previous_storage: str | None = None) -> str | None:
-    """A warning when using `storage` would change the relay key (else None)."""
-    raise NotImplementedError
+def storage_key(storage: str) -> str | None:
+    """The key a relay on `storage` will have (from its primary key), None if it holds none yet."""
+    try:
+        from relay.keys import encode_id
+        from relay.service.storage import StorageError, load_primary_key, relay_key_pair
+    except ImportError:
+        return read_key(storage)
+    try:
+        primary = load_primary_key(storage, create=False)
+    except StorageError:
+        return None
+    return encode_id(relay_key_pair(primary.key).public_key)
+
+
+def key_change_warning(
+    storage: str, previous_storage: str | None = None, configured_keys: tuple[str, ...] | list[str] = ()
+) -> str | None:
+    """A warning when using `storage` would change the relay key (else None).
+
+    Compares with the storage used last time (`previous_storage`) and with the keys the
+    deployment's `.env` already lists (`configured_keys`).
+    """
+    path = _abs(storage)
+    key = storage_key(path)
+    notes: list[str] = []
+    if previous_storage and _abs(previous_storage) != path:
+        old_key = storage_key(previous_storage) or read_key(previous_storage)
+        if key is None or old_key is None or key != old_key:
+            notes.append(
+                f"Last time the relay used storage {_abs(previous_storage)}"
+                + (f" (key {old_key})" if old_key else "")
+                + f". Storage {path} "
+                + ("holds no key yet, so the relay will make a NEW key." if key is None else f"has key {key}.")
+            )
+        previous = attach(previous_storage)
+        if previous is not None:
+            notes.append(f"A relay is running on {_abs(previous_storage)} (pid {previous.pid}, key {previous.key}).")
+    if configured_keys:
+        if key is None:
+            notes.append(f"{path} holds no key yet: the relay will make a new key that is not in the .env.")
+        elif key not in configured_keys:
+            notes.append(f"The .env lists {', '.join(configured_keys)}, not this storage's key {key}.")
+    if not notes:
+        return None
+    return (
+        " ".join(notes) + " Jobs created with the old key cannot reach a relay with a different key; "
+        "use the same storage directory as before unless you mean to change the key."
+    )
