@@ -1,0 +1,137 @@
+"""Start, attach to and stop the real Python relay as a detached process."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from cosmictui.ops.checks import check_udp_port
+from cosmictui.ops.relayproc import (
+    RelayProcError,
+    RelayRuntime,
+    attach,
+    key_change_warning,
+    log_path,
+    pid_alive,
+    read_key,
+    read_runtime,
+    relay_command,
+    relay_status,
+    runtime_path,
+    start_relay,
+    stop_relay,
+    storage_key,
+)
+
+
+def dead_port() -> int:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+@pytest.fixture
+async def relay(tmp_path: Path) -> AsyncIterator[RelayRuntime]:
+    storage = str(tmp_path / "relay-storage")
+    rt = await start_relay(
+        storage, 0, host="127.0.0.1", bootstrap=[f"127.0.0.1:{dead_port()}"], metrics="127.0.0.1:0", timeout=60
+    )
+    try:
+        yield rt
+    finally:
+        await stop_relay(storage, timeout=10)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(rt.pid, signal.SIGKILL)
+
+
+async def test_start_attach_status_stop(relay: RelayRuntime) -> None:
+    storage = relay.storage
+    assert pid_alive(relay.pid) and relay.port > 0
+    assert os.getsid(relay.pid) == relay.pid  # its own session: survives the TUI's terminal
+    assert relay.metrics and relay.metrics.startswith("http://127.0.0.1:")
+    assert read_key(storage) == relay.key == storage_key(storage)
+    log = log_path(storage).read_text()
+    assert f"Server listening on {relay.key}" in log and "cosmictui started:" in log
+    again = await start_relay(storage, 0)  # already running: attach, do not start a second one
+    assert again.pid == relay.pid
+    assert attach(storage) == relay
+    status = relay_status(storage)
+    assert status.running and not status.stale_runtime
+    held = check_udp_port(relay.port, "127.0.0.1", storage)
+    assert held.status == "ok" and "held by our relay" in held.detail
+    assert await stop_relay(storage) is True
+    assert not pid_alive(relay.pid)
+    assert read_runtime(storage) is None and attach(storage) is None
+    assert await stop_relay(storage) is False
+    assert read_key(storage) == relay.key  # from the log once the runtime file is gone
+    assert key_change_warning(storage, storage) is None
+    assert key_change_warning(storage, configured_keys=[relay.key]) is None
+
+
+async def test_key_change_warnings(relay: RelayRuntime, tmp_path: Path) -> None:
+    other = str(tmp_path / "elsewhere")
+    warning = key_change_warning(other, previous_storage=relay.storage)
+    assert warning is not None
+    assert "NEW key" in warning and relay.key in warning and f"pid {relay.pid}" in warning
+    assert "same storage directory" in warning
+    mismatch = key_change_warning(relay.storage, configured_keys=["someotherkey"])
+    assert mismatch is not None and relay.key in mismatch
+
+
+async def test_relay_that_exits_early_reports_log(tmp_path: Path) -> None:
+    fake = tmp_path / "fake-python"
+    fake.write_text("#!/bin/sh\necho 'blind-relay: error: storage is broken' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    with pytest.raises(RelayProcError) as err:
+        await start_relay(str(tmp_path / "s"), 0, python=str(fake), timeout=30)
+    assert "exited with code 1" in err.value.what
+    assert "storage is broken" in err.value.log_tail and "storage is broken" in err.value.fix
+
+
+async def test_relay_that_never_listens_is_stopped(tmp_path: Path) -> None:
+    fake = tmp_path / "fake-python"
+    pidfile = tmp_path / "pid"
+    fake.write_text(f"#!/bin/sh\necho $$ > {pidfile}\nexec sleep 60\n")
+    fake.chmod(0o755)
+    with pytest.raises(RelayProcError) as err:
+        await start_relay(str(tmp_path / "s"), 0, python=str(fake), timeout=1)
+    assert "did not report `Server listening on`" in err.value.what
+    assert not pid_alive(int(pidfile.read_text()))
+
+
+def test_stale_runtime_file(tmp_path: Path) -> None:
+    storage = tmp_path / "s"
+    storage.mkdir()
+    runtime_path(str(storage)).write_text(
+        '{"pid": 999999999, "key": "k", "host": "0.0.0.0", "port": 1, "metrics": null, "started_at": 0, "version": "x"}'
+    )
+    status = relay_status(str(storage))
+    assert not status.running and status.stale_runtime and status.runtime is not None
+    assert attach(str(storage)) is None
+    runtime_path(str(storage)).write_text("{not json")
+    assert read_runtime(str(storage)) is None
+
+
+def test_relay_command() -> None:
+    cmd = relay_command("/var/lib/blind-relay", 49737, bootstrap=["a:1", "b:2"], metrics="off", python="py")
+    assert cmd == [
+        "py",
+        "-m",
+        "relay",
+        "--storage",
+        "/var/lib/blind-relay",
+        "--port",
+        "49737",
+        "--bootstrap",
+        "a:1,b:2",
+        "--metrics",
+        "off",
+    ]
