@@ -57,6 +57,7 @@ class SecretStreamProtocol(asyncio.Protocol):
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._transport_closed = False
+        self._dispatching = False
 
     # --- asyncio.Protocol ---------------------------------------------------------------------
 
@@ -161,12 +162,20 @@ class SecretStreamProtocol(asyncio.Protocol):
             if data:
                 transport.write(data)
             if stream.take_eof():
-                if getattr(transport, "can_write_eof", lambda: False)():
-                    transport.write_eof()
-                else:
-                    transport.close()
-        for ev in stream.events():
-            self._dispatch(ev)
+                self._write_eof(transport)
+        if not self._dispatching:  # a callback that sends must not re-enter event delivery
+            self._dispatching = True
+            try:
+                for ev in stream.events():
+                    self._dispatch(ev)
+            finally:
+                self._dispatching = False
+            if transport is not None and not self._transport_closed:
+                data = stream.data_to_send()  # written by callbacks during dispatch
+                if data:
+                    transport.write(data)
+                if stream.take_eof():
+                    self._write_eof(transport)
         if stream.closed:
             self._cancel_timer()
             if transport is not None and not self._transport_closed:
@@ -177,6 +186,13 @@ class SecretStreamProtocol(asyncio.Protocol):
                     transport.close()
         else:
             self._arm_timer()
+
+    @staticmethod
+    def _write_eof(transport: Any) -> None:
+        if getattr(transport, "can_write_eof", lambda: False)():
+            transport.write_eof()
+        else:
+            transport.close()
 
     def _dispatch(self, ev: Event) -> None:
         if isinstance(ev, Message):

@@ -405,3 +405,79 @@ def _rand_handshake() -> tuple[HandshakeResult, HandshakeResult]:
         ni.recv(_ik(ni, nr))
         _HS_CACHE.append((HandshakeResult.from_noise(ni), HandshakeResult.from_noise(nr)))
     return _HS_CACHE[0]
+
+
+# --- asyncio driver (Python ↔ Python on 127.0.0.1) ---------------------------------------------
+
+
+async def test_aio_echo_from_callback_keeps_event_order() -> None:
+    """A callback that sends while events are delivered must not reorder delivery."""
+    import asyncio
+
+    from relay.secretstream_aio import SecretStreamProtocol, connect, serve
+
+    seen: list[bytes] = []
+
+    def on_conn(proto: SecretStreamProtocol) -> None:
+        def on_event(ev: object) -> None:
+            if isinstance(ev, Message):
+                seen.append(ev.data)
+                proto.send(b"echo:" + ev.data)
+            elif isinstance(ev, Ended):
+                proto.end()
+
+        proto.on_event = on_event
+
+    server = await serve("127.0.0.1", 0, on_conn)
+    try:
+        port = server.sockets[0].getsockname()[1]
+        client = await connect("127.0.0.1", port)
+        await asyncio.wait_for(client.opened, 10)
+        for i in range(20):
+            client.send(str(i).encode())
+        client.end()
+        got = [m async for m in client]
+        assert seen == [str(i).encode() for i in range(20)]
+        assert got == [b"echo:" + str(i).encode() for i in range(20)]
+        assert await asyncio.wait_for(client.wait_closed(), 10) is None
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def test_aio_timeout_and_keep_alive_timers() -> None:
+    import asyncio
+
+    from relay.secretstream_aio import SecretStreamProtocol, connect, serve
+
+    accepted: asyncio.Queue[SecretStreamProtocol] = asyncio.Queue()
+    # server: keep empty messages visible so the test can count keep-alives
+    server = await serve("127.0.0.1", 0, accepted.put_nowait, timeout=0.3, filter_empty=False)
+    try:
+        port = server.sockets[0].getsockname()[1]
+        # a raw TCP peer that never speaks: the server's idle timeout destroys the stream
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        silent = await asyncio.wait_for(accepted.get(), 10)
+        err = await asyncio.wait_for(silent.wait_closed(), 10)
+        assert isinstance(err, SecretStreamError) and "timed out" in str(err)
+        assert await asyncio.wait_for(reader.read(), 10) == b""  # and the socket was closed
+        writer.close()
+    finally:
+        server.close()
+        await server.wait_closed()
+    # keep-alive: an idle client sends empty messages on its own
+    server = await serve("127.0.0.1", 0, accepted.put_nowait, filter_empty=False)
+    try:
+        port = server.sockets[0].getsockname()[1]
+        client = await connect("127.0.0.1", port, keep_alive=0.05)
+        proto = await asyncio.wait_for(accepted.get(), 10)
+        for _ in range(4):
+            assert await asyncio.wait_for(proto.recv(), 10) == b""
+        assert not proto.stream.closed and not client.stream.closed
+        client.destroy()
+        assert await asyncio.wait_for(proto.recv(), 10) is None  # the peer's FIN ends the stream
+        proto.end()
+        assert await asyncio.wait_for(proto.wait_closed(), 10) is None
+    finally:
+        server.close()
+        await server.wait_closed()
