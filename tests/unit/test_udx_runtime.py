@@ -1,0 +1,278 @@
+"""The asyncio runtime on loopback: socket sharing, Python<->Python streams, relay rewriting, bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import random
+import socket
+import struct
+import tracemalloc
+
+import pytest
+
+from relay.udx import DATA, DESTROY, END, HEARTBEAT, MESSAGE, SACK, UDX, UDXError, encode
+from relay.udx.packet import DEFAULT_RWND
+
+LOOP = "127.0.0.1"
+
+
+async def wait_for(cond, timeout: float = 20.0) -> None:  # type: ignore[no-untyped-def]
+    """Wait for a condition driven by socket traffic; the timeout is only a safety net."""
+    async with asyncio.timeout(timeout):
+        while not cond():
+            await asyncio.sleep(0.001)
+
+
+async def connected_pair(udx_a: UDX, udx_b: UDX):  # type: ignore[no-untyped-def]
+    sa = await udx_a.create_socket(LOOP, 0)
+    sb = await udx_b.create_socket(LOOP, 0)
+    a = udx_a.create_stream()
+    b = udx_b.create_stream()
+    a.connect(sa, b.id, (LOOP, sb.port))
+    b.connect(sb, a.id, (LOOP, sa.port))
+    return sa, sb, a, b
+
+
+async def test_udx_python_streams_transfer_and_close_over_loopback() -> None:
+    udx_a, udx_b = UDX(), UDX()
+    _, _, a, b = await connected_pair(udx_a, udx_b)
+    payload = os.urandom(3_000_000)
+    got = bytearray()
+
+    async def reader() -> None:
+        while chunk := await b.read():
+            got.extend(chunk)
+
+    r = asyncio.ensure_future(reader())
+    for i in range(0, len(payload), 65536):
+        if not a.write(payload[i : i + 65536]):
+            await a.drain()
+    a.end()
+    await asyncio.wait_for(r, 30)
+    assert bytes(got) == payload
+    b.end()
+    assert await asyncio.wait_for(a.wait_closed(), 10) is None
+    assert await asyncio.wait_for(b.wait_closed(), 10) is None
+    udx_a.close()
+    udx_b.close()
+
+
+async def test_udx_socket_hands_foreign_datagrams_to_on_datagram() -> None:
+    seen: list[tuple[bytes, tuple[str, int]]] = []
+    udx = UDX()
+    sock = await udx.create_socket(LOOP, 0, on_datagram=lambda d, a: seen.append((d, a)))
+    s = udx.create_stream()
+    raw = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    raw.bind((LOOP, 0))
+    s.connect(sock, 77, raw.getsockname())
+    foreign = [
+        b"\x03\x00dht-rpc request",
+        b"\x13\x00dht-rpc response",
+        b"\x01",  # holepunch probe
+        b"\xff\x01\x00",  # too short for UDX
+        encode(DATA, s.id ^ 1, DEFAULT_RWND, 0, 0, b"unknown id"),
+        b"\xff\x02" + bytes(30),  # wrong version
+    ]
+    for d in foreign:
+        raw.sendto(d, (LOOP, sock.port))
+    raw.sendto(encode(MESSAGE, s.id, DEFAULT_RWND, 0, 0, b"mine"), (LOOP, sock.port))
+    msgs: list[bytes] = []
+    s.on_message = msgs.append
+    await wait_for(lambda: len(seen) == len(foreign) and msgs)
+    assert [d for d, _ in seen] == foreign
+    assert {a for _, a in seen} == {raw.getsockname()}
+    assert msgs == [b"mine"]
+    sock.send(b"\x13reply", raw.getsockname())
+    assert raw.recv(100) == b"\x13reply"
+    raw.close()
+    udx.close()
+
+
+async def test_udx_destroy_propagates_between_python_streams() -> None:
+    udx_a, udx_b = UDX(), UDX()
+    _, _, a, b = await connected_pair(udx_a, udx_b)
+    a.write(b"x")
+    assert await asyncio.wait_for(b.read(), 10) == b"x"
+    await a.flush()
+    a.destroy()
+    err = await asyncio.wait_for(b.wait_closed(), 10)
+    assert isinstance(err, UDXError) and err.code == "ECONNRESET"
+    with pytest.raises(UDXError):
+        await b.read()
+    assert a.id not in udx_a.streams and b.id not in udx_b.streams
+    udx_a.close()
+    udx_b.close()
+
+
+def _u32(v: int) -> bytes:
+    return struct.pack("<I", v)
+
+
+async def test_udx_relay_rewrites_only_the_stream_id_and_learns_addresses_by_firewall() -> None:
+    """Two raw endpoints talk through relay_to; every forwarded datagram differs only in bytes 4..7."""
+    udx = UDX()
+    sock = await udx.create_socket(LOOP, 0)
+    ea = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    ed = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    for e in (ea, ed):
+        e.bind((LOOP, 0))
+        e.setblocking(False)
+    loop = asyncio.get_running_loop()
+
+    async def recv(e: socket.socket) -> bytes:
+        return await asyncio.wait_for(loop.sock_recv(e, 4096), 10)
+
+    A_ID, D_ID = 0xA0000001, 0xD0000004
+    learned: list[tuple[int, tuple[str, int]]] = []
+
+    def fw_for(peer_id: int):  # type: ignore[no-untyped-def]
+        def fw(stream, s, addr):  # type: ignore[no-untyped-def]
+            learned.append((stream.id, addr))
+            stream.connect(s, peer_id, addr)
+            return False
+
+        return fw
+
+    rb = udx.create_stream(firewall=fw_for(A_ID))
+    rc = udx.create_stream(firewall=fw_for(D_ID))
+    rb.relay_to(rc)
+    rc.relay_to(rb)
+    relay = (LOOP, sock.port)
+
+    # early packet from A: RC is not connected yet, so it is dropped (libudx does the same)
+    ea.sendto(encode(DATA, rb.id, DEFAULT_RWND, 0, 0, b"early"), relay)
+    await wait_for(lambda: sock.stats.dropped_packets == 1)
+    ed.sendto(encode(HEARTBEAT, rc.id, DEFAULT_RWND, 0, 0), relay)
+    assert await recv(ea) == encode(HEARTBEAT, A_ID, DEFAULT_RWND, 0, 0)
+
+    kinds = [
+        encode(DATA, rb.id, 1234, 7, 9, os.urandom(1152)),
+        encode(DATA | END, rb.id, 0, 0xFFFFFFFF, 1, b"end"),
+        encode(SACK, rb.id, 99, 3, 4, sacks=[(5, 9), (11, 12)]),
+        encode(DATA, rb.id, 5, 6, 7, os.urandom(1200), padding=64),  # padded MTU probe
+        encode(MESSAGE, rb.id, 1, 2, 3, b""),
+        bytes([0xFF, 0x01, 0x2F, 0xFE]) + _u32(rb.id) + os.urandom(12),  # odd flags/offset: blind
+        encode(DATA, rb.id, 1, 1, 1, os.urandom(2000)),
+    ]
+    for d in kinds:
+        ea.sendto(d, relay)
+        out = await recv(ed)
+        assert out[:4] == d[:4] and out[8:] == d[8:]
+        assert out[4:8] == _u32(D_ID)
+        back = bytes(d[:4]) + _u32(rc.id) + bytes(d[8:])
+        ed.sendto(back, relay)
+        assert await recv(ea) == bytes(d[:4]) + _u32(A_ID) + bytes(d[8:])
+    assert learned == [(rb.id, ea.getsockname()), (rc.id, ed.getsockname())]
+    assert sock.stats.relayed_packets == 1 + 2 * len(kinds)
+
+    # a DESTROY passing through closes both relay streams after being forwarded
+    ed.sendto(encode(DESTROY, rc.id, DEFAULT_RWND, 3, 3), relay)
+    assert await recv(ea) == encode(DESTROY, A_ID, DEFAULT_RWND, 3, 3)
+    assert rb.closed and rc.closed
+    assert rb.id not in udx.streams and rc.id not in udx.streams
+    # later packets hit unknown ids: nothing is forwarded
+    ea.sendto(encode(DATA, rb.id, DEFAULT_RWND, 8, 0, b"late"), relay)
+    await wait_for(lambda: sock.stats.dropped_packets == 2)
+    with pytest.raises(BlockingIOError):
+        ed.recv(2048)
+    ea.close()
+    ed.close()
+    udx.close()
+
+
+async def test_udx_relay_local_destroy_closes_partner_and_sends_nothing() -> None:
+    udx = UDX()
+    sock = await udx.create_socket(LOOP, 0)
+    rb, rc = udx.create_stream(), udx.create_stream()
+    rb.relay_to(rc)
+    rc.relay_to(rb)
+    with pytest.raises(UDXError):
+        rb.relay_to(rc)
+    closes: list[object] = []
+    rc.on_close = closes.append
+    rb.destroy()
+    assert rb.closed and rc.closed and closes == [None]
+    assert sock.stats.sent_packets == 0
+    udx.close()
+
+
+async def test_udx_socket_survives_100k_bad_datagrams_and_counts_them() -> None:
+    """Random and damaged datagrams never raise out of the loop, are all counted as dropped, and
+    memory stays flat; the live stream still works afterwards."""
+    udx_a, udx_b = UDX(), UDX()
+    _sa, sb, a, b = await connected_pair(udx_a, udx_b)
+    a.write(b"before")
+    assert await asyncio.wait_for(b.read(), 10) == b"before"
+    await a.flush()
+    lonely = udx_b.create_stream()  # no firewall: packets before connect are dropped
+    relay_x, relay_y = udx_b.create_stream(firewall=lambda s, k, addr: False), udx_b.create_stream()
+    relay_x.relay_to(relay_y)  # relay_y never connects: forwarding drops
+    errors: list[object] = []
+    asyncio.get_running_loop().set_exception_handler(lambda loop, ctx: errors.append(ctx))
+
+    rng = random.Random(1234)
+    ids = [b.id, lonely.id, relay_x.id]
+
+    def damaged(i: int) -> bytes:
+        k = i % 8
+        if k == 0:
+            return rng.randbytes(rng.randrange(0, 1500))
+        if k == 1:
+            return b"\xff\x01" + rng.randbytes(rng.randrange(0, 18))  # truncated header
+        if k == 2:
+            return b"\xff" + bytes([rng.choice([0, 2, 255])]) + rng.randbytes(40)  # wrong version
+        if k == 3:
+            return encode(rng.randrange(64), rng.getrandbits(32) | 1 << 31 ^ ids[0], rng.getrandbits(32), 0, 0)
+        if k == 4:  # our stream, acknowledging data never sent (absurd ack), any type but heartbeat
+            t = rng.randrange(64) & ~HEARTBEAT
+            ack = (b.core.seq + rng.randrange(1, 2**31)) & 0xFFFFFFFF
+            return encode(t, b.id, rng.getrandbits(32), rng.getrandbits(32), ack, rng.randbytes(rng.randrange(64)))
+        if k == 5:  # our stream, data_offset beyond the datagram
+            d = bytearray(encode(DATA, b.id, DEFAULT_RWND, b.core.ack, 0, rng.randbytes(8)))
+            d[3] = rng.randrange(9, 256)
+            return bytes(d)
+        if k == 6:  # our stream, absurd sequence number far beyond the window
+            seq = (b.core.ack + rng.randrange(1 << 16, 1 << 31)) & 0xFFFFFFFF
+            return encode(DATA, b.id, rng.getrandbits(32), seq, 0, rng.randbytes(32))
+        return encode(rng.randrange(64), rng.choice(ids[1:]), rng.getrandbits(32), rng.getrandbits(32), 0, b"zz")
+
+    raw = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    raw.bind((LOOP, 0))
+    dst = (LOOP, sb.port)
+    total = 100_000
+    sent = 0
+    base_rx = sb.stats.received_packets
+    base_drop = sb.stats.dropped_packets
+
+    async def blast(n: int) -> None:
+        nonlocal sent
+        for _ in range(n // 500):
+            for _ in range(500):
+                raw.sendto(damaged(sent), dst)
+                sent += 1
+            target = sent
+            await wait_for(lambda t=target: sb.stats.received_packets - base_rx == t, 60)
+
+    await blast(10_000)  # warm up caches, then measure
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.take_snapshot()
+    await blast(total - 10_000)
+    gc.collect()
+    after = tracemalloc.take_snapshot()
+    tracemalloc.stop()
+    growth = sum(s.size_diff for s in after.compare_to(before, "filename"))
+
+    assert sent == total
+    assert sb.stats.received_packets - base_rx == total
+    assert sb.stats.dropped_packets - base_drop == total
+    assert sb.stats.callback_errors == 0 and errors == []
+    assert not b.closed and not lonely.connected
+    assert growth < 1_000_000, f"memory grew by {growth} bytes"
+    a.write(b"after")
+    assert await asyncio.wait_for(b.read(), 10) == b"after"
+    raw.close()
+    udx_a.close()
+    udx_b.close()
