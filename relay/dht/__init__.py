@@ -1,0 +1,67 @@
+"""dht-rpc node and HyperDHT server side, so real Node `hyperdht` peers can find and reach us.
+
+Layers (sans-IO cores, one asyncio runtime):
+
+- `relay.dht.messages` — wire codecs: dht-rpc `Request`/`Response` frames
+  (`decode_message`), hyperdht values (`Handshake`, `Holepunch`, `NoisePayload`,
+  `HolepunchPayload`, `PeerRecord`, `Announce`, `LookupReply`), namespaces, `node_id`,
+  `announce_signable`, enums `Internal`, `Command`, `ErrorCode`, `Firewall`, `Mode`.
+  `DHTError` is the one error type of this layer (`.code`: `BAD_MESSAGE`,
+  `REQUEST_TIMEOUT`, `BIND_FAILED`, ...).
+- `relay.dht.table` — `RoutingTable` (kademlia-routing-table), `NatSampler` (nat-sampler).
+- `relay.dht.rpc` — `RPC`: tids, retransmission deadlines, congestion window, round-trip
+  tokens; datagrams and `now` in, datagrams and events out.
+- `relay.dht.query` — `Query`: the iterative walk (dht-rpc `lib/query.js`).
+- `relay.dht.handshake` — `HandshakeResponder`: Noise IK responder + dedup by message 1.
+- `relay.dht.node`, `.announcer`, `.server`, `.connection` — the asyncio runtime.
+
+Public asyncio API (stable)::
+
+    from relay.udx import UDX
+    from relay.dht import DHTNode, HyperDHTServer, Connection, DHTError
+
+    udx = UDX()
+    node = DHTNode(bootstrap=["127.0.0.1:49737"],   # default: the public hyperdht nodes
+                   host="0.0.0.0", port=49737,      # the server socket (UDX + dht-rpc share it)
+                   udx=udx,                         # sockets are bound as udx.create_socket(...)
+                   firewalled=None)                 # None: detect with PING_NAT; False: "I am public"
+    #   or DHTNode(socket=existing_udx_socket, udx=udx, ...) to use an already bound socket.
+    await node.bootstrap()                          # raises DHTError("BIND_FAILED") if the port is taken
+    node.stats()  # {"bootstrapped", "firewalled", "public_host", "public_port", "last_announce", "nodes"}
+    node.remote_address()   # (host, port) once reachable and port-preserving, else None
+    node.local_address()    # the bound server socket address
+    node.server_socket, node.client_socket          # UDXSockets of `udx`
+
+    async def on_connection(conn: Connection) -> None:
+        conn.remote_public_key, conn.handshake_hash, conn.handshake  # HandshakeResult (tx, rx, ...)
+        conn.stream              # the connected relay.udx.UDXStream (socket, remote_addr, remote_id)
+        conn.secret_stream       # relay.secretstream_aio.SecretStreamProtocol, already started
+        conn.secret_stream.send(b"..."); await conn.secret_stream.recv()
+        conn.client_address, conn.relayed, conn.remote_payload        # NoisePayload of the client
+
+    server = HyperDHTServer(node, key_pair, on_connection,   # key_pair: relay.keys.KeyPair
+                            firewall=None,        # (remote_public_key, payload, address) -> True drops
+                            keep_alive=5.0)       # secret-stream keep-alive, as hyperdht
+    await server.listen()        # registers the key, announces, returns after the first round
+    server.refresh()             # re-announce now (e.g. after a network change)
+    server.connections           # live Connection objects
+    await server.close()         # unannounce, destroy pending streams and connections
+    await node.close()
+
+Other node calls: `await node.ping((host, port))`, `await node.find_node(target)`,
+`await node.find_peer(public_key)` (returns a finished `Query`: `.closest_replies`,
+`.replies`), `await node.request(addr, command, target=..., value=..., token=...)`.
+
+What is not done: the node stays ephemeral (never sends its id, stores no records for
+others, as dht.md C3.5 allows), and PEER_HOLEPUNCH is answered with an abort instead of
+punching — a relay has to be reachable on its UDP port.
+"""
+
+from __future__ import annotations
+
+from .connection import Connection
+from .messages import BOOTSTRAP_NODES, DEFAULT_PORT, DHTError
+from .node import DHTNode
+from .server import HyperDHTServer
+
+__all__ = ["BOOTSTRAP_NODES", "DEFAULT_PORT", "Connection", "DHTError", "DHTNode", "HyperDHTServer"]

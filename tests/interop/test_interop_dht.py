@@ -1,0 +1,113 @@
+"""The Python DHT node and HyperDHT server against a real Node hyperdht testnet on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import pytest
+
+from relay.dht import Connection, DHTNode, HyperDHTServer
+from relay.dht.messages import Command, ErrorCode, hash32, node_id
+from relay.keys import key_pair
+from relay.udx import UDX
+from tests.interop._dht_testnet import NodeTestnet
+
+pytestmark = [pytest.mark.interop, pytest.mark.timeout(120)]
+
+
+@contextlib.asynccontextmanager
+async def python_node(tn: NodeTestnet) -> AsyncIterator[DHTNode]:
+    udx = UDX()
+    node = DHTNode(bootstrap=tn.bootstrap, host="127.0.0.1", port=0, udx=udx)
+    try:
+        await asyncio.wait_for(node.bootstrap(), 30)
+        yield node
+    finally:
+        await node.close()
+        udx.close()
+
+
+async def echo(conn: Connection) -> None:
+    with contextlib.suppress(Exception):
+        async for msg in conn.secret_stream:
+            conn.secret_stream.send(msg)
+        conn.secret_stream.end()
+
+
+async def test_interop_dht_node_bootstraps_and_answers_node_peers(node: str) -> None:
+    async with NodeTestnet.start(node, size=4) as tn, python_node(tn) as py:
+        stats = py.stats()
+        port = py.local_address()[1]
+        # learned its address from reply `to` fields and passed the PING_NAT reachability check
+        assert stats["bootstrapped"] and not stats["firewalled"]
+        assert (stats["public_host"], stats["public_port"]) == ("127.0.0.1", port)
+        assert py.remote_address() == ("127.0.0.1", port)
+        # every testnet node but the (ephemeral) first one proved its id and sits in our table
+        assert stats["nodes"] >= 3
+        assert {n.id for n in py.table} <= {node_id(a) for a in tn.node_addresses}
+
+        # Node pings us and sees its own address in our reply
+        pong = await tn.call("ping", host="127.0.0.1", port=port)
+        assert pong["ok"], pong
+        assert pong["from"] == {"host": "127.0.0.1", "port": port} and pong["nodeId"] is None  # we stay ephemeral
+        # a Node FIND_NODE sent to us gets closer nodes from our routing table
+        target = hash32(b"some target").hex()
+        fn = await tn.call("findNode", host="127.0.0.1", port=port, target=target)
+        assert fn["ok"], fn
+        (reply,) = fn["replies"]
+        closer = {(n["host"], n["port"]) for n in reply["closerNodes"]}
+        assert len(closer) >= 3 and closer <= set(tn.node_addresses)
+        # hyperdht storage commands are not ours to serve while ephemeral: UNKNOWN_COMMAND + closer nodes
+        unk = await tn.call("request", host="127.0.0.1", port=port, command=int(Command.LOOKUP), target=target)
+        assert unk["ok"] and unk["error"] == ErrorCode.UNKNOWN_COMMAND and unk["closerNodes"] >= 3
+
+        # and our queries are answered by Node: a FIND_NODE walk reaches every persistent node
+        q = await py.find_node(hash32(b"another target"))
+        assert {r.peer.address for r in q.closest_replies} == set(tn.node_addresses[1:])
+        assert all(r.peer.id == node_id(r.peer.address) for r in q.closest_replies)
+
+
+async def test_interop_dht_announce_found_by_node_and_unannounced_on_close(node: str) -> None:
+    async with NodeTestnet.start(node, size=5) as tn, python_node(tn) as py:
+        kp = key_pair()
+        server = HyperDHTServer(py, kp, echo)
+        await asyncio.wait_for(server.listen(), 30)
+        assert len(server.announcer.announced_to) == 3
+        assert py.stats()["last_announce"] is not None
+        # the record sits at the 3 announce nodes; a Node findPeer walk finds it there
+        res = await tn.call("findPeer", key=kp.public_key.hex())
+        assert res["ok"], res
+        holders = {(f["from"]["host"], f["from"]["port"]) for f in res["found"]}
+        assert holders and holders <= set(server.announcer.announced_to)
+        assert {f["publicKey"] for f in res["found"]} == {kp.public_key.hex()}
+        await server.close()
+        res = await tn.call("findPeer", key=kp.public_key.hex())
+        assert res["ok"] and res["found"] == []
+
+
+async def test_interop_dht_node_client_connects_and_echoes(node: str) -> None:
+    async with NodeTestnet.start(node, size=4) as tn, python_node(tn) as py:
+        kp = key_pair()
+        conns: list[Connection] = []
+
+        async def on_connection(conn: Connection) -> None:
+            conns.append(conn)
+            await echo(conn)
+
+        server = HyperDHTServer(py, kp, on_connection)
+        await asyncio.wait_for(server.listen(), 30)
+        message = "hello from a node hyperdht client " * 20
+        res = await tn.call("connect", key=kp.public_key.hex(), message=message)
+        assert res["ok"], res
+        assert res["echo"] == message
+        # the client's view: our key, the same Noise handshake hash, and UDX to our DHT port
+        assert res["remotePublicKey"] == kp.public_key.hex()
+        (conn,) = conns
+        assert res["handshakeHash"] == conn.handshake_hash.hex()
+        assert res["rawStream"]["remotePort"] == py.local_address()[1]
+        assert res["rawStream"]["remoteId"] == conn.stream.id
+        assert conn.relayed  # first contact came through the DHT node we announced to
+        assert conn.remote_payload.udx is not None and conn.stream.remote_id == conn.remote_payload.udx.id
+        await server.close()
