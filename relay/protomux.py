@@ -47,7 +47,11 @@ Public API:
 Events: `ChannelOpened`, `ChannelRequested`, `MessageReceived`, `ChannelClosed`,
 `OpenRejected` (we rejected a remote open that nobody waited for).
 
-Differences from the JS package, on purpose: an open with id 0 raises (JS crashes building
+Differences from the JS package, on purpose (both wire-compatible repairs of a race that makes
+protomux 3.12.1 destroy the stream when a channel is closed before the peer accepted its open
+in a `pair` hook): a close for an open we have not accepted yet withdraws it with a reject
+(protomux ignores it and may bind it later), and an open answering a channel we already closed
+is answered with our close again (protomux only frees the id). Also: an open with id 0 raises (JS crashes building
 its reject and destroys the stream), a batch nested more than `MAX_BATCH_DEPTH` deep and a
 peer pushing more than `MAX_BUFFERED` bytes into channels nobody accepted yet raise
 `ProtomuxError` instead of exhausting the stack or pausing the stream forever, and remote
@@ -597,8 +601,12 @@ class Mux:
             local_id = info.outgoing.popleft()
             chan = self._local[local_id - 1]
             if chan is None:
-                self._free.append(local_id - 1)  # we closed it already: the id is free now
+                # We closed it before this open came. protomux frees the id here; we also repeat
+                # our close, so a peer that accepted the open late frees its slot for that id
+                # instead of choking on our next open with it ("Invalid open message").
+                self._free.append(local_id - 1)
                 self._gc(info)
+                self._write_control(OP_CLOSE, Writer().uint(local_id).getvalue())
                 return
             slot = _Remote(protocol, id, handshake, None, chan)
             self._remote[rid] = slot
@@ -633,5 +641,16 @@ class Mux:
         if remote_id == 0 or remote_id > len(self._remote):
             return
         slot = self._remote[remote_id - 1]
-        if slot is not None and slot.channel is not None:
+        if slot is None:
+            return
+        if slot.channel is not None:
             self._close_channel(slot.channel, is_remote=True)
+            return
+        # Closed before anyone here accepted it. protomux ignores this, keeps the open queued and
+        # may bind it later to a channel the peer no longer has; we withdraw it with a reject,
+        # which is also what frees the id on the peer's side.
+        info = self._infos.get(_key(slot.protocol, slot.id))
+        if info is not None and remote_id in info.incoming:
+            info.incoming.remove(remote_id)
+            self._reject_remote(remote_id)
+            self._gc(info)
