@@ -124,6 +124,7 @@ class MonitorScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        self.set_class(len(self.watches) > 1, "-multi")
         self.query_one("#facts-pane").border_title = "relay"
         log = self.query_one("#log", Log)
         log.border_title = "log"
@@ -155,24 +156,24 @@ class MonitorScreen(Screen[None]):
 
     # -- drawing --------------------------------------------------------------------------------
     def refresh_view(self) -> None:
+        wide = self.has_class("-wide")
         if len(self.watches) > 1:
-            self.query_one(RelayTable).show(self.watches, self.clock())
+            self.query_one(RelayTable).show(self.watches, self.clock(), compact=not wide)
             self.query_one("#summary", Static).update(summary_line(self.watches))
         w = self.watches[self.selected]
-        wide = self.has_class("-wide")
         facts_pane = self.query_one("#facts-pane")
         now = self.clock()
         roomy = facts_pane.size.height >= 24
         self.query_one(RelayFacts).show(w, key_width=52 if wide else 24, roomy=roomy, now=now)
         h = w.history
-        self.query_one("#plot-memory", TimePlot).show([Series("rss", h["rss_mb"], "primary")], now)
-        traffic = [Series("in", h["in_bps"], "primary"), Series("out", h["out_bps"], "accent")]
+        self.query_one("#plot-memory", TimePlot).show([Series("rss", h["rss_mb"], "rss")], now)
+        traffic = [Series("in", h["in_bps"], "in"), Series("out", h["out_bps"], "out")]
         if wide:
-            traffic.append(Series("relayed", h["relayed_bps"], "warning"))
+            traffic.append(Series("relayed", h["relayed_bps"], "relayed"))
         self.query_one("#plot-traffic", TimePlot).show(traffic, now)
         if wide:
-            self.query_one("#plot-cpu", TimePlot).show([Series("cpu", h["cpu_percent"], "secondary")], now)
-            pk = [Series("in", h["in_pps"], "primary"), Series("out", h["out_pps"], "accent")]
+            self.query_one("#plot-cpu", TimePlot).show([Series("cpu", h["cpu_percent"], "cpu")], now)
+            pk = [Series("in", h["in_pps"], "in"), Series("out", h["out_pps"], "out")]
             self.query_one("#plot-packets", TimePlot).show(pk, now)
         self._render_log()
         self._render_status()
@@ -253,6 +254,7 @@ class MonitorScreen(Screen[None]):
     def action_toggle_log(self) -> None:
         log = self.query_one("#log", Log)
         log.display = not log.display
+        log.styles.display = "block" if log.display else "none"  # an inline style beats the -multi rule
 
     def action_close(self) -> None:
         if self.standalone:

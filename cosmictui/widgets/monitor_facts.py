@@ -78,6 +78,9 @@ class RelayFacts(Static):
         t.add_row("relay", Text.assemble(badge, f" since {since}"))
         if w.error and w.state is not RelayState.UP:
             t.add_row("why", Text(w.error, style=self._style("$text-warning")))
+            if w.last is not None:
+                seen = time.strftime("%H:%M:%S", time.localtime(w.last.wall))
+                t.add_row("last seen", f"{seen} ({human_duration(now - w.last.wall)} ago)")
         t.add_row("key", short_key(w.key, key_width))
         if roomy:
             t.add_row("metrics", w.url or w.target.label)

@@ -16,7 +16,14 @@ from dataclasses import dataclass
 from textual.color import Color
 from textual_plotext import PlotextPlot
 
-ColorName = str  # a Textual theme variable: "primary", "secondary", "accent", "warning", "error", "success"
+ColorName = str  # a role below, or a Textual theme variable
+
+# Line colours by role, picked for contrast on each theme's background (checked in tmux and in
+# the snapshot SVGs); every line also has a legend word, so none of this is the only signal.
+PALETTE = {
+    True: {"in": "#4FC3F7", "out": "#FFB74D", "relayed": "#81C784", "cpu": "#CE93D8", "rss": "#4FC3F7"},
+    False: {"in": "#0D47A1", "out": "#BF360C", "relayed": "#1B5E20", "cpu": "#6A1B9A", "rss": "#0D47A1"},
+}
 
 
 @dataclass(frozen=True)
@@ -24,7 +31,7 @@ class Series:
     label: str
     points: Sequence[tuple[float, float]]
     """(unix time, value)"""
-    color: ColorName = "primary"
+    color: ColorName = "in"
 
 
 RATE_UNITS = ((1e9, "GB/s"), (1e6, "MB/s"), (1e3, "KB/s"), (1.0, "B/s"))
@@ -77,7 +84,7 @@ class TimePlot(PlotextPlot):
         self.replot()
 
     def _rgb(self, name: ColorName) -> tuple[int, int, int]:
-        value = self.app.theme_variables.get(name) or self.app.theme_variables.get("primary", "#0178D4")
+        value = PALETTE[self.app.current_theme.dark].get(name) or self.app.theme_variables.get(name) or "#0178D4"
         return Color.parse(value).rgb
 
     def replot(self) -> None:
@@ -90,18 +97,24 @@ class TimePlot(PlotextPlot):
         peak = max((v for pts in visible for _, v in pts), default=0.0)
         scale, unit = pick_unit(max(peak, self.floor), self.units) if self.units else (1.0, self.unit)
         top = max(peak / scale, self.floor / scale)
-        if self.limit is not None:
-            top = max(top, self.limit / scale)
-        step = nice_step(top / 3)
-        ticks_y = [step * i for i in range(math.ceil(top * 1.05 / step) + 1)]
-        top = ticks_y[-1]
+        if self.limit is not None and top <= self.limit / scale:
+            # under the budget: the axis ends just above it, so the line sits where it belongs
+            limit = self.limit / scale
+            step = nice_step(limit / 2)
+            ticks_y = [step * i for i in range(math.floor(limit / step) + 1)]
+            top = limit * 1.12
+        else:
+            step = nice_step(top / 3)
+            ticks_y = [step * i for i in range(math.ceil(top * 1.05 / step) + 1)]
+            top = ticks_y[-1]
         plt.title(f"{self.title} ({unit})" if unit else self.title)
         for s, pts in zip(self.series, visible, strict=True):
             if not pts:
                 continue
             xs = [x for x, _ in pts]
             ys = [v / scale for _, v in pts]
-            plt.plot(xs, ys, label=s.label, color=self._rgb(s.color), marker="braille")
+            label = s.label if len(self.series) > 1 else None  # one line: the title names it
+            plt.plot(xs, ys, label=label, color=self._rgb(s.color), marker="braille")
         if self.limit is not None:
             plt.hline(self.limit / scale, color=self._rgb("error"))
             plt.text(

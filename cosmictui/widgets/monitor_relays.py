@@ -1,7 +1,8 @@
 """One row per relay plus a summary line, for `cosmictui monitor --metrics A --metrics B`.
 
 CosmicAC's relays value is an array and operators run more than one relay; this table is the
-"all of them at a glance" row, the rest of the screen details the highlighted one.
+"all of them at a glance" row, the rest of the screen details the highlighted one. Below 120
+columns it drops the key, uptime and error columns so the rest fits 80 columns.
 """
 
 from __future__ import annotations
@@ -9,10 +10,18 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import DataTable
 
-from cosmictui.ops.metrics import STATE_BADGE, RelayState, RelayWatch, human_bytes, human_duration, summarize
+from cosmictui.ops.metrics import RelayState, RelayWatch, human_bytes, human_duration, summarize
 from cosmictui.widgets.monitor_facts import short_key
 
 COLUMNS = ("state", "relay", "key", "uptime", "memory", "cpu", "in", "out", "pairs", "errors")
+COMPACT = ("state", "relay", "memory", "cpu", "in", "out", "pairs")
+WIDTHS = {"state": 9, "relay": 16, "key": 13, "uptime": 9, "memory": 8, "cpu": 6, "in": 10, "out": 10}
+TABLE_BADGE = {
+    RelayState.UP: "▲ UP",
+    RelayState.DOWN: "✖ DOWN",
+    RelayState.NOT_RUNNING: "■ STOPPED",
+    RelayState.CONNECTING: "… wait",
+}
 
 
 class RelayTable(DataTable[Text | str]):
@@ -24,40 +33,46 @@ class RelayTable(DataTable[Text | str]):
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes, cursor_type="row", zebra_stripes=True)
+        self.compact: bool | None = None
 
-    def on_mount(self) -> None:
-        for c in COLUMNS:
-            self.add_column(c, key=c)
-
-    def show(self, watches: list[RelayWatch], now: float) -> None:
+    def show(self, watches: list[RelayWatch], now: float, compact: bool = False) -> None:
+        if compact != self.compact:
+            cursor = self.cursor_row
+            self.clear(columns=True)
+            self.compact = compact
+            for c in COMPACT if compact else COLUMNS:
+                self.add_column(c, key=c, width=WIDTHS.get(c) if compact else None)
+            for i, w in enumerate(watches):
+                self.add_row(*self._row(w, now), key=str(i))
+            self.move_cursor(row=cursor)
+            return
         for i, w in enumerate(watches):
-            row = self._row(w, now)
-            key = str(i)
-            if key in self.rows:
-                for col, value in zip(COLUMNS, row, strict=True):
-                    self.update_cell(key, col, value)
-            else:
-                self.add_row(*row, key=key)
+            for col, value in self._row(w, now).items():
+                self.update_cell(str(i), col, value)
 
-    @staticmethod
-    def _row(w: RelayWatch, now: float) -> tuple[Text | str, ...]:
-        state = Text(STATE_BADGE[w.state])
+    def _row(self, w: RelayWatch, now: float) -> dict[str, Text | str]:
+        state = Text(TABLE_BADGE[w.state])
         if w.state is not RelayState.UP:
             state.stylize("bold reverse")
         s = w.last if w.state is RelayState.UP else None
         r = w.rates
-        return (
-            state,
-            w.target.label,
-            short_key(w.key, 12),
-            human_duration(w.uptime(now)),
-            human_bytes(s.rss_bytes) if s else "–",
-            f"{r.cpu_percent:.1f}%" if r else "–",
-            human_bytes(r["received_bytes"], True) if r else "–",
-            human_bytes(r["sent_bytes"], True) if r else "–",
-            f"{int(s.get('blind_relay_pairings_active', 0) or 0)}" if s else "–",
-            f"{int(s.get('blind_relay_streams_errors', 0) or 0)}" if s else "–",
-        )
+        label = w.target.label
+        if self.compact and len(label) > WIDTHS["relay"]:
+            label = "…" + label[-(WIDTHS["relay"] - 1) :]
+        row: dict[str, Text | str] = {
+            "state": state,
+            "relay": label,
+            "key": short_key(w.key, 12),
+            "uptime": human_duration(w.uptime(now)),
+            "memory": human_bytes(s.rss_bytes) if s else "–",
+            "cpu": f"{r.cpu_percent:.1f}%" if r else "–",
+            "in": human_bytes(r["received_bytes"], True) if r else "–",
+            "out": human_bytes(r["sent_bytes"], True) if r else "–",
+            "pairs": f"{int(s.get('blind_relay_pairings_active', 0) or 0)}" if s else "–",
+            "errors": f"{int(s.get('blind_relay_streams_errors', 0) or 0)}" if s else "–",
+        }
+        cols = COMPACT if self.compact else COLUMNS
+        return {c: row[c] for c in cols}
 
 
 def summary_line(watches: list[RelayWatch]) -> str:

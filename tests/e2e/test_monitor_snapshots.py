@@ -1,0 +1,77 @@
+"""Layout snapshots of the monitor at 80×24 (tmux's default pane) in dark and light themes,
+with a relay down, and with several relays. Data is a fixed story (`_monitor_data`), so the
+SVGs only change when the layout does. Update with `pytest --snapshot-update`."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from textual.app import App
+
+from cosmictui.ops.metrics import LogTail, RelayWatch, Target
+from cosmictui.screens.monitor import MonitorScreen
+from tests.e2e._monitor_data import END, busy_watch, down_watch, write_log
+
+
+@pytest.fixture(autouse=True)
+def fixed_place_and_zone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    write_log(Path("relay-a"))
+    write_log(Path("relay-b"))
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+class SnapshotApp(App[None]):
+    ENABLE_COMMAND_PALETTE = False
+
+    def __init__(self, watches: list[RelayWatch], theme: str = "textual-dark") -> None:
+        super().__init__()
+        self.watches = watches
+        self.theme = theme
+
+    def on_mount(self) -> None:
+        screen = MonitorScreen([w.target for w in self.watches], standalone=True, autopoll=False, clock=lambda: END)
+        screen.watches = self.watches
+        screen.tails = [LogTail(w.target.log_path()) for w in self.watches]
+        screen.polls, screen.last_poll = 121, END
+        self.push_screen(screen)
+
+
+async def _draw(pilot) -> None:
+    pilot.app.screen.refresh_view()
+    await pilot.pause()
+
+
+def test_monitor_snapshot_80x24_dark(snap_compare) -> None:
+    app = SnapshotApp([busy_watch(Path("relay-a"))])
+    assert snap_compare(app, terminal_size=(80, 24), run_before=_draw)
+
+
+def test_monitor_snapshot_80x24_light(snap_compare) -> None:
+    app = SnapshotApp([busy_watch(Path("relay-a"))], theme="textual-light")
+    assert snap_compare(app, terminal_size=(80, 24), run_before=_draw)
+
+
+def test_monitor_snapshot_80x24_relay_down(snap_compare) -> None:
+    app = SnapshotApp([down_watch(Path("relay-a"))])
+    assert snap_compare(app, terminal_size=(80, 24), run_before=_draw)
+
+
+def test_monitor_snapshot_80x24_three_relays(snap_compare) -> None:
+    b = busy_watch(Path("relay-b"), pid=5120, key="x" * 52, rss=61e6, load=0.4)
+    dead = RelayWatch(Target(metrics="10.0.0.9:49738"))
+    dead.observe_failure("no answer (timed out)", END)
+    app = SnapshotApp([busy_watch(Path("relay-a")), b, dead])
+    assert snap_compare(app, terminal_size=(80, 24), run_before=_draw)
+
+
+def test_monitor_snapshot_200x50_uses_the_space(snap_compare) -> None:
+    app = SnapshotApp([busy_watch(Path("relay-a"))])
+    assert snap_compare(app, terminal_size=(200, 50), run_before=_draw)
