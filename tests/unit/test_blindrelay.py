@@ -1,0 +1,411 @@
+"""relay.blindrelay against the npm blind-relay vectors and its Server's pairing and stats rules."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from relay.blindrelay import (
+    PAIR_MESSAGE,
+    PROTOCOL,
+    UNPAIR_MESSAGE,
+    BlindRelayError,
+    BlindRelayServer,
+    BlindRelaySession,
+    DestroyStream,
+    Pair,
+    PairingMatched,
+    SessionClosed,
+    SessionOpened,
+    Unpair,
+    decode_pair,
+    decode_unpair,
+    encode_pair,
+    encode_unpair,
+)
+from relay.protomux import Channel, ChannelClosed, ChannelOpened, MessageReceived, Mux
+from tests.vectors import load
+
+V = load("streams")["blind_relay"]
+T1, T2, T3 = b"\x5a" * 32, b"\x77" * 32, b"\x88" * 32
+
+
+def h(x: str) -> bytes:
+    return bytes.fromhex(x)
+
+
+# ------------------------------------------------------------------------------ codecs
+
+
+def test_message_vectors() -> None:
+    for name in ("pair_initiator", "pair_responder_big_id"):
+        v = V["messages"][name]
+        val = v["value"]
+        m = Pair(val["isInitiator"], h(val["token"]), val["id"], val["seq"])
+        assert encode_pair(m).hex() == v["hex"]
+        assert decode_pair(h(v["hex"])) == m
+    v = V["messages"]["unpair"]
+    assert encode_unpair(Unpair(h(v["value"]["token"]))).hex() == v["hex"]
+    assert decode_unpair(h(v["hex"])) == Unpair(h(v["value"]["token"]))
+
+
+def test_decoders_follow_js_leniency() -> None:
+    # bitfield(7): only bit 0 matters; a wide bitfield prefix is accepted as in JS; trailing bytes ignored
+    assert decode_pair(b"\x03" + T1 + b"\x07\x00extra") == Pair(True, T1, 7, 0)
+    assert decode_pair(b"\xfd\x01\x00" + T1 + b"\x07\x00").is_initiator
+    assert decode_unpair(b"\x01" + T1) == Unpair(T1)
+    for bad in (b"", b"\x01", b"\x01" + T1, b"\x01" + T1 + b"\x07", b"\x01" + T1 + b"\xfe\x01"):
+        with pytest.raises(BlindRelayError):
+            decode_pair(bad)
+    with pytest.raises(BlindRelayError):
+        decode_unpair(b"\x00" + T1[:31])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=48))
+def test_random_bytes_only_raise_blind_relay_error(data: bytes) -> None:
+    for decode in (decode_pair, decode_unpair):
+        with contextlib.suppress(BlindRelayError):
+            decode(data)
+
+
+# ------------------------------------------------------------------------------ harness
+
+
+class Client:
+    """A blind-relay client end built on our own Mux, wired to one server session."""
+
+    def __init__(self, server: BlindRelayServer, key: bytes) -> None:
+        self.mux = Mux()
+        chan = self.mux.open_channel(PROTOCOL, key, messages=[PAIR_MESSAGE, UNPAIR_MESSAGE])
+        assert chan is not None
+        self.channel: Channel = chan
+        self.session = server.accept(id=key)
+        self.server = server
+        self.replies: list[Pair] = []
+        self.closed = False
+
+    def flush(self, now: float = 0.0) -> None:
+        for _ in range(10):
+            moved = False
+            for msg in self.mux.data_to_send():
+                self.session.receive_message(msg, now)
+                moved = True
+            for session, msgs in self.server.drain_output():
+                for msg in msgs:
+                    session_client[session].receive(msg)
+                moved = True
+            if not moved:
+                return
+
+    def receive(self, msg: bytes) -> None:
+        for ev in self.mux.receive_message(msg):
+            if isinstance(ev, MessageReceived):
+                self.replies.append(ev.message)
+            elif isinstance(ev, ChannelClosed):
+                self.closed = True
+
+    def pair(self, initiator: bool, token: bytes, id: int, now: float = 0.0) -> None:
+        self.channel.send(0, Pair(initiator, token, id))
+        self.flush(now)
+
+    def unpair(self, token: bytes) -> None:
+        self.channel.send(1, Unpair(token))
+        self.flush()
+
+
+session_client: dict[BlindRelaySession, Client] = {}
+
+
+def make(server: BlindRelayServer, n: int) -> list[Client]:
+    clients = [Client(server, bytes([i + 1]) * 32) for i in range(n)]
+    for c in clients:
+        session_client[c.session] = c
+    for c in clients:
+        c.flush()
+    return clients
+
+
+def stats(server: BlindRelayServer) -> dict[str, dict[str, int]]:
+    return server.stats.as_dict()
+
+
+def counter(start: int = 100):  # type: ignore[no-untyped-def]
+    it = itertools.count(start)
+    return lambda: next(it)
+
+
+# ------------------------------------------------------------------------------ vectors
+
+
+def test_exchange_vector_byte_for_byte() -> None:
+    v = V["exchange"]
+    server = BlindRelayServer(allocate_stream_id=counter(100))
+    key_a, key_b = h(v["clientA_channel_id"]), h(v["clientB_channel_id"])
+    sa = server.accept(id=key_a)
+    sb = server.accept(id=key_b)
+    out = {sa: [], sb: []}  # type: dict[BlindRelaySession, list[str]]
+    for session, msgs in server.drain_output():
+        out[session] += [m.hex() for m in msgs]
+    for w in v["wire"]:
+        if w["from"] == "clientA":
+            sa.receive_message(h(w["hex"]))
+        elif w["from"] == "clientB":
+            sb.receive_message(h(w["hex"]))
+        for session, msgs in server.drain_output():
+            out[session] += [m.hex() for m in msgs]
+    assert out[sa] == [w["hex"] for w in v["wire"] if w["from"] == "server->A"]
+    assert out[sb] == [w["hex"] for w in v["wire"] if w["from"] == "server->B"]
+    events = server.poll_events()
+    assert events[:2] == [SessionOpened(sa), SessionOpened(sb)]
+    (matched,) = [e for e in events if isinstance(e, PairingMatched)]
+    assert [(link.session, link.is_initiator, link.stream_id, link.remote_stream_id) for link in matched.links] == [
+        (sb, False, 100, 8),
+        (sa, True, 101, 7),
+    ]
+    for pe in v["pair_events"]:
+        link = matched.links[1] if pe["isInitiator"] else matched.links[0]
+        assert link.stream_id == pe["remoteId"]
+    # A's final unpair for an unknown token changes nothing
+    assert stats(server)["pairings"] == {"requested": 2, "matched": 1, "cancelled": 0, "pending": 0, "active": 1}
+
+
+def test_relay_connection_vector_plaintext() -> None:
+    v = V["relay_connection"]
+    plain = v["plaintext"]
+    server = BlindRelayServer(allocate_stream_id=counter(200))
+    client_key = h(plain[0]["hex"])[-32:]
+    session = server.accept(id=client_key)
+    (first,) = server.drain_output()
+    assert first[1][0].hex() == plain[1]["hex"]
+    session.receive_message(h(plain[0]["hex"]))
+    session.receive_message(h(plain[2]["hex"]))
+    other = server.accept(id=b"\x07" * 32)
+    other.receive_message(h("0001010b626c696e642d72656c617920") + b"\x07" * 32)
+    other.receive_message(b"\x01\x00" + encode_pair(Pair(False, h(v["token"]), 3)))
+    replies = {s: msgs for s, msgs in server.drain_output()}
+    assert replies[session] == [h(plain[3]["hex"])]
+    assert decode_pair(replies[session][0][2:]).id == v["client_pair_event_remoteId"]
+
+
+# ------------------------------------------------------------------------------ pairing rules and stats
+
+
+def test_match_counts_and_links() -> None:
+    server = BlindRelayServer(allocate_stream_id=counter())
+    a, b = make(server, 2)
+    assert stats(server)["sessions"] == {"accepted": 2, "opened": 2, "closed": 0}
+    a.pair(True, T1, 7)
+    assert stats(server)["pairings"] == {"requested": 1, "matched": 0, "cancelled": 0, "pending": 1, "active": 0}
+    a.pair(True, T1, 99)  # same side again: ignored entirely
+    assert server.stats.pairings_requested == 1 and a.replies == []
+    b.pair(False, T1, 8)
+    assert a.replies == [Pair(True, T1, 101)] and b.replies == [Pair(False, T1, 100)]
+    assert stats(server)["pairings"] == {"requested": 2, "matched": 1, "cancelled": 0, "pending": 0, "active": 1}
+    assert stats(server)["streams"] == {"opened": 2, "closed": 0, "errors": 0}
+    assert a.session.active_links == 1 and b.session.active_links == 1
+
+
+def test_unpair_pending_by_any_session_and_unknown_token() -> None:
+    server = BlindRelayServer(allocate_stream_id=counter())
+    a, b = make(server, 2)
+    a.pair(True, T1, 7)
+    b.unpair(T2)  # unknown: nothing
+    assert server.stats.pairings_cancelled == 0
+    b.unpair(T1)  # npm blind-relay lets any session cancel a pending token
+    assert server.stats.pairings_pending == 0 and server.stats.pairings_cancelled == 1
+    assert a.session.pending_tokens == 0
+    b.pair(False, T1, 8)  # starts a new pending entry
+    assert server.stats.pairings_pending == 1 and b.replies == []
+
+
+def test_unpair_active_destroys_both_streams() -> None:
+    server = BlindRelayServer(allocate_stream_id=counter())
+    a, b = make(server, 2)
+    a.pair(True, T1, 7)
+    b.pair(False, T1, 8)
+    server.poll_events()
+    a.unpair(T1)
+    assert [(e.stream_id, e.reason) for e in server.poll_events() if isinstance(e, DestroyStream)] == [
+        (101, "unpaired"),
+        (100, "unpaired"),
+    ]
+    assert stats(server)["pairings"]["cancelled"] == 1 and stats(server)["pairings"]["active"] == 0
+    assert stats(server)["streams"] == {"opened": 2, "closed": 2, "errors": 0}
+    a.unpair(T1)  # nothing left
+    assert stats(server)["pairings"]["cancelled"] == 1
+    server.stream_closed(100)  # late close reports for streams we destroyed are ignored
+    assert server.stats.streams_closed == 2
+
+
+def test_session_close_cancels_pending_and_destroys_own_links_only() -> None:
+    server = BlindRelayServer(allocate_stream_id=counter())
+    a, b = make(server, 2)
+    a.pair(True, T1, 7)
+    b.pair(False, T1, 8)
+    a.pair(True, T2, 9)
+    a.pair(False, T3, 10)
+    server.poll_events()
+    a.session.connection_closed()
+    events = server.poll_events()
+    assert [e.stream_id for e in events if isinstance(e, DestroyStream)] == [101]
+    assert events[-1] == SessionClosed(a.session)
+    s = stats(server)
+    assert s["sessions"] == {"accepted": 2, "opened": 2, "closed": 1}
+    assert s["pairings"] == {"requested": 4, "matched": 1, "cancelled": 2, "pending": 0, "active": 1}
+    assert s["streams"] == {"opened": 2, "closed": 1, "errors": 0}
+    # the other side's stream lives until the runtime reports it closed (as in npm blind-relay)
+    server.stream_error(100)
+    server.stream_error(12345)  # unknown stream: not counted
+    server.stream_closed(100)
+    assert stats(server)["streams"] == {"opened": 2, "closed": 2, "errors": 1}
+    assert server.stats.pairings_active == 0 and b.session.active_links == 0
+    assert list(server.sessions) == [b.session]
+
+
+def test_remote_close_and_reject_close_the_session() -> None:
+    server = BlindRelayServer(allocate_stream_id=counter())
+    (a,) = make(server, 1)
+    a.channel.close()
+    a.flush()
+    assert server.stats.sessions_closed == 1 and a.session.closed
+    # a client whose channel id differs rejects our open: the session closes unopened
+    mux = Mux()
+    session = server.accept(id=b"\x09" * 32)
+    for _, msgs in server.drain_output():
+        for msg in msgs:
+            mux.receive_message(msg)
+    for msg in mux.data_to_send():
+        session.receive_message(msg)
+    assert session.closed and not session.opened
+    assert stats(server)["sessions"] == {"accepted": 2, "opened": 1, "closed": 2}
+
+
+def test_end_waits_for_pending_pairings() -> None:
+    server = BlindRelayServer(allocate_stream_id=counter())
+    a, b = make(server, 2)
+    a.pair(True, T1, 7)
+    a.session.end()
+    a.flush()
+    assert not a.closed and not a.session.closed
+    b.pair(False, T1, 8)  # the match empties a's pending set: its channel closes
+    assert a.closed and a.session.closed and a.replies == [Pair(True, T1, 101)]
+    b.session.end()
+    b.flush()
+    assert b.closed
+    assert server.stats.sessions_closed == 2
+
+
+def test_a_session_pairing_with_itself() -> None:
+    server = BlindRelayServer(allocate_stream_id=counter())
+    (a,) = make(server, 1)
+    a.pair(True, T1, 7)
+    a.pair(False, T1, 8)
+    assert a.replies == [Pair(False, T1, 100), Pair(True, T1, 101)]
+    a.session.destroy()
+    assert {e.stream_id for e in server.poll_events() if isinstance(e, DestroyStream)} == {100, 101}
+    assert stats(server)["streams"]["closed"] == 2 and server.stats.pairings_active == 0
+
+
+def test_default_allocator_gives_distinct_32_bit_ids() -> None:
+    server = BlindRelayServer()
+    clients = make(server, 2)
+    ids = set()
+    for i in range(50):
+        token = i.to_bytes(32, "big")
+        clients[0].pair(True, token, i)
+        clients[1].pair(False, token, i)
+    for e in server.poll_events():
+        if isinstance(e, PairingMatched):
+            ids.update(link.stream_id for link in e.links)
+    assert len(ids) == 100 and all(0 <= x <= 0xFFFFFFFF for x in ids)
+
+
+def test_limits_and_timeout() -> None:
+    server = BlindRelayServer(
+        allocate_stream_id=counter(), max_pending_per_session=2, max_pending_total=3, pairing_timeout=10.0
+    )
+    a, b, c = make(server, 3)
+    a.pair(True, b"\x01" * 32, 1, now=0.0)
+    a.pair(True, b"\x02" * 32, 2, now=1.0)
+    a.pair(True, b"\x03" * 32, 3, now=2.0)  # over the per-session cap
+    assert server.stats.pairings_refused_session_limit == 1 and server.stats.pairings_pending == 2
+    b.pair(True, b"\x04" * 32, 4, now=3.0)
+    c.pair(True, b"\x05" * 32, 5, now=4.0)  # over the total cap
+    assert server.stats.pairings_refused_total_limit == 1 and server.stats.pairings_pending == 3
+    c.pair(False, b"\x01" * 32, 6, now=5.0)  # completing a pending token is never refused
+    assert server.stats.pairings_matched == 1 and c.replies == [Pair(False, b"\x01" * 32, 100)]
+    c.pair(False, b"\x06" * 32, 2**32, now=5.0)  # not a UDX stream id
+    assert server.stats.pairings_refused_invalid == 1
+    assert server.next_deadline() == 11.0
+    server.expire(10.9)
+    assert server.stats.pairings_pending == 2
+    server.expire(11.0)
+    assert server.stats.pairings_pending == 1 and server.stats.pairings_timed_out == 1
+    assert server.next_deadline() == 13.0
+    server.expire(100.0)
+    s = server.stats
+    assert (s.pairings_pending, s.pairings_timed_out, s.pairings_cancelled) == (0, 2, 2)
+    assert server.next_deadline() is None
+    assert a.session.pending_tokens == 0 and b.session.pending_tokens == 0
+    assert stats(server)["refusals"] == {"session_limit": 1, "total_limit": 1, "invalid": 1, "timed_out": 2}
+
+
+def test_server_close_destroys_everything() -> None:
+    server = BlindRelayServer(allocate_stream_id=counter())
+    a, b = make(server, 2)
+    a.pair(True, T1, 7)
+    b.pair(False, T1, 8)
+    b.pair(False, T2, 9)
+    server.close()
+    a.flush()
+    b.flush()
+    assert a.closed and b.closed
+    s = stats(server)
+    assert s["sessions"]["closed"] == 2 and s["pairings"]["pending"] == 0 and s["pairings"]["active"] == 0
+    assert s["streams"]["closed"] == 2
+
+
+def test_bad_input_raises_blind_relay_error() -> None:
+    server = BlindRelayServer()
+    (a,) = make(server, 1)
+    with pytest.raises(BlindRelayError):
+        a.session.receive_message(b"\x01\x00\x01" + T1[:5])  # truncated pair on the channel
+    server2 = BlindRelayServer()
+    s = server2.accept(id=b"\x01" * 32)
+    with pytest.raises(BlindRelayError):
+        s.receive_message(b"\x00\x01\x05")  # open that skips ahead
+    with pytest.raises(BlindRelayError, match="already open"):
+        BlindRelaySession(server2, s.mux, b"\x01" * 32, None)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.binary(max_size=48), max_size=4))
+def test_random_messages_on_a_session_only_raise_blind_relay_error(msgs: list[bytes]) -> None:
+    server = BlindRelayServer()
+    session = server.accept(id=b"\x01" * 32)
+    client_open = h("0001010b626c696e642d72656c617920") + b"\x01" * 32
+    try:
+        session.receive_message(client_open)
+        for m in msgs:
+            session.receive_message(b"\x01" + m)  # on the client's channel (id 1)
+            session.receive_message(m)
+    except BlindRelayError:
+        pass
+    session.connection_closed()
+    s = server.stats
+    assert s.sessions_closed == 1 and s.pairings_pending == 0 and s.pairings_active == 0
+    assert isinstance(server.poll_events()[-1], SessionClosed)
+
+
+def test_session_events_other_channels_are_returned() -> None:
+    server = BlindRelayServer()
+    s = server.accept(id=b"\x01" * 32)
+    s.mux.pair("other")
+    others = s.receive_message(h("00010105") + b"other" + b"\x00")
+    assert [type(e).__name__ for e in others] == ["ChannelRequested"]
+    assert not any(isinstance(e, ChannelOpened) for e in others)
