@@ -271,6 +271,7 @@ class DHTNode:
         self.bootstrapped = False
         self.destroyed = False
         self.last_announce: float | None = None
+        self.internal_errors = 0  # bugs caught at the datagram boundary (tests assert 0)
         self.on_request: Callable[[IncomingRequest], bool] | None = None
         # target -> server (HyperDHTServer): PEER_HANDSHAKE / PEER_HOLEPUNCH for our keys
         self.servers: dict[bytes, Any] = {}
@@ -463,6 +464,7 @@ class DHTNode:
             self.rpc.receive(data, addr, socket, self._now())
             self._dispatch()
         except Exception:  # the loop must survive anything a peer sends
+            self.internal_errors += 1
             log.exception("dropping datagram from %s after an internal error", addr)
         self._flush()
 

@@ -1,0 +1,433 @@
+"""Sans-IO DHT cores: routing table, NAT sampler, RPC (tokens, retries, congestion), query
+walk and the server handshake, all on virtual time and the dht.json vectors."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from relay.dht.announcer import sign_announce
+from relay.dht.handshake import HandshakeResponder, open_payload, seal_payload
+from relay.dht.messages import (
+    NS_ANNOUNCE,
+    Announce,
+    DHTError,
+    ErrorCode,
+    Handshake,
+    HolepunchPayload,
+    Mode,
+    NoisePayload,
+    PayloadError,
+    PeerRecord,
+    RelayInfo,
+    Request,
+    Response,
+    announce_signable,
+    decode_message,
+    hash32,
+    node_id,
+)
+from relay.dht.query import Query
+from relay.dht.rpc import (
+    CLIENT,
+    RPC,
+    SERVER,
+    Peer,
+    Reply,
+    RequestFailed,
+    RequestReceived,
+    RequestRetrying,
+    ResponseReceived,
+)
+from relay.dht.table import NatSampler, Node, RoutingTable, prefix_length, xor_compare
+from relay.keys import key_pair
+from relay.noise import NoiseHandshake
+from tests.vectors import load
+
+V = load("dht")["vectors"]
+INPUTS = load("dht")["inputs"]
+
+
+def addr(d: dict) -> tuple[str, int]:
+    return (d["host"], d["port"])
+
+
+# ------------------------------------------------------------------------- routing table
+
+
+def test_prefix_length_matches_kademlia_rows() -> None:
+    a = bytes(32)
+    assert prefix_length(a, a) == 255
+    assert prefix_length(b"\x80" + bytes(31), a) == 0
+    assert prefix_length(b"\x01" + bytes(31), a) == 7
+    assert prefix_length(bytes(1) + b"\x40" + bytes(30), a) == 9
+
+
+def test_routing_table_rows_capacity_and_closest() -> None:
+    own = bytes(32)
+    table = RoutingTable(own, k=4)
+    nodes = [Node(bytes([0x80 | i]) + os.urandom(31), "10.0.0.1", 1000 + i) for i in range(6)]
+    results = [table.add(n) for n in nodes]
+    # all share prefix length 0 with our id: one row of k=4, the rest bounce with that full row
+    assert results[:4] == [True] * 4 and all(r is not True for r in results[4:])
+    assert len(table) == 4
+    near = Node(bytes([0x01]) + os.urandom(31), "10.0.0.2", 2000)
+    assert table.add(near) is True
+    assert table.get(near.id) is near and table.has(near.id)
+    # closest() starts at the target's row and walks towards shorter prefixes first
+    assert table.closest(near.id, 1) == [near]
+    assert len(table.closest(os.urandom(32), 10)) == 5
+    assert len(table.closest(os.urandom(32))) == 4  # k by default
+    assert table.remove(near.id) and not table.has(near.id) and len(table) == 4
+    # replacing a node with the same id keeps the size
+    again = Node(nodes[0].id, "10.0.0.9", 9)
+    assert table.add(again) is True and table.get(again.id) is again and len(table) == 4
+    assert table.random() in list(table)
+
+
+def test_xor_compare_orders_by_distance() -> None:
+    target = bytes(32)
+    near, far = b"\x01" + bytes(31), b"\x02" + bytes(31)
+    assert xor_compare(target, near, far) < 0 < xor_compare(target, far, near)
+    assert xor_compare(target, near, near) == 0
+
+
+def test_nat_sampler_votes_like_nat_sampler() -> None:
+    s = NatSampler()
+    s.add("1.2.3.4", 1000)
+    assert (s.host, s.port) == ("1.2.3.4", 1000)  # one sample is a majority of one
+    s.add("1.2.3.4", 1001)
+    assert (s.host, s.port) == ("1.2.3.4", 0)  # host consistent, port not: "randomized"
+    for _ in range(6):
+        s.add("1.2.3.4", 1000)
+    assert (s.host, s.port) == ("1.2.3.4", 1000)
+    t = NatSampler()
+    for i in range(40):  # the ring keeps 16 samples; old ones stop counting
+        t.add("5.6.7.8", 2000 + i % 2 if i < 20 else 3000)
+    assert (t.host, t.port) == ("5.6.7.8", 3000)
+
+
+# ------------------------------------------------------------------------- RPC core
+
+
+def make_rpc(**kw) -> RPC:  # type: ignore[no-untyped-def]
+    return RPC(RoutingTable(os.urandom(32)), **kw)
+
+
+def test_tokens_match_vector_and_rotate() -> None:
+    t = V["token"]
+    rpc = make_rpc()
+    rpc.set_secrets(bytes.fromhex(INPUTS["tokenSecret0"]["hex"]), bytes.fromhex(INPUTS["tokenSecret1"]["hex"]))
+    assert rpc.token(t["forHost"], 0).hex() == t["tokenWithSecret0"]
+    assert rpc.token(t["forHost"], 1).hex() == t["tokenWithSecret1"]
+    rpc._next_drain = 0.0
+    for i in range(10):  # 10 drains of 750 ms = one rotation
+        rpc.handle_timer(0.75 * (i + 1))
+    assert rpc._secrets is not None
+    assert rpc._secrets[0].hex() == t["afterRotation_secret0"]
+    assert rpc._secrets[1].hex() == t["afterRotation_secret1"]
+    assert rpc.token(t["forHost"], 1).hex() == t["afterRotation_tokenWithSecret1"]
+
+
+def test_invalid_token_is_answered_by_rpc_with_a_fresh_token() -> None:
+    inv = V["invalidToken"]
+    rpc = make_rpc()
+    rpc.set_secrets(bytes.fromhex(INPUTS["tokenSecret0"]["hex"]), bytes.fromhex(INPUTS["tokenSecret1"]["hex"]))
+    rpc.ephemeral = False
+    rpc.table = RoutingTable(node_id(addr(INPUTS["addrB"])))
+    rpc.receive(bytes.fromhex(inv["request"]), addr(INPUTS["addrS"]), SERVER, 0.0)
+    assert rpc.next_event() is None  # never dispatched
+    ((sock, data, to),) = rpc.datagrams_to_send()
+    assert sock == SERVER and to == addr(INPUTS["addrS"])
+    assert data.hex() == inv["response"]  # byte-identical to dht-rpc's own error reply
+    # with a routing table the error carries closer nodes, as the request had a target
+    rpc.table.add(Node(node_id(addr(INPUTS["addrN1"])), *addr(INPUTS["addrN1"])))
+    rpc.receive(bytes.fromhex(inv["request"]), addr(INPUTS["addrS"]), SERVER, 0.0)
+    res = decode_message(rpc.datagrams_to_send()[0][1])
+    assert isinstance(res, Response) and res.error == 2 and res.closer_nodes == [addr(INPUTS["addrN1"])]
+
+
+def test_valid_token_request_is_dispatched_and_reply_carries_token() -> None:
+    rpc = make_rpc()
+    src = ("203.0.113.5", 40000)
+    good = rpc.token(src[0], 1)
+    req = Request(tid=7, to=("192.0.2.1", 1), command=4, token=good, target=os.urandom(32), value=b"x")
+    rpc.receive(req.encode(), src, SERVER, 0.0)
+    ev = rpc.next_event()
+    assert isinstance(ev, RequestReceived) and ev.incoming.request.token == good
+    rpc.reply(ev.incoming, b"ok")
+    ((_, data, to),) = rpc.datagrams_to_send()
+    res = decode_message(data)
+    assert isinstance(res, Response) and to == src and res.tid == 7 and res.token == good and res.value == b"ok"
+    assert res.to == src and res.id is None  # ephemeral: never our id
+
+
+def test_ping_vector_reply_from_persistent_and_ephemeral() -> None:
+    p = V["ping"]
+    rpc = make_rpc()
+    rpc.table = RoutingTable(node_id(addr(INPUTS["addrB"])))
+    rpc.receive(bytes.fromhex(p["request"]["hex"]), addr(INPUTS["addrA"]), SERVER, 0.0)
+    ev = rpc.next_event()
+    assert isinstance(ev, RequestReceived)
+    rpc.reply(ev.incoming, token=False, closer_nodes=False)
+    assert rpc.datagrams_to_send()[0][1].hex() == p["responseEphemeral"]["hex"]
+    rpc.ephemeral = False
+    rpc.reply(ev.incoming, token=False, closer_nodes=False)
+    assert rpc.datagrams_to_send()[0][1].hex() == p["responsePersistent"]["hex"]
+
+
+def test_retransmit_same_bytes_then_timeout() -> None:
+    rpc = make_rpc()
+    p = rpc.request(("10.0.0.1", 5), 0, 0.0, internal=True)
+    assert p.socket == CLIENT  # firewalled nodes ask from the client socket
+    (first,) = rpc.datagrams_to_send()
+    now = 0.0
+    sends = [first]
+    events = []
+    while p in rpc.inflight.values():
+        now = rpc.get_timer() or now
+        rpc.handle_timer(now)
+        sends += rpc.datagrams_to_send()
+        while (ev := rpc.next_event()) is not None:
+            events.append(ev)
+    assert len(sends) == 4 and len({d for _, d, _ in sends}) == 1  # 1 + 3 retries, identical bytes
+    assert isinstance(events[0], RequestRetrying)
+    assert isinstance(events[-1], RequestFailed) and events[-1].error.code == "REQUEST_TIMEOUT"
+    assert 3.9 < now < 4.1
+
+
+def test_response_matches_tid_and_source_only() -> None:
+    rpc = make_rpc()
+    p = rpc.request(("10.0.0.1", 5), 0, 0.0, internal=True)
+    rpc.datagrams_to_send()
+    res = Response(tid=p.tid, to=("1.2.3.4", 99)).encode()
+    rpc.receive(res, ("10.0.0.2", 5), CLIENT, 0.1)  # right tid, wrong sender: ignored
+    assert rpc.next_event() is None and p.tid in rpc.inflight
+    rpc.receive(res, ("10.0.0.1", 5), CLIENT, 0.2)
+    ev = rpc.next_event()
+    assert isinstance(ev, ResponseReceived) and ev.reply.to == ("1.2.3.4", 99) and not rpc.inflight
+
+
+def test_congestion_window_queues_and_drains() -> None:
+    rpc = make_rpc(max_window=4)
+    ps = [rpc.request(("10.0.0.1", 1000 + i), 0, 0.0, internal=True) for i in range(10)]
+    assert len(rpc.datagrams_to_send()) == 4
+    assert sum(p.queued for p in ps) == 6
+    rpc.handle_timer(0.75)  # next slot
+    assert len(rpc.datagrams_to_send()) == 4
+
+
+@given(st.lists(st.binary(max_size=120), max_size=30))
+@settings(max_examples=200, deadline=None)
+def test_random_datagrams_never_raise_from_rpc(datagrams: list[bytes]) -> None:
+    rpc = make_rpc()
+    for i, d in enumerate(datagrams):
+        rpc.receive(d, ("10.1.2.3", 1 + i), SERVER, float(i))
+        rpc.receive(b"\x03" + d, ("10.1.2.3", 1 + i), CLIENT, float(i))
+        rpc.receive(b"\x13" + d, ("10.1.2.3", 1 + i), CLIENT, float(i))
+        while (ev := rpc.next_event()) is not None:
+            if isinstance(ev, RequestReceived):
+                rpc.reply(ev.incoming, error=ErrorCode.UNKNOWN_COMMAND)
+    rpc.datagrams_to_send()
+
+
+# ------------------------------------------------------------------------- query walk
+
+
+def fake_reply(q: Query, frm: tuple[str, int], closer: list[tuple[str, int]], with_id: bool = True) -> Reply:
+    res = Response(tid=1, to=("192.0.2.44", 49737), id=node_id(frm) if with_id else None, token=os.urandom(32))
+    res.closer_nodes = closer
+    return Reply(None, res, Peer(frm[0], frm[1], node_id(frm) if with_id else None), False)  # type: ignore[arg-type]
+
+
+def test_query_walks_closer_nodes_and_keeps_k_closest() -> None:
+    network = [(f"10.0.{i // 250}.{i % 250 + 1}", 49737) for i in range(60)]
+    target = os.urandom(32)
+    boot = ("10.9.9.9", 49737)
+    q = Query(target, RoutingTable(os.urandom(32)), bootstrap=[boot], k=20, concurrency=10)
+    asked: list[tuple[str, int]] = []
+    rounds = 0
+    while not q.finished and rounds < 100:
+        rounds += 1
+        visits = q.next_visits()
+        for c in visits:
+            asked.append(c.address)
+            # an id-less bootstrap node (as hyperdht's bootstrappers) refers everyone
+            closer = network if c.address == boot else sorted(network, key=lambda a: xor_key(target, a))[:20]
+            q.on_reply(c.address, fake_reply(q, c.address, closer, with_id=c.address != boot))
+    assert q.finished
+    best = sorted(network, key=lambda a: xor_key(target, a))[:20]
+    assert [r.peer.address for r in q.closest_replies] == best
+    assert boot not in q.closest_nodes  # replies without a valid id never count as closest
+    assert len(asked) == len(set(asked))  # nobody is asked twice
+
+
+def xor_key(target: bytes, a: tuple[str, int]) -> bytes:
+    return bytes(x ^ y for x, y in zip(target, node_id(a), strict=True))
+
+
+def test_query_timeouts_send_down_hints_to_referrers() -> None:
+    q = Query(os.urandom(32), RoutingTable(os.urandom(32)), bootstrap=[("10.0.0.1", 1)])
+    (b,) = q.next_visits()
+    dead = ("10.0.0.2", 2)
+    q.on_reply(b.address, fake_reply(q, b.address, [dead]))
+    (d,) = q.next_visits()
+    assert d.address == dead
+    q.on_retrying()
+    q.on_failed(dead, timed_out=True, was_slow=True)
+    assert [(h.to, h.down) for h in q.take_down_hints()] == [(b.address, dead)]
+    assert q.next_visits() == [] and q.finished
+
+
+# ------------------------------------------------------------------------- announce
+
+
+def test_sign_announce_matches_vector_and_verifies() -> None:
+    import nacl.bindings
+
+    a = V["announce"]
+    kp = key_pair(bytes.fromhex(INPUTS["serverSeed"]["hex"]))
+    ann = sign_announce(kp, bytes.fromhex(a["target"]), bytes.fromhex(a["nodeIdOfB"]), bytes.fromhex(a["token"]))
+    assert ann.encode().hex() == a["announceValue"]
+    un = sign_announce(
+        kp, bytes.fromhex(a["target"]), bytes.fromhex(a["nodeIdOfB"]), bytes.fromhex(a["token"]), unannounce=True
+    )
+    assert un.encode().hex() == a["unannounce"]["value"]
+    signable = announce_signable(
+        bytes.fromhex(a["target"]),
+        bytes.fromhex(a["nodeIdOfB"]),
+        bytes.fromhex(a["token"]),
+        PeerRecord(kp.public_key),
+        None,
+        NS_ANNOUNCE,
+    )
+    assert ann.signature is not None
+    nacl.bindings.crypto_sign_open(ann.signature + signable, kp.public_key)  # raises if invalid
+    # bound to the node: another node id makes it invalid
+    other = announce_signable(
+        bytes.fromhex(a["target"]),
+        os.urandom(32),
+        bytes.fromhex(a["token"]),
+        PeerRecord(kp.public_key),
+        None,
+        NS_ANNOUNCE,
+    )
+    with pytest.raises(nacl.exceptions.BadSignatureError):
+        nacl.bindings.crypto_sign_open(ann.signature + other, kp.public_key)
+    assert Announce.decode(ann.encode()) == ann
+
+
+# ------------------------------------------------------------------------- server handshake
+
+
+def vector_responder() -> tuple[HandshakeResponder, bytes]:
+    server = key_pair(bytes.fromhex(INPUTS["serverSeed"]["hex"]))
+    return HandshakeResponder(server), bytes.fromhex(V["noiseIK"]["message1"])
+
+
+def test_responder_reproduces_hyperdht_message2_and_keys() -> None:
+    ik = V["noiseIK"]
+    r, msg1 = vector_responder()
+    eph = key_pair(bytes.fromhex(INPUTS["serverEphemeralSeed"]["hex"]))
+    client_addr = addr(INPUTS["clientAddress"])
+    a = r.accept(msg1, client_addr, addr(INPUTS["addrB"]), addr(INPUTS["addrS"]), 0.0, ephemeral=eph)
+    assert a is not None and not a.direct and a.client_address == client_addr
+    assert a.remote_public_key.hex() == V["keys"]["clientPublicKey"]
+    assert a.remote_payload.encode().hex() == ik["clientPayloadPlain"] and a.error == PayloadError.NONE
+    s = addr(INPUTS["addrS"])
+    msg2 = r.reply(
+        a,
+        0.0,
+        stream_id=INPUTS["udxIds"]["server"],
+        remote_address=s,
+        local_addresses=[("10.0.0.5", 49737)],
+        relay_addresses=[s, addr(INPUTS["addrN1"]), addr(INPUTS["addrN2"])],
+        relays=[],
+    )
+    assert msg2.hex() == ik["message2"]
+    assert a.result is not None
+    assert a.result.hash.hex() == ik["handshakeHash"]
+    assert a.result.tx.hex() == ik["serverTx"] and a.result.rx.hex() == ik["serverRx"]
+    assert a.holepunch_secret is not None and a.holepunch_secret.hex() == ik["holepunchSecret"]
+    # the FROM_SERVER value the router sends back is the vector's step 3 value
+    step3 = decode_message(bytes.fromhex(V["peerHandshake"]["step3_S_to_B_FROM_SERVER"]["datagram"]))
+    assert Handshake(Mode.FROM_SERVER, msg2, client_addr).encode() == step3.value
+
+
+def test_responder_dedups_by_message1_and_clears_after_10s() -> None:
+    r, msg1 = vector_responder()
+    a = r.accept(msg1, None, ("203.0.113.9", 41000), ("192.0.2.44", 49737), 0.0)
+    assert a is not None and a.direct
+    reply = r.reply(a, 0.0, stream_id=7, remote_address=None, local_addresses=[], relay_addresses=[], relays=[])
+    # the relayed copy and retransmissions get the very same attempt and message 2
+    assert r.accept(msg1, ("203.0.113.9", 41000), ("198.51.100.7", 49737), ("192.0.2.44", 49737), 1.0) is a
+    assert r.reply(a, 1.0, stream_id=8, remote_address=None, local_addresses=[], relay_addresses=[], relays=[]) == reply
+    payload = NoisePayload.decode(client_view_of_reply(a))
+    assert payload.firewall == 0 and payload.holepunch is not None and payload.holepunch.id == a.slot
+    timed_out, cleared = r.expired(10.0)  # passive wait for the client's UDX packet ran out
+    assert timed_out == [a] and cleared == []
+    timed_out, cleared = r.expired(20.0)
+    assert cleared == [a] and r.lookup(msg1) is None and r.slots == []
+
+
+def client_view_of_reply(a) -> bytes:  # type: ignore[no-untyped-def]
+    """Decrypt our own message 2 as the client would."""
+    client = key_pair(bytes.fromhex(INPUTS["clientSeed"]["hex"]))
+    eph = key_pair(bytes.fromhex(INPUTS["clientEphemeralSeed"]["hex"]))
+    from relay.dht.messages import NS_PEER_HANDSHAKE
+
+    nh = NoiseHandshake("IK", True, client, a.noise.static.public_key, prologue=NS_PEER_HANDSHAKE, ephemeral=eph)
+    nh.send(bytes.fromhex(V["noiseIK"]["clientPayloadPlain"]))
+    return nh.recv(a.reply)
+
+
+def test_responder_rejects_garbage_firewalled_and_old_versions() -> None:
+    r, msg1 = vector_responder()
+    assert r.accept(os.urandom(120), None, ("1.1.1.1", 1), ("2.2.2.2", 2), 0.0) is None
+    blocked = HandshakeResponder(r.key_pair, firewall=lambda pk, payload, address: True)
+    assert blocked.accept(msg1, None, ("1.1.1.1", 1), ("2.2.2.2", 2), 0.0) is None
+    # a client speaking payload version 2 gets VERSION_MISMATCH (and no stream)
+    server = r.key_pair
+    client = key_pair()
+    from relay.dht.messages import NS_PEER_HANDSHAKE
+
+    nh = NoiseHandshake("IK", True, client, server.public_key, prologue=NS_PEER_HANDSHAKE)
+    m1 = nh.send(bytes([2, 0]))
+    a = r.accept(m1, None, ("1.1.1.1", 1), ("2.2.2.2", 2), 0.0)
+    assert a is not None and a.error == PayloadError.VERSION_MISMATCH
+    m2 = r.reply(a, 0.0, stream_id=0, remote_address=None, local_addresses=[], relay_addresses=[], relays=[])
+    assert NoisePayload.decode(nh.recv(m2)).error == PayloadError.VERSION_MISMATCH
+    assert a.clear_at == 10.0
+
+
+def test_holepunch_payload_secretbox_vector() -> None:
+    hp = V["holepunch"]
+    secret = bytes.fromhex(V["noiseIK"]["holepunchSecret"])
+    plain = HolepunchPayload.decode(bytes.fromhex(hp["holepunchPayload"]["plainHex"]))
+    sealed = seal_payload(secret, plain, nonce=bytes.fromhex(INPUTS["holepunchNonce"]["hex"]))
+    assert sealed.hex() == hp["encryptedPayload"]
+    assert open_payload(secret, sealed) == plain
+    assert open_payload(secret, sealed[:-1] + bytes([sealed[-1] ^ 1])) is None
+    assert open_payload(os.urandom(32), sealed) is None
+
+
+def test_relay_info_in_firewalled_payload() -> None:
+    r, msg1 = vector_responder()
+    a = r.accept(msg1, ("203.0.113.9", 41000), ("198.51.100.7", 49737), ("192.0.2.44", 49737), 0.0)
+    assert a is not None
+    relays = [RelayInfo(("198.51.100.21", 49737), ("192.0.2.44", 49737))]
+    r.reply(
+        a, 0.0, stream_id=5, remote_address=None, local_addresses=[("10.0.0.5", 1)], relay_addresses=[], relays=relays
+    )
+    p = NoisePayload.decode(client_view_of_reply(a))
+    assert p.holepunch is not None and p.holepunch.relays == relays and p.relay_addresses is None
+    assert p.udx is not None and p.udx.id == 5 and p.secret_stream
+
+
+def test_bad_address_is_a_dht_error() -> None:
+    with pytest.raises(DHTError):
+        node_id(("not-an-ip", 1))
+    assert hash32(b"") != hash32(b"\x00")

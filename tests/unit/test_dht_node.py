@@ -1,0 +1,159 @@
+"""The asyncio node on loopback: random datagrams never break it, and it keeps answering."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from relay.dht import DHTNode, HyperDHTServer
+from relay.dht.messages import Command, Handshake, Holepunch, Internal, Mode, Request, Response, decode_message
+from relay.dht.node import parse_node
+from relay.keys import key_pair
+from relay.udx import UDX
+
+
+class Loopback:
+    """A bound node + server on 127.0.0.1 inside a private event loop, for sync hypothesis tests."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.udx: UDX | None = None
+        self.node: DHTNode | None = None
+        self.server: HyperDHTServer | None = None
+
+        async def setup() -> None:
+            self.udx = UDX()
+            self.node = DHTNode(bootstrap=[], host="127.0.0.1", port=0, udx=self.udx, firewalled=False)
+            await self.node.bind()
+            self.server = HyperDHTServer(self.node, key_pair(), lambda conn: None, announce=False)
+            await self.server.listen()
+
+        self.loop.run_until_complete(setup())
+
+    def close(self) -> None:
+        async def teardown() -> None:
+            assert self.server and self.node and self.udx
+            await self.server.close()
+            await self.node.close()
+            self.udx.close()
+
+        self.loop.run_until_complete(teardown())
+        self.loop.close()
+
+    def ping(self) -> Response:
+        """A real PING over UDP from an outside socket."""
+        assert self.node is not None
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.bind(("127.0.0.1", 0))
+        s.setblocking(False)
+        try:
+            to = self.node.local_address()
+            s.sendto(Request(tid=99, to=to, command=Internal.PING, internal=True).encode(), to)
+            data = self.loop.run_until_complete(asyncio.wait_for(self.loop.sock_recv(s, 2048), 5))
+        finally:
+            s.close()
+        res = decode_message(data)
+        assert isinstance(res, Response)
+        return res
+
+
+@pytest.fixture(scope="module")
+def loopback() -> Iterator[Loopback]:
+    lb = Loopback()
+    yield lb
+    lb.close()
+
+
+def frames(target: bytes) -> st.SearchStrategy[bytes]:
+    """Random bytes, random RPC-looking frames, and well-framed garbage aimed at our server."""
+    raw = st.binary(max_size=300)
+    rpc = st.tuples(st.sampled_from([b"\x03", b"\x13"]), st.binary(max_size=200)).map(lambda t: t[0] + t[1])
+    handshake = st.tuples(st.integers(0, 6), st.binary(max_size=200), st.booleans()).map(
+        lambda t: Request(
+            tid=1,
+            to=("127.0.0.1", 1),
+            command=Command.PEER_HANDSHAKE,
+            target=target,
+            value=Handshake(t[0], t[1], ("127.0.0.1", 9) if t[2] else None).encode(),
+        ).encode()
+    )
+    holepunch = st.tuples(st.integers(0, 6), st.integers(0, 3), st.binary(max_size=120)).map(
+        lambda t: Request(
+            tid=2,
+            to=("127.0.0.1", 1),
+            command=Command.PEER_HOLEPUNCH,
+            target=target,
+            value=Holepunch(t[0], t[1], t[2], ("127.0.0.1", 9)).encode(),
+        ).encode()
+    )
+    internal = st.tuples(st.integers(0, 8), st.binary(max_size=12), st.booleans()).map(
+        lambda t: Request(
+            tid=3, to=("127.0.0.1", 1), command=t[0], internal=True, target=b"\x01" * 32 if t[2] else None, value=t[1]
+        ).encode()
+    )
+    return st.one_of(raw, rpc, handshake, holepunch, internal)
+
+
+def test_random_datagrams_never_break_the_node_loop(loopback: Loopback) -> None:
+    assert loopback.node is not None and loopback.server is not None
+    node, target = loopback.node, loopback.server.target
+
+    @given(st.lists(st.tuples(frames(target), st.integers(1, 65535)), max_size=20))
+    @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    def feed(datagrams: list[tuple[bytes, int]]) -> None:
+        for data, port in datagrams:
+            node._on_datagram("server", data, ("127.0.0.1", port))
+            node._on_datagram("client", data, ("127.0.0.1", port))
+
+    feed()
+    # nothing reached the catch-all at the datagram boundary, and the node still answers
+    assert node.internal_errors == 0
+    res = loopback.ping()
+    assert res.tid == 99 and res.error == 0
+
+
+def test_parse_node() -> None:
+    assert parse_node("127.0.0.1:49737") == ("127.0.0.1", 49737)
+    assert parse_node("88.99.3.86@node1.hyperdht.org:49737") == ("88.99.3.86@node1.hyperdht.org", 49737)
+    for bad in ("nohost", "host:", ":1", "h:x"):
+        with pytest.raises(Exception, match="host:port"):
+            parse_node(bad)
+
+
+async def test_port_in_use_is_one_clear_error() -> None:
+    taken = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    taken.bind(("127.0.0.1", 0))
+    try:
+        node = DHTNode(bootstrap=[], host="127.0.0.1", port=taken.getsockname()[1], udx=UDX())
+        with pytest.raises(Exception, match="cannot bind UDP") as exc:
+            await node.bind()
+        assert getattr(exc.value, "code", None) == "BIND_FAILED"
+    finally:
+        taken.close()
+
+
+async def test_unreachable_bootstrap_finishes_firewalled_and_empty() -> None:
+    # a port nobody listens on: the walk times out (4 s) and the node says so in its stats
+    dead = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    dead.bind(("127.0.0.1", 0))
+    port = dead.getsockname()[1]
+    dead.close()
+    udx = UDX()
+    node = DHTNode(bootstrap=[f"127.0.0.1:{port}"], host="127.0.0.1", port=0, udx=udx)
+    try:
+        await asyncio.wait_for(node.bootstrap(), 30)
+        st_ = node.stats()
+        assert st_["bootstrapped"] and st_["firewalled"] and st_["nodes"] == 0 and st_["public_host"] is None
+        assert node.remote_address() is None
+    finally:
+        await node.close()
+        udx.close()
+
+
+def test_relay_mode_values() -> None:
+    assert [m.value for m in Mode] == [0, 1, 2, 3, 4]
