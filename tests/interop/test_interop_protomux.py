@@ -186,6 +186,22 @@ async def test_interop_protomux_channels_with_node(node: str, node_initiator: bo
         for name, type_, data in [("gamma", 0, b"g1"), ("alpha", 0, b"a1"), ("alpha", 1, b"a2"), ("beta", 0, b"b1")]:
             assert (await js.expect("message", name=name, type=type_))["hex"] == data.hex()
 
+        # 6b. A batch that opens a channel and uses it at once (the `protomux.batch` vector, live).
+        await js.call("pair", name="delta", protocol="delta", id="abcd", types=2)
+        py.mux.cork()
+        delta = py.mux.open_channel("delta", b"\xab\xcd", messages=[None, None])
+        assert delta is not None
+        delta.send(0, b"first")
+        delta.send(1, b"second")
+        py.mux.uncork()
+        out = py.mux.data_to_send()
+        assert len(out) == 1 and out[0][:3] == b"\x00\x00\x00"
+        py.conn.send(out)
+        await js.expect("open", name="delta")
+        assert (await js.expect("message", name="delta", type=0))["hex"] == b"first".hex()
+        assert (await js.expect("message", name="delta", type=1))["hex"] == b"second".hex()
+        await py.expect(ChannelOpened, channel=delta)
+
         # 7. Rejects both ways.
         nobody = py.mux.open_channel("nobody-here", messages=[None])
         assert nobody is not None
@@ -218,7 +234,7 @@ async def test_interop_protomux_channels_with_node(node: str, node_initiator: bo
         # 9. Node destroys the stream: every channel still open closes on our side.
         await js.call("destroy")
         await py.watch.until(lambda: py.mux.destroyed)
-        live: list[Channel] = [gamma, alpha2]
+        live: list[Channel] = [gamma, delta, alpha2]
         for ch in live:
             assert (await py.expect(ChannelClosed, channel=ch)).is_remote
         assert not py.errors
