@@ -27,7 +27,9 @@ from relay.blindrelay import (
     encode_pair,
     encode_unpair,
 )
+from relay.keys import key_pair
 from relay.protomux import Channel, ChannelClosed, ChannelOpened, MessageReceived, Mux
+from relay.secretstream import HandshakeResult, Message, Opened, SecretStream
 from tests.vectors import load
 
 V = load("streams")["blind_relay"]
@@ -409,3 +411,42 @@ def test_session_events_other_channels_are_returned() -> None:
     others = s.receive_message(h("00010105") + b"other" + b"\x00")
     assert [type(e).__name__ for e in others] == ["ChannelRequested"]
     assert not any(isinstance(e, ChannelOpened) for e in others)
+
+
+def test_relay_connection_vector_encrypted_full_stack() -> None:
+    """secret-stream (hyperdht hand-over) + Mux + session: the relay's bytes equal the JS relay's."""
+    v = V["relay_connection"]
+    client_pk = key_pair(b"\x01" * 32).public_key
+    relay_pk = key_pair(b"\x02" * 32).public_key
+    hs = HandshakeResult(h(v["client_rx"]), h(v["client_tx"]), h(v["handshake_hash"]), relay_pk, client_pk)
+    stream = SecretStream(False, handshake=hs)
+    stream._force_header(b"\xf6" * 24)
+    server = BlindRelayServer(allocate_stream_id=counter(200))
+    stream.start(0.0)
+    sessions: list[BlindRelaySession] = []
+    wire_out = [stream.data_to_send()]
+
+    def pump() -> None:
+        for ev in stream.events():
+            if isinstance(ev, Opened):
+                sessions.append(server.accept(id=ev.remote_public_key))
+            elif isinstance(ev, Message):
+                sessions[0].receive_message(ev.data)
+        for _session, msgs in server.drain_output():
+            for m in msgs:
+                if _session is sessions[0]:
+                    stream.send(m)
+        out = stream.data_to_send()
+        if out:
+            wire_out.append(out)
+
+    pump()
+    for w in v["wire"]:
+        if w["from"] == "client":
+            stream.receive_data(h(w["hex"]), 0.0)
+            pump()
+    other = server.accept(id=b"\x07" * 32)
+    other.receive_message(h("0001010b626c696e642d72656c617920") + b"\x07" * 32)
+    other.receive_message(b"\x01\x00" + encode_pair(Pair(False, h(v["token"]), 3)))
+    pump()
+    assert b"".join(wire_out).hex() == "".join(w["hex"] for w in v["wire"] if w["from"] == "relay")
