@@ -203,7 +203,8 @@ def cmd_wizard(args: argparse.Namespace, out: TextIO) -> int:
 def monitor_targets(args: argparse.Namespace, settings: Any) -> list[Any]:
     """--storage/--metrics as given; neither: the configured storage if a relay runs there,
     else the configured metrics address."""
-    from cosmictui.ops.metrics import Target, normalize_url, read_runtime
+    from cosmictui.ops.metrics import Target, normalize_url
+    from cosmictui.ops.relayproc import read_runtime
 
     targets: list[Target] = [Target(storage=Path(s).expanduser().absolute()) for s in args.storage]
     for url in args.metrics:
@@ -214,7 +215,7 @@ def monitor_targets(args: argparse.Namespace, settings: Any) -> list[Any]:
         targets.append(Target(metrics=url))
     if not targets:
         storage = Path(settings.relay_storage).expanduser().absolute()
-        if read_runtime(storage) is not None or settings.metrics_url is None:
+        if read_runtime(str(storage)) is not None or settings.metrics_url is None:
             targets.append(Target(storage=storage))
         else:
             targets.append(Target(metrics=settings.metrics_url))

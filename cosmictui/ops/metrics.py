@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import os
 import time
 import urllib.error
 import urllib.request
@@ -23,9 +22,11 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from cosmictui.ops import relayproc
+
 DEFAULT_METRICS = "127.0.0.1:49738"
-RUNTIME_FILE = "relay-runtime.json"
-LOG_FILE = "blind-relay.log"
+RUNTIME_FILE = relayproc.RUNTIME_FILE
+LOG_FILE = relayproc.LOG_FILE
 MEMORY_BUDGET_BYTES = 200_000_000
 """The seed page's promise: the relay uses up to 200 MB of RAM (decimal MB, as shown everywhere)."""
 
@@ -272,36 +273,15 @@ class Target:
     def label(self) -> str:
         return str(self.storage) if self.storage is not None else normalize_url(self.metrics or DEFAULT_METRICS)
 
-    def runtime(self) -> dict[str, Any] | None:
-        return read_runtime(self.storage) if self.storage is not None else None
+    def status(self) -> relayproc.RelayStatus | None:
+        """The relay process of a storage target (runtime file + pid check), via ops.relayproc."""
+        return relayproc.relay_status(str(self.storage)) if self.storage is not None else None
 
     def log_path(self, stats: dict[str, Any] | None = None) -> Path | None:
         if self.storage is not None:
             return self.storage / LOG_FILE
         storage = (stats or {}).get("storage")
         return Path(storage) / LOG_FILE if isinstance(storage, str) else None
-
-
-def read_runtime(storage: Path) -> dict[str, Any] | None:
-    """`<storage>/relay-runtime.json`, or None when no relay announced itself there."""
-    path = Path(storage) / RUNTIME_FILE
-    try:
-        obj = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return obj if isinstance(obj, dict) else None
-
-
-def _pid_alive(pid: Any) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 @dataclass
@@ -324,6 +304,7 @@ class RelayWatch:
     restarts: int = 0
     url: str | None = None
     history: dict[str, deque[tuple[float, float]]] = field(default_factory=dict)
+    _runtime: relayproc.RelayRuntime | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.history = {name: deque(maxlen=self.history_len) for name in SERIES}
@@ -373,34 +354,28 @@ class RelayWatch:
         h["out_pps"].append((t, r["sent_packets"]))
 
     # -- I/O ----------------------------------------------------------------------------------
-    def resolve(self) -> str | None:
-        """The metrics URL to scrape now; storage targets re-read the runtime file each time,
-        so a relay restarted on another metrics port is found again."""
-        if self.target.storage is None:
-            return self.url
-        rt = self.target.runtime()
-        if rt is None:
-            return None
-        if not _pid_alive(rt.get("pid")):
-            return None
-        m = rt.get("metrics")
-        self.url = normalize_url(m) if isinstance(m, str) and m else None
-        return self.url
+    def resolve(self) -> tuple[str | None, str]:
+        """(metrics URL to scrape now, why not). Storage targets re-read the runtime file each
+        time, so a relay restarted on another metrics port is found again."""
+        st = self.target.status()
+        if st is None:
+            return self.url, "no metrics address"
+        self._runtime = st.runtime
+        if st.runtime is None:
+            return None, f"no {RUNTIME_FILE} in {st.storage} (start the relay)"
+        if not st.running:
+            return None, f"pid {st.runtime.pid} is gone (stale {RUNTIME_FILE})"
+        if not st.runtime.metrics:
+            return None, "the relay runs with --metrics off"
+        self.url = normalize_url(st.runtime.metrics)
+        return self.url, ""
 
     async def poll(self, timeout: float = 2.0) -> bool:
         """Scrape once; True when the screen has news."""
-        url = self.resolve()
+        url, why = self.resolve()
         if url is None:
-            if self.target.storage is not None:
-                rt = self.target.runtime()
-                if rt is None:
-                    why = f"no {RUNTIME_FILE} in {self.target.storage}"
-                elif not _pid_alive(rt.get("pid")):
-                    why = f"pid {rt.get('pid')} is gone (stale {RUNTIME_FILE})"
-                else:
-                    why = "the relay runs with metrics off"
-                return self.observe_failure(why, time.time(), RelayState.NOT_RUNNING)
-            return self.observe_failure("no metrics address", time.time())
+            state = RelayState.NOT_RUNNING if self.target.storage is not None else RelayState.DOWN
+            return self.observe_failure(why, time.time(), state)
         try:
             s = await scrape(url, timeout)
         except MetricsError as e:
@@ -411,9 +386,8 @@ class RelayWatch:
     @property
     def key(self) -> str | None:
         k = self.last.stat("key") if self.last else None
-        if k is None and self.target.storage is not None:
-            rt = self.target.runtime()
-            k = rt.get("key") if rt else None
+        if k is None and self._runtime is not None:
+            k = self._runtime.key
         return k if isinstance(k, str) else None
 
     def uptime(self, now: float | None = None) -> float | None:

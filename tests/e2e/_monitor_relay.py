@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
+INTEROP = ROOT / "tests" / "interop"
 SAFETY = 60.0
 
 
@@ -40,14 +41,39 @@ def wait_for(cond: Callable[[], Any], what: str, timeout: float = SAFETY) -> Any
         time.sleep(0.02)
 
 
+class NodeTestnet:
+    """A hyperdht testnet from npm (tests/interop/js/dht_testnet.js) for the relay to join:
+    since the relay announces itself on the DHT, it refuses to start without one."""
+
+    def __init__(self, node: str, size: int = 3) -> None:
+        self.proc = subprocess.Popen(
+            [node, str(INTEROP / "js" / "dht_testnet.js"), str(size)],
+            cwd=INTEROP,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()  # blocks until ready (or EOF if node failed)
+        if not line:
+            self.stop()
+            raise RuntimeError("the Node testnet exited before it was ready")
+        ready = json.loads(line)
+        self.bootstrap = ",".join(f"{b['host']}:{b['port']}" for b in ready["bootstrap"])
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(SAFETY)
+
+
 class MonitoredRelay:
     """`python -m relay --storage S --port 0 --host 127.0.0.1 --metrics …` with a log file."""
 
-    def __init__(self, storage: Path, metrics: str = "127.0.0.1:0") -> None:
+    def __init__(self, storage: Path, bootstrap: str, metrics: str = "127.0.0.1:0") -> None:
         self.storage = Path(storage)
         self.metrics = metrics
-        # nothing answers here: the relay runs on loopback only and never reaches public nodes
-        self.bootstrap = f"127.0.0.1:{free_port(socket.SOCK_DGRAM)}"
+        self.bootstrap = bootstrap  # a loopback testnet: the relay never reaches public nodes
         self.proc: subprocess.Popen[bytes] | None = None
         self.runtime: dict[str, Any] = {}
 

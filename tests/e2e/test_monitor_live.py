@@ -25,17 +25,24 @@ from cosmictui.ops.metrics import RelayState, Target
 from cosmictui.screens.monitor import MonitorScreen
 from cosmictui.widgets.monitor_facts import RelayFacts
 from cosmictui.widgets.monitor_relays import RelayTable
-from tests.e2e._monitor_relay import MonitoredRelay, free_port
+from tests.e2e._monitor_relay import MonitoredRelay, NodeTestnet, free_port
 
 SAFETY = 60.0
 
 
+@pytest.fixture(scope="module")
+def testnet(node: str) -> Iterator[NodeTestnet]:
+    tn = NodeTestnet(node)
+    yield tn
+    tn.stop()
+
+
 @pytest.fixture
-def relays(tmp_path: Path) -> Iterator[Callable[..., MonitoredRelay]]:
+def relays(tmp_path: Path, testnet: NodeTestnet) -> Iterator[Callable[..., MonitoredRelay]]:
     started: list[MonitoredRelay] = []
 
     def make(name: str = "store", **kw: Any) -> MonitoredRelay:
-        r = MonitoredRelay(tmp_path / name, **kw)
+        r = MonitoredRelay(tmp_path / name, testnet.bootstrap, **kw)
         started.append(r)
         return r.start()
 
@@ -82,6 +89,12 @@ async def test_monitor_shows_a_real_relays_idle_numbers_at_80x24(relays) -> None
         assert f"{w.last.rss_bytes / 1e6:.1f} MB of 200 MB" in text
         assert "0 active  0 pending" in text and "0 stream errors" in text
         assert "pid " + str(relay.proc.pid) in text
+        # the DHT as the relay itself reports it (it joined the loopback testnet to start at all)
+        dht = w.last.stats["dht"]
+        assert dht["bootstrapped"] is True and "bootstrapped ✓" in text
+        assert ("firewalled ✗" in text) if dht["firewalled"] else ("open ✓" in text)
+        if dht["public_host"]:
+            assert f"{dht['public_host']}:{dht['public_port']}" in text
         # idle: nothing relayed, and the rates say so
         assert w.rates["relayed_bytes"] == 0.0
         # the log tail is the relay's own log file

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -192,7 +191,16 @@ async def test_watch_marks_a_hung_relay_down_after_its_timeout(relay):
     assert w.state is m.RelayState.UP
 
 
-async def test_storage_target_follows_the_runtime_file(tmp_path: Path, relay):
+@pytest.fixture
+def relay_named_process():
+    """A live process whose command line names the relay, as ops.relayproc checks pids."""
+    p = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", "relay"], stdin=subprocess.PIPE)
+    yield p
+    p.kill()
+    p.wait(30)
+
+
+async def test_storage_target_follows_the_runtime_file(tmp_path: Path, relay, relay_named_process):
     w = m.RelayWatch(m.Target(storage=tmp_path))
     await w.poll()
     assert w.state is m.RelayState.NOT_RUNNING and m.RUNTIME_FILE in (w.error or "")
@@ -210,11 +218,16 @@ async def test_storage_target_follows_the_runtime_file(tmp_path: Path, relay):
     (tmp_path / m.RUNTIME_FILE).write_text(json.dumps(rt))
     await w.poll()
     assert w.state is m.RelayState.NOT_RUNNING and "gone" in (w.error or "")
-    rt["pid"] = os.getpid()
+    assert w.key == relay.key  # known from the runtime file even while not running
+    rt["pid"] = relay_named_process.pid
     (tmp_path / m.RUNTIME_FILE).write_text(json.dumps(rt))
     await w.poll(timeout=5)
     assert w.state is m.RelayState.UP and w.key == relay.key
     assert w.target.log_path() == tmp_path / m.LOG_FILE
+    rt["metrics"] = None
+    (tmp_path / m.RUNTIME_FILE).write_text(json.dumps(rt))
+    await w.poll()
+    assert w.state is m.RelayState.NOT_RUNNING and "metrics off" in (w.error or "")
 
 
 def test_summary_adds_up_relays_that_answer():
