@@ -250,12 +250,13 @@ class Channel:
             if not 0 <= type < len(self.messages):
                 raise ValueError(f"channel {self.protocol!r} has no message type {type}")
             codec = self.messages[type]
-        w = Writer()
         if codec.write is None:
-            w.raw(bytes(message))
+            payload = bytes(message)
         else:
+            w = Writer()
             codec.write(w, message)
-        self._mux._send(self.local_id, type, w.getvalue())
+            payload = w.getvalue()
+        self._mux._send(self.local_id, type, payload)
         return True
 
     def close(self) -> None:
@@ -375,7 +376,17 @@ class Mux:
         """Process one secret-stream message; returns all queued events. Raises `ProtomuxError`."""
         if self.destroyed:
             raise ProtomuxError("the mux was destroyed by an earlier protocol error")
-        if len(data):
+        n = len(data)
+        if n > 2 and 0 < data[0] <= 0xFC and data[1] <= 0xFC and data[0] <= len(self._remote):
+            slot = self._remote[data[0] - 1]  # fast path: a message on an open channel
+            if slot is not None and slot.pending is None and slot.channel is not None:
+                try:
+                    slot.channel._deliver(data[1], bytes(data[2:]))
+                except ProtomuxError:
+                    self.destroyed = True
+                    raise
+                return self.poll_events()
+        if n:
             buf = bytes(data)
             try:
                 r = Reader(buf)
@@ -431,6 +442,9 @@ class Mux:
             self._out.append(data)
 
     def _send(self, local_id: int, type: int, payload: bytes) -> None:
+        if self._batch is None and local_id <= 0xFC and type <= 0xFC:  # the common case: 2 one-byte uints
+            self._emit(bytes((local_id, type)) + payload)
+            return
         item = Writer().uint(type).raw(payload).getvalue()
         if self._batch is not None:
             self._push_batch(local_id, item)
