@@ -45,6 +45,7 @@ received empty messages are dropped, as in JS.
 from __future__ import annotations
 
 import os
+import struct
 from collections import deque
 from collections.abc import Iterator
 from typing import NamedTuple
@@ -94,6 +95,7 @@ _HEADER_PREFIX = IDHEADERBYTES.to_bytes(3, "little")
 _push = lib.crypto_secretstream_xchacha20poly1305_push
 _pull = lib.crypto_secretstream_xchacha20poly1305_pull
 _NULL = ffi.NULL
+_U32_PACK_INTO = struct.Struct("<I").pack_into
 
 
 class SecretStreamError(Exception):
@@ -310,14 +312,20 @@ class SecretStream:
         self._encrypt(message, n)
 
     def _encrypt(self, message: bytes | bytearray | memoryview, n: int) -> None:
+        # one allocation per frame: length prefix and ciphertext are written in place
         clen = n + ABYTES
         frame = bytearray(3 + clen)
-        frame[0] = clen & 255
-        frame[1] = (clen >> 8) & 255
-        frame[2] = clen >> 16
-        dst = ffi.from_buffer(frame)
-        src = message if isinstance(message, bytes) else ffi.from_buffer(message)
-        rc = _push(self._push_state.statebuf, dst + 3, _NULL, src, n, _NULL, 0, _TAG_MESSAGE)  # type: ignore[union-attr]
+        _U32_PACK_INTO(frame, 0, clen)  # byte 3 (zero) is overwritten by the ciphertext
+        rc = _push(
+            self._push_state.statebuf,  # type: ignore[union-attr]
+            ffi.from_buffer(frame) + 3,
+            _NULL,
+            message if type(message) is bytes else ffi.from_buffer(message),
+            n,
+            _NULL,
+            0,
+            _TAG_MESSAGE,
+        )
         if rc != 0:
             raise SecretStreamError("libsodium refused to encrypt the message")
         self._out.append(frame)
@@ -358,10 +366,13 @@ class SecretStream:
             self._close(SecretStreamError(f"internal error while reading: {e!r}"))
 
     def _parse(self, data: bytes | bytearray | memoryview) -> None:
-        view = memoryview(data).cast("B") if not isinstance(data, bytes) else memoryview(data)
+        view = memoryview(data)
+        if view.ndim != 1 or view.itemsize != 1:
+            view = view.cast("B")
         size = len(view)
         pos = 0
         partial = self._partial
+        base = None  # C pointer to `data`, made once per chunk for the in-place fast path
         while pos < size and not self.closed:
             if partial:
                 # finish the frame we were collecting
@@ -383,7 +394,6 @@ class SecretStream:
                 partial.clear()
                 self._need = 3
                 continue
-            # fast path: frames entirely inside this chunk need no copy
             if size - pos < 3:
                 partial += view[pos:size]
                 self._need = 3 - (size - pos)
@@ -394,8 +404,33 @@ class SecretStream:
                 partial += view[pos:size]
                 self._need = end - size
                 return
-            self._frame(view[pos + 3 : end])
+            if self._phase != _OPEN or length < ABYTES:
+                base = None  # never hold the C view across code that may raise (see below)
+                self._frame(view[pos + 3 : end])
+                pos = end
+                continue
+            # fast path: an encrypted message entirely inside this chunk, decrypted in place
+            mlen = length - ABYTES
+            if mlen > self._plainbuf_size:
+                self._grow_plainbuf(mlen)
+            if base is None:
+                base = ffi.from_buffer(view)
+            if _pull(self._pull_state.statebuf, self._plainbuf, _NULL, self._tag, base + pos + 3, length, _NULL, 0):  # type: ignore[union-attr]
+                # drop the C view first: if a traceback kept it in a GC cycle together with
+                # the exported memoryview, CPython's collector could clear the memoryview
+                # before cffi releases its buffer, and crash
+                del base
+                raise SecretStreamError(
+                    f"message {length}-byte frame failed authentication (tampered, reordered or wrong keys)"
+                )
+            self.raw_bytes_read += length + 3
+            if mlen or not self.filter_empty:
+                self._events.append(Message(ffi.buffer(self._plainbuf, mlen)[:]))
             pos = end
+
+    def _grow_plainbuf(self, mlen: int) -> None:
+        self._plainbuf_size = max(mlen, self._plainbuf_size * 2)
+        self._plainbuf = ffi.new("unsigned char[]", self._plainbuf_size)
 
     def _frame(self, body: memoryview) -> None:
         n = len(body)
@@ -406,8 +441,7 @@ class SecretStream:
                 raise SecretStreamError(f"Invalid message received: {n}-byte frame is shorter than {ABYTES}")
             mlen = n - ABYTES
             if mlen > self._plainbuf_size:
-                self._plainbuf_size = max(mlen, self._plainbuf_size * 2)
-                self._plainbuf = ffi.new("unsigned char[]", self._plainbuf_size)
+                self._grow_plainbuf(mlen)
             rc = _pull(
                 self._pull_state.statebuf,  # type: ignore[union-attr]
                 self._plainbuf,
@@ -572,6 +606,8 @@ class SecretStream:
         if self.closed:
             return
         self.closed = True
+        if error is not None:
+            error.__traceback__ = None  # no frames (and their buffers) kept alive by the error
         self.error = error
         self._phase = _CLOSED
         self._noise = None

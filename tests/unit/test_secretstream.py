@@ -252,6 +252,27 @@ def test_tampered_frame_destroys_with_clear_error() -> None:
     ini.send(b"still fine")
 
 
+def test_errors_mid_chunk_leave_no_dangling_buffers_for_the_collector() -> None:
+    """Regression: an error raised while a C view of the chunk was alive crashed a later GC."""
+    import gc
+
+    for tamper in ("mac", "short"):
+        for _ in range(30):
+            ini, res = _opened_pair()
+            ini.send(b"ok" * 10)
+            ini.send(b"bad" * 10)
+            wire = bytearray(ini.data_to_send())
+            if tamper == "mac":
+                wire[-5] ^= 1
+            else:
+                wire += b"\x02\x00\x00ab"
+            res.receive_data(memoryview(wire), 0.0)
+            assert isinstance(res.error, SecretStreamError)
+            res.self_ref = res  # type: ignore[attr-defined]  # put the stream in a cycle
+            del ini, res, wire
+        gc.collect()
+
+
 def test_bad_header_and_short_frames() -> None:
     ini, res = SecretStream(True), SecretStream(False)
     ini.start(0.0)
