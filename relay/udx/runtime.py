@@ -466,8 +466,8 @@ class UDXStream:
             raise self.error
 
     async def flush(self) -> None:
-        """Wait until everything written so far is acknowledged."""
-        while not self.closed and self._core.write_buffered > 0:
+        """Wait until everything written so far (and the END, after `end`) is acknowledged."""
+        while not self.closed and not self._core.all_acked:
             if self._drain_waiter is None or self._drain_waiter.done():
                 self._drain_waiter = asyncio.get_running_loop().create_future()
             await self._drain_waiter
@@ -553,7 +553,7 @@ class UDXStream:
             self._finish_close()
             return
         w = self._drain_waiter
-        if w is not None and not w.done() and (core.write_buffered < core.high_watermark or not core.write_buffered):
+        if w is not None and not w.done() and core.write_buffered < core.high_watermark:
             w.set_result(None)
         deadline = core.next_deadline()
         if deadline is not None and (self._timer is None or deadline < self._timer_at):

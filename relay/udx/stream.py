@@ -258,6 +258,11 @@ class StreamCore:
         return len(self._sendbuf) - self._sendoff + self._unacked_bytes
 
     @property
+    def all_acked(self) -> bool:
+        """Everything written, and the END if one was queued, is acknowledged."""
+        return self.write_buffered == 0 and (not self._ending or self.ended)
+
+    @property
     def high_watermark(self) -> int:
         return HIGH_WATERMARK + int(self.cwnd) * self.max_payload
 

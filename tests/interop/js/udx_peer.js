@@ -8,7 +8,7 @@
 //                                         backpressure), report their sha256, then end()
 //   {"cmd":"end"} {"cmd":"destroy"} {"cmd":"message","hex":"..."} {"cmd":"keepalive","ms":N}
 //   {"cmd":"stats"}
-// stdout events: ready, sent, data_end (bytes + sha256 of everything received), message,
+// stdout events: ready, connected, sent, data_end (bytes + sha256 of everything received), message,
 //   error, close (with retransmit counters), stats
 const UDX = require('udx-native')
 const crypto = require('crypto')
@@ -57,7 +57,10 @@ async function send (n, end) {
 const rl = readline.createInterface({ input: process.stdin })
 rl.on('line', (line) => {
   const m = JSON.parse(line)
-  if (m.cmd === 'connect') stream.connect(socket, m.remote_id, m.port, m.host || '127.0.0.1')
+  if (m.cmd === 'connect') {
+    stream.connect(socket, m.remote_id, m.port, m.host || '127.0.0.1')
+    out({ event: 'connected' })
+  }
   else if (m.cmd === 'send') send(m.bytes, m.end !== false)
   else if (m.cmd === 'end') stream.end()
   else if (m.cmd === 'destroy') stream.destroy()
