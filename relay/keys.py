@@ -173,9 +173,11 @@ def decode_id(key: str | bytes) -> bytes:
             return z32_decode(s)
         if len(s) == 64:
             try:
-                return bytes.fromhex(s)
+                raw = bytes.fromhex(s)
             except ValueError:
-                pass
+                raw = b""
+            if len(raw) == 32:  # fromhex skips spaces; Node's hex decoder stops at them
+                return raw
     raise KeyEncodingError(f"Invalid Hypercore key: {key!r}")
 
 
