@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
+import socket
 from collections.abc import AsyncIterator
 
 import pytest
@@ -27,6 +29,14 @@ async def python_node(tn: NodeTestnet) -> AsyncIterator[DHTNode]:
     finally:
         await node.close()
         udx.close()
+
+
+async def wait_until(cond, timeout: float = 30) -> None:  # type: ignore[no-untyped-def]
+    async def poll() -> None:
+        while not cond():
+            await asyncio.sleep(0.01)
+
+    await asyncio.wait_for(poll(), timeout)
 
 
 async def echo(conn: Connection) -> None:
@@ -111,3 +121,64 @@ async def test_interop_dht_node_client_connects_and_echoes(node: str) -> None:
         assert conn.relayed  # first contact came through the DHT node we announced to
         assert conn.remote_payload.udx is not None and conn.stream.remote_id == conn.remote_payload.udx.id
         await server.close()
+
+
+async def test_interop_dht_reconnect_goes_direct_and_survives_garbage(node: str) -> None:
+    async with NodeTestnet.start(node, size=4) as tn, python_node(tn) as py:
+        kp = key_pair()
+        conns: list[Connection] = []
+
+        async def on_connection(conn: Connection) -> None:
+            conns.append(conn)
+            await echo(conn)
+
+        server = HyperDHTServer(py, kp, on_connection)
+        await asyncio.wait_for(server.listen(), 30)
+
+        # 5000 random datagrams (some shaped like dht-rpc and UDX frames) at the shared port first
+        rng = random.Random(4)
+        port = py.local_address()[1]
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            for i in range(5000):
+                body = rng.randbytes(rng.randrange(0, 200))
+                head = (b"\x03", b"\x13", b"\xff\x01", b"")[i % 4]
+                s.sendto(head + body, ("127.0.0.1", port))
+                if i % 50 == 0:
+                    await asyncio.sleep(0.001)  # let the loop drain the socket: we test parsing, not buffers
+        await wait_until(lambda: py.server_socket.stats.received_packets >= 5000)
+        pong = await py.ping(tn.node_addresses[1])
+        assert pong.error == 0
+        assert py.internal_errors == 0
+
+        first = await tn.call("connect", key=kp.public_key.hex(), message="one", client="c")
+        assert first["ok"] and first["echo"] == "one", first
+        # the client cached our relayAddresses (our own address first): it now talks to us directly
+        second = await tn.call("connect", key=kp.public_key.hex(), message="two", client="c")
+        assert second["ok"] and second["echo"] == "two", second
+        assert [c.relayed for c in conns] == [True, False]
+        assert conns[1].client_address == conns[1].stream.remote_addr
+        assert server.responder.stats["failed"] == 0
+        await server.close()
+
+
+async def test_interop_dht_firewalled_server_still_reached_on_same_host(node: str) -> None:
+    # firewalled=True: we never claim OPEN, so the reply carries holepunch relays and no public address;
+    # a Node client on the same host takes hyperdht's same-IP shortcut to our local address
+    async with NodeTestnet.start(node, size=4) as tn:
+        udx = UDX()
+        py = DHTNode(bootstrap=tn.bootstrap, host="127.0.0.1", port=0, udx=udx, firewalled=True)
+        try:
+            await asyncio.wait_for(py.bootstrap(), 30)
+            assert py.stats()["firewalled"] and py.remote_address() is None
+            server = HyperDHTServer(py, key_pair(), echo)
+            await asyncio.wait_for(server.listen(), 30)
+            # while firewalled we announce from the client socket; the announce nodes saw that address
+            assert {r.peer_address for r in server.announcer.relays} == {py.client_socket.address}
+            res = await tn.call("connect", key=server.public_key.hex(), message="behind a wall")
+            assert res["ok"] and res["echo"] == "behind a wall", res
+            assert server.stats["connections"] == 1
+            assert res["rawStream"]["remotePort"] in (py.local_address()[1], py.client_socket.address[1])
+            await server.close()
+        finally:
+            await py.close()
+            udx.close()

@@ -27,9 +27,12 @@ async function main () {
     nodes.push(node)
   }
   const clients = []
-  function client () {
+  const named = new Map()
+  function client (name) {
+    if (name && named.has(name)) return named.get(name)
     const c = new DHT({ bootstrap, port: PORT_ANY, host: '127.0.0.1' })
     clients.push(c)
+    if (name) named.set(name, c)
     return c
   }
 
@@ -62,8 +65,9 @@ async function main () {
       return { error: res.error, closerNodes: (res.closerNodes || []).length }
     },
     // hyperdht client connect + echo over the secret stream
-    async connect ({ key, message, timeout = 20000, keepOpen = false }) {
-      const dht = client()
+    // client: reuse a named DHT client (its relay-address cache makes a reconnect go direct)
+    async connect ({ key, message, timeout = 20000, keepOpen = false, client: name = null }) {
+      const dht = client(name)
       const socket = dht.connect(b4a.from(key, 'hex'))
       const msg = b4a.from(message || 'hello')
       const result = await new Promise((resolve, reject) => {
