@@ -14,6 +14,7 @@ import os
 import shlex
 import socket
 import tempfile
+import time
 import urllib.request
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -270,6 +271,34 @@ while time.time()<end:
  except OSError as e:print("ERROR %s"%e);time.sleep(0.2)
 print("NOREPLY %s:%d after %d pings in %gs"%(h,p,n,t));sys.exit(1)
 """
+
+
+def dht_ping(host: str, port: int, timeout: float = 1.0) -> tuple[bool, str]:
+    """Send a dht-rpc PING from here (same bytes as the one-liner); (answered, what happened)."""
+    try:
+        ip = socket.gethostbyname(host)
+    except OSError as e:
+        return False, f"cannot resolve {host}: {e}"
+    tid = os.urandom(2)
+    req = b"\x03\x04" + tid + socket.inet_aton(ip) + port.to_bytes(2, "little") + b"\x00"
+    deadline = time.monotonic() + timeout
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                s.sendto(req, (ip, port))
+                s.settimeout(max(0.05, min(0.5, left)))
+                while True:
+                    data, addr = s.recvfrom(2048)
+                    if addr == (ip, port) and len(data) >= 10 and data[0] == 0x13 and data[2:4] == tid:
+                        return True, f"answered from {ip}:{port}"
+            except TimeoutError:
+                continue
+            except OSError as e:  # ICMP port unreachable shows up here on loopback
+                err = e.strerror or str(e)
+                time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+                if time.monotonic() >= deadline:
+                    return False, f"no dht-rpc reply from {ip}:{port} ({err})"
+    return False, f"no dht-rpc reply from {ip}:{port} within {timeout:g} s"
 
 
 def ping_command(host: str, port: int, timeout: float = 3.0, python: str = "python3") -> str:

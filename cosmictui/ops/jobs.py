@@ -136,23 +136,23 @@ def _table_rows(text: str, raw: str) -> list[dict[str, str]]:
     if header_at is None:
         raise JobsFormatError("no table header with an id and a status column, and not JSON", raw)
     header_line = lines[header_at]
-    wide = [m for m in re.finditer(r"\S+(?: \S+)*", header_line)]
-    spans = [(m.start(), m.group()) for m in wide]
-    if len(spans) == 1 or not _has_header(header_line, [n for _, n in spans]):
+    spans = [(m.start(), m.group()) for m in re.finditer(r"\S+(?: \S+)*", header_line)]
+    aligned = len(spans) > 1 and _has_header(header_line, [n for _, n in spans])
+    if not aligned:
         spans = [(m.start(), m.group()) for m in re.finditer(r"\S+", header_line)]
     names = [_norm(n) for _, n in spans]
+    starts = [p for p, _ in spans]
     rows = []
     for line in lines[header_at + 1 :]:
         if _BOX_RULE.match(line):
             continue
-        parts = re.split(r"\s{2,}", line.strip())
-        if len(parts) != len(names) and len(line.split()) == len(names):
-            parts = line.split()
-        if len(parts) != len(names):
-            starts = [p for p, _ in spans] + [None]
-            parts = [line[starts[i] : starts[i + 1]].strip() for i in range(len(names))]
-            if starts[-2] is not None and len(line) > (starts[-2] or 0):
-                parts[-1] = line[starts[-2] :].strip()
+        if not aligned:  # single-space separated: only the last column may hold spaces
+            parts = line.split(None, len(names) - 1)
+        else:
+            parts = re.split(r"\s{2,}", line.strip())
+            if len(parts) != len(names):  # empty cells: cut at the header's column starts
+                bounds = [*starts[1:], None]
+                parts = [line[starts[i] : bounds[i]].strip() for i in range(len(names))]
         rows.append(dict(zip(names, parts, strict=False)))
     return rows
 

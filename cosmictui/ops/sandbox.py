@@ -11,12 +11,30 @@ The sandbox runs the real Python relay.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
-from cosmictui.ops.config import Settings
+from cosmictui.ops.config import ENV_VAR, Settings
+from cosmictui.ops.jobs import format_age
+from cosmictui.ops.relayproc import attach, pid_alive
 
 STATE_FILE = "sandbox-state.json"
+DHT_READY_FILE = "dht.json"
+DHT_LOG_FILE = "dht.log"
 
 
 @dataclass(frozen=True)
@@ -35,6 +53,58 @@ class Sandbox:
     def state_path(self) -> Path:
         return self.deployment / STATE_FILE
 
+    @property
+    def dht_ready_path(self) -> Path:
+        return self.root / DHT_READY_FILE
+
+    def stop_dht(self, timeout: float = 10.0) -> bool:
+        """Stop the sandbox's private DHT (if this sandbox started one); True if it was running."""
+        return stop_dht(self.root, timeout)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop what the sandbox runs in the background: its relay and its private DHT."""
+        rt = attach(str(self.relay_storage))
+        if rt is not None:
+            _terminate(rt.pid, timeout)
+        self.stop_dht(timeout)
+
+
+def _free_port(kind: int) -> int:
+    with socket.socket(socket.AF_INET, kind) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+ENV_TEMPLATE = """\
+# CosmicAC deployment settings (demo sandbox made by `cosmictui --demo`)
+# Config overrides use K8S_COMMON_CONFIG__<section>__<key>; values are JSON where noted.
+COSMICAC_ENV=sandbox
+K8S_NAMESPACE=cosmicac
+export KUBECONFIG=./kubeconfig.yaml
+WRK_SERVER_IMAGE="registry.example.com/cosmicac/wrk-server-k8s-nvidia:1.14.2"
+K8S_COMMON_CONFIG__logging__level=info
+K8S_COMMON_CONFIG__interconnect__timeout_ms=30000
+"""
+
+TASKFILE = """\
+# Sandbox Taskfile: the real tasks are simulated by bin/task
+version: '3'
+tasks:
+  apply-wrk-server-k8s-nvidia-common-config:
+    desc: Render the common config from .env and apply it to the cluster
+  restart:
+    desc: Restart SERVICES
+"""
+
+SCRIPT = """\
+#!{python}
+# Sandbox `{name}` made by cosmictui: simulates the CosmicAC command of that name.
+import sys
+sys.path.insert(0, {pkg_root!r})
+from cosmictui.ops.sandbox import {entry}
+sys.exit({entry}(sys.argv[1:], {state!r}))
+"""
+
 
 def create_sandbox(
     root: str | Path | None = None,
@@ -43,6 +113,442 @@ def create_sandbox(
     metrics_port: int | None = None,
     bootstrap: tuple[str, ...] = (),
     seed_jobs: bool = True,
+    start_dht: bool = True,
 ) -> Sandbox:
-    """Create (or reuse) a sandbox under `root` (default: a new temp dir)."""
-    raise NotImplementedError
+    """Create (or reuse) a sandbox under `root` (default: a new temp dir).
+
+    The relay binds 127.0.0.1 on a free port. Unless `bootstrap` names DHT nodes, the sandbox
+    runs a private three-node DHT on 127.0.0.1 (`sandbox_dht`, detached; started here when
+    `start_dht`, else by `ensure_dht`), so the demo never needs the internet. Call
+    `Sandbox.close()` to stop it and the relay; it also exits by itself once no relay has run on
+    the sandbox storage for 15 minutes or the sandbox directory is removed.
+    """
+    base = Path(root) if root is not None else Path(tempfile.mkdtemp(prefix="cosmictui-demo-"))
+    base = base.expanduser().absolute()
+    deployment = base / "deployment"
+    bin_dir = base / "bin"
+    storage = base / "relay-storage"
+    for d in (deployment, bin_dir):
+        d.mkdir(parents=True, exist_ok=True)
+    state_path = deployment / STATE_FILE
+    state = _load(state_path) if state_path.exists() else None
+    if state is None:
+        port = relay_port or _free_port(socket.SOCK_DGRAM)
+        mport = metrics_port or _free_port(socket.SOCK_STREAM)
+        now = time.time()
+        state = {
+            "env_path": str(deployment / ".env"),
+            "env_var": ENV_VAR,
+            "relay_storages": [str(storage)],
+            "relay_port": port,
+            "metrics_port": mport,
+            "bootstrap": list(bootstrap),
+            "dht_port": _free_port(socket.SOCK_DGRAM),
+            "worker": {"applied_relays": [], "applied_at": None, "running_relays": [], "restarted_at": None},
+            "fail": {},
+            "jobs": _seed_jobs(now) if seed_jobs else [],
+        }
+        _save(state_path, state)
+        (deployment / ".env").write_text(ENV_TEMPLATE)
+        (deployment / "Taskfile.yml").write_text(TASKFILE)
+    pkg_root = str(Path(__file__).resolve().parent.parent.parent)
+    for name, entry in (("task", "task_main"), ("cosmicac", "cosmicac_main")):
+        script = bin_dir / name
+        script.write_text(
+            SCRIPT.format(python=sys.executable, name=name, pkg_root=pkg_root, entry=entry, state=str(state_path))
+        )
+        script.chmod(0o755)
+    boot = tuple(state["bootstrap"])
+    if not boot:
+        boot = (
+            (ensure_dht(base, storage, int(state["dht_port"])),) if start_dht else (f"127.0.0.1:{state['dht_port']}",)
+        )
+    settings = Settings(
+        deployment=str(deployment),
+        command_env={"PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}"},
+        relay_storage=str(storage),
+        relay_port=int(state["relay_port"]),
+        relay_host="127.0.0.1",
+        relay_address="127.0.0.1",
+        relay_metrics=f"127.0.0.1:{state['metrics_port']}",
+        relay_bootstrap=boot,
+        poll_interval=2.0,
+    )
+    return Sandbox(base, deployment, bin_dir, storage, settings)
+
+
+_dht_children: dict[int, subprocess.Popen[bytes]] = {}
+
+
+def _read_dht(root: Path) -> dict[str, Any] | None:
+    try:
+        info = json.loads((root / DHT_READY_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(info, dict) or not pid_alive(int(info.get("pid", 0))):
+        return None
+    return info
+
+
+def ensure_dht(root: Path, storage: Path, port: int = 0, timeout: float = 30.0) -> str:
+    """The private DHT's bootstrap address, starting it (detached) when it does not run."""
+    info = _read_dht(root)
+    if info is not None:
+        return str(info["bootstrap"])
+    ready = root / DHT_READY_FILE
+    with contextlib.suppress(FileNotFoundError):
+        ready.unlink()
+    cmd = [
+        sys.executable,
+        "-m",
+        "cosmictui.ops.sandbox_dht",
+        "--ready",
+        str(ready),
+        "--port",
+        str(port),
+        "--watch",
+        str(storage),
+    ]
+    pkg_root = str(Path(__file__).resolve().parent.parent.parent)
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH")) if p)
+    with open(root / DHT_LOG_FILE, "ab") as log:
+        proc = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=root, env=env, start_new_session=True
+        )
+    _dht_children[proc.pid] = proc
+    deadline = time.monotonic() + timeout
+    while True:
+        info = _read_dht(root)
+        if info is not None and info.get("pid") == proc.pid:
+            return str(info["bootstrap"])
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            proc.wait()
+            _dht_children.pop(proc.pid, None)
+            tail = (root / DHT_LOG_FILE).read_text(errors="replace")[-2000:]
+            raise SandboxError(f"the sandbox's private DHT did not start:\n{tail}")
+        time.sleep(0.05)
+
+
+def _terminate(pid: int, timeout: float) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while pid_alive(pid) and time.monotonic() < deadline:
+        child = _dht_children.get(pid)
+        if child is not None and child.poll() is not None:
+            break
+        time.sleep(0.05)
+    if pid_alive(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    child = _dht_children.pop(pid, None)
+    if child is not None:
+        child.wait()
+
+
+def stop_dht(root: Path, timeout: float = 10.0) -> bool:
+    """Stop the private DHT of the sandbox in `root`; True if it was running."""
+    info = _read_dht(root)
+    if info is None:
+        return False
+    _terminate(int(info["pid"]), timeout)
+    return True
+
+
+def _seed_jobs(now: float) -> list[dict[str, Any]]:
+    """Jobs from before any relay: stuck in Creating/Starting, their status long stale."""
+    return [
+        {
+            "id": "job-7f3a21",
+            "name": "llama-3-70b-serve",
+            "type": "inference",
+            "gpus": "4",
+            "status": "Creating",
+            "created_at": now - 3 * 3600 - 720,
+            "updated_at": now - 3 * 3600 - 700,
+            "relays": [],
+        },
+        {
+            "id": "job-19c0de",
+            "name": "shell-a100",
+            "type": "instance",
+            "gpus": "1",
+            "status": "Starting",
+            "created_at": now - 47 * 60,
+            "updated_at": now - 41 * 60,
+            "relays": [],
+        },
+        {
+            "id": "job-03be77",
+            "name": "batch-embed",
+            "type": "inference",
+            "gpus": "2",
+            "status": "Completed",
+            "created_at": now - 2 * 86400,
+            "updated_at": now - 2 * 86400 + 5400,
+            "relays": [],
+        },
+    ]
+
+
+# --- state ---------------------------------------------------------------------------------
+
+
+def _load(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text("utf-8"))
+
+
+def _save(path: Path, state: dict[str, Any]) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=".state-", dir=path.parent)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(state, f, indent=1)
+    os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[dict[str, Any]]:
+    """Read-modify-write the state under an flock, so parallel commands do not lose updates."""
+    with open(path.with_suffix(".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        state = _load(path)
+        yield state
+        _save(path, state)
+
+
+def _read_env_relays(state: dict[str, Any]) -> list[str]:
+    """What the real apply task does: take the relays JSON from .env (dotenv rules)."""
+    from dotenv import dotenv_values
+
+    env_path = Path(state["env_path"])
+    if not env_path.is_file():
+        raise SandboxError(f"{env_path}: no such file")
+    values = dotenv_values(env_path)
+    raw = values.get(state["env_var"])
+    if raw is None or not raw.strip():
+        return []
+    try:
+        relays = json.loads(raw)
+    except ValueError as e:
+        raise SandboxError(f"{state['env_var']}: invalid JSON: {e}") from None
+    if not isinstance(relays, list) or not all(isinstance(k, str) for k in relays):
+        raise SandboxError(f"{state['env_var']}: expected a JSON array of strings")
+    return relays
+
+
+class SandboxError(Exception):
+    """A simulated command failed the way the real one would."""
+
+
+def _out(line: str) -> None:
+    print(line, flush=True)
+
+
+# --- `task` ----------------------------------------------------------------------------------
+
+APPLY_TASK = "apply-wrk-server-k8s-nvidia-common-config"
+
+
+def task_main(argv: list[str], state_file: str) -> int:
+    """Sandbox `task`: `apply-wrk-server-k8s-nvidia-common-config` and `restart SERVICES=...`."""
+    path = Path(state_file)
+    if not argv:
+        print(
+            "task: No tasks given (sandbox knows: apply-wrk-server-k8s-nvidia-common-config, restart)", file=sys.stderr
+        )
+        return 200
+    name, args = argv[0], dict(a.split("=", 1) for a in argv[1:] if "=" in a)
+    with _locked(path) as state:
+        failure = state.get("fail", {}).get(name)
+        if failure:
+            _out(f"task: [{name}] {failure}")
+            print(f'task: Failed to run task "{name}": exit status 1', file=sys.stderr)
+            return 1
+        if name == APPLY_TASK:
+            _out(f"task: [{name}] envsubst < config/common.json.tpl > build/common.json")
+            try:
+                relays = _read_env_relays(state)
+            except SandboxError as e:
+                print(f"error: {e}", file=sys.stderr)
+                print(f'task: Failed to run task "{name}": exit status 1', file=sys.stderr)
+                return 1
+            _out(f"task: [{name}] kubectl -n cosmicac apply -f build/common-config.yaml")
+            _out("configmap/cosmicac-wrk-server-k8s-nvidia-common-config configured")
+            _out(f"interconnect.relays = {json.dumps(relays)}")
+            state["worker"]["applied_relays"] = relays
+            state["worker"]["applied_at"] = time.time()
+            return 0
+        if name == "restart":
+            services = args.get("SERVICES", "").strip('"')
+            if not services:
+                print(
+                    'task: [restart] SERVICES is required, e.g. SERVICES="cosmicac-wrk-server-k8s-nvidia"',
+                    file=sys.stderr,
+                )
+                return 1
+            for service in services.split(","):
+                _out(f"task: [restart] kubectl -n cosmicac rollout restart deployment/{service}")
+                _out(f"deployment.apps/{service} restarted")
+                if service == "cosmicac-wrk-server-k8s-nvidia":
+                    state["worker"]["running_relays"] = list(state["worker"]["applied_relays"])
+                    state["worker"]["restarted_at"] = time.time()
+                _out(f'Waiting for deployment "{service}" rollout to finish: 1 of 1 updated replicas are available...')
+                _out(f'deployment "{service}" successfully rolled out')
+            return 0
+    print(f'task: Task "{name}" does not exist', file=sys.stderr)
+    return 200
+
+
+# --- `cosmicac` ------------------------------------------------------------------------------
+
+
+def relay_answers(key: str, storages: list[str], timeout: float = 0.5) -> tuple[bool, str]:
+    """A relay with `key` runs (per its runtime file) and answers a dht-rpc PING at its port."""
+    from cosmictui.ops.checks import dht_ping  # imported late: keeps the sandbox commands quick to start
+
+    for storage in storages:
+        rt = attach(storage)
+        if rt is None or rt.key != key:
+            continue
+        host = "127.0.0.1" if rt.host in ("0.0.0.0", "", "::") else rt.host
+        ok, what = dht_ping(host, rt.port, timeout)
+        if ok:
+            return True, f"relay {key[:8]}… {what}"
+        return False, (
+            f"relay {key[:8]}… runs (pid {rt.pid}) but its UDP port {host}:{rt.port} gives no dht-rpc PING reply "
+            "(is its DHT node running?)"
+        )
+    return False, f"no relay with key {key[:8]}… is running"
+
+
+def _refresh(state: dict[str, Any], now: float) -> None:
+    """Move jobs on: Creating → Running once one of their relays answers; keep Running jobs fresh."""
+    cache: dict[str, tuple[bool, str]] = {}
+    for job in state["jobs"]:
+        if job["status"] in ("Completed", "Failed"):
+            continue
+        if not job["relays"]:
+            job["message"] = "no relay key: the worker had none when it created this job"
+            continue
+        for key in job["relays"]:
+            if key not in cache:
+                cache[key] = relay_answers(key, state["relay_storages"])
+            ok, why = cache[key]
+            if ok:
+                job["status"] = "Running"
+                job["updated_at"] = now
+                job["message"] = f"connected through {why}"
+                break
+            job["message"] = f"waiting: {why}"
+
+
+def _age(seconds: float) -> str:
+    return "just now" if seconds < 5 else f"{format_age(seconds)} ago"
+
+
+def _table(jobs: list[dict[str, Any]], now: float) -> str:
+    header = ["ID", "NAME", "TYPE", "GPUS", "STATUS", "AGE", "LAST UPDATE", "MESSAGE"]
+    rows = [
+        [
+            j["id"],
+            j.get("name", ""),
+            j.get("type", ""),
+            str(j.get("gpus", "")),
+            j["status"],
+            format_age(now - j["created_at"]),
+            _age(now - j["updated_at"]),
+            j.get("message", ""),
+        ]
+        for j in jobs
+    ]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    return "\n".join("   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in [header, *rows])
+
+
+def cosmicac_main(argv: list[str], state_file: str) -> int:
+    """Sandbox `cosmicac jobs list [--json] | create [--name N ...] | delete ID`."""
+    path = Path(state_file)
+    if len(argv) < 2 or argv[0] != "jobs":
+        print("usage: cosmicac jobs (list [--json] | create [--KEY VALUE ...] | delete JOB_ID)", file=sys.stderr)
+        return 2
+    verb, rest = argv[1], argv[2:]
+    now = time.time()
+    with _locked(path) as state:
+        if verb == "list":
+            _refresh(state, now)
+            if "--json" in rest:
+                _out(json.dumps({"jobs": [_json_job(j) for j in state["jobs"]]}, indent=2))
+            elif state["jobs"]:
+                _out(_table(state["jobs"], now))
+            else:
+                _out("No jobs found.")
+            return 0
+        if verb == "create":
+            fields: dict[str, str] = {}
+            it = iter(rest)
+            for arg in it:
+                if not arg.startswith("--"):
+                    print(f"error: unexpected argument {arg!r} (use --KEY VALUE)", file=sys.stderr)
+                    return 2
+                k, sep, v = arg[2:].partition("=")
+                fields[k] = v if sep else next(it, "")
+            job = {
+                "id": f"job-{secrets.token_hex(3)}",
+                "name": fields.pop("name", "job"),
+                "type": fields.pop("type", "inference"),
+                "gpus": fields.pop("gpus", "1"),
+                "status": "Creating",
+                "created_at": now,
+                "updated_at": now,
+                "relays": list(state["worker"]["running_relays"]),
+                "extra": fields,
+            }
+            state["jobs"].append(job)
+            _out(f"Created job {job['id']} ({job['name']}, {job['type']}, {job['gpus']} GPU)")
+            return 0
+        if verb == "delete":
+            if not rest:
+                print("error: job id required", file=sys.stderr)
+                return 2
+            before = len(state["jobs"])
+            state["jobs"] = [j for j in state["jobs"] if j["id"] != rest[0]]
+            if len(state["jobs"]) == before:
+                print(f"Error: job {rest[0]} not found", file=sys.stderr)
+                return 1
+            _out(f"Deleted job {rest[0]}")
+            return 0
+    print(f"error: unknown command `jobs {verb}`", file=sys.stderr)
+    return 2
+
+
+def _json_job(j: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": j["id"],
+        "name": j.get("name"),
+        "type": j.get("type"),
+        "gpus": j.get("gpus"),
+        "status": j["status"],
+        "createdAt": _iso(j["created_at"]),
+        "lastUpdate": _iso(j["updated_at"]),
+        "message": j.get("message", ""),
+    }
+
+
+def _iso(ts: float) -> str:
+    """UTC ISO 8601 with milliseconds (so a job made right after a restart sorts after it)."""
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def set_failure(sandbox: Sandbox, task: str, message: str | None) -> None:
+    """Make the sandbox `task <name>` fail with `message` (None: succeed again) — for demos and tests."""
+    with _locked(sandbox.state_path) as state:
+        if message is None:
+            state.setdefault("fail", {}).pop(task, None)
+        else:
+            state.setdefault("fail", {})[task] = message
+
+
+def sandbox_state(sandbox: Sandbox) -> dict[str, Any]:
+    """The simulated worker and jobs (read-only view, for tests and the demo)."""
+    return _load(sandbox.state_path)

@@ -51,9 +51,15 @@ def test_aligned_columns_with_spaces_in_headers_and_values() -> None:
 
 
 def test_aligned_columns_with_empty_cells_and_ages() -> None:
-    out = "ID    TYPE       STATUS    AGE\nj1    inference  Starting  3d4h\nj2               Running   45s\n"
+    out = (
+        "ID    TYPE       STATUS     AGE\n"
+        "j1    inference  Starting   3d4h\n"
+        "j2               Running    45s\n"
+        "j3    batch job  Completed\n"
+    )
     jobs = parse_jobs(out, NOW)
-    assert ids_statuses(jobs) == [("j1", "Starting"), ("j2", "Running")]
+    assert ids_statuses(jobs) == [("j1", "Starting"), ("j2", "Running"), ("j3", "Completed")]
+    assert jobs[2].fields["type"] == "batch job" and jobs[2].created is None
     assert jobs[1].fields["type"] == ""
     assert jobs[0].created == NOW - timedelta(days=3, hours=4)
     assert jobs[1].created == NOW - timedelta(seconds=45)

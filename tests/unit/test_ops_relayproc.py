@@ -5,13 +5,12 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from cosmictui.ops.checks import check_udp_port
+from cosmictui.ops.checks import check_udp_port, dht_ping
 from cosmictui.ops.relayproc import (
     RelayProcError,
     RelayRuntime,
@@ -28,28 +27,24 @@ from cosmictui.ops.relayproc import (
     stop_relay,
     storage_key,
 )
-
-
-def dead_port() -> int:
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+from cosmictui.ops.sandbox import ensure_dht, stop_dht
 
 
 @pytest.fixture
 async def relay(tmp_path: Path) -> AsyncIterator[RelayRuntime]:
+    """The real relay on a private DHT (the relay refuses to start without one)."""
     storage = str(tmp_path / "relay-storage")
-    rt = await start_relay(
-        storage, 0, host="127.0.0.1", bootstrap=[f"127.0.0.1:{dead_port()}"], metrics="127.0.0.1:0", timeout=60
-    )
+    boot = ensure_dht(tmp_path, Path(storage))
     try:
-        yield rt
+        rt = await start_relay(storage, 0, host="127.0.0.1", bootstrap=[boot], metrics="127.0.0.1:0", timeout=60)
+        try:
+            yield rt
+        finally:
+            await stop_relay(storage, timeout=10)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(rt.pid, signal.SIGKILL)
     finally:
-        await stop_relay(storage, timeout=10)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(rt.pid, signal.SIGKILL)
+        stop_dht(tmp_path)
 
 
 async def test_start_attach_status_stop(relay: RelayRuntime) -> None:
@@ -65,6 +60,7 @@ async def test_start_attach_status_stop(relay: RelayRuntime) -> None:
     assert attach(storage) == relay
     status = relay_status(storage)
     assert status.running and not status.stale_runtime
+    assert dht_ping("127.0.0.1", relay.port, 10.0)[0]  # the real relay answers dht-rpc PING
     held = check_udp_port(relay.port, "127.0.0.1", storage)
     assert held.status == "ok" and "held by our relay" in held.detail
     assert await stop_relay(storage) is True

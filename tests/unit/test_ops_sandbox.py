@@ -1,0 +1,238 @@
+"""The demo sandbox: real `.env`, simulated `task`/`cosmicac`, jobs that need a relay answering PING."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from cosmictui.ops.checks import dht_ping, run_checks
+from cosmictui.ops.envfile import decode_text, encode_text, plan_relays
+from cosmictui.ops.jobs import parse_jobs, view_jobs
+from cosmictui.ops.relayproc import RelayRuntime, start_relay, stop_relay
+from cosmictui.ops.runner import LocalRunner, RunnerError
+from cosmictui.ops.sandbox import Sandbox, create_sandbox, sandbox_state, set_failure
+from relay.keys import encode_id, key_pair
+
+# A stand-in relay process: answers dht-rpc PING (dht.md A2/A3) and writes the runtime file the
+# real relay writes: the sandbox's rules tested without a DHT (the real relay is tested below).
+STAND_IN = r"""
+import json, os, socket, sys
+storage, key = sys.argv[1], sys.argv[2]
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1", 0))
+port = s.getsockname()[1]
+os.makedirs(storage, exist_ok=True)
+tmp = os.path.join(storage, ".rt.tmp")
+with open(tmp, "w") as f:
+    json.dump({"pid": os.getpid(), "key": key, "host": "127.0.0.1", "port": port, "metrics": None,
+               "started_at": 0, "version": "stand-in"}, f)
+os.replace(tmp, os.path.join(storage, "relay-runtime.json"))
+print("ready", flush=True)
+while True:
+    d, a = s.recvfrom(2048)
+    if len(d) >= 11 and d[0] == 3 and d[1] == 4:
+        s.sendto(b"\x13\x00" + d[2:4] + socket.inet_aton(a[0]) + a[1].to_bytes(2, "little"), a)
+"""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path) -> Sandbox:
+    return create_sandbox(tmp_path / "demo", bootstrap=(f"127.0.0.1:{free_port()}",))
+
+
+def runner_for(sb: Sandbox) -> LocalRunner:
+    return LocalRunner(sb.settings.deployment, env=sb.settings.command_env)
+
+
+@pytest.fixture
+def stand_in(sandbox: Sandbox) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    key = encode_id(key_pair(b"\x07" * 32).public_key)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", STAND_IN, str(sandbox.relay_storage), key, "relay-stand-in"], stdout=subprocess.PIPE
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+        yield key, proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+async def set_relay_in_env(runner: LocalRunner, key: str) -> str | None:
+    text = decode_text(await runner.read_file(".env"))
+    plan = plan_relays(text, key)
+    return await runner.write_file_atomic(".env", encode_text(plan.new))
+
+
+async def test_layout_and_seeded_stuck_jobs(sandbox: Sandbox) -> None:
+    env = sandbox.env_path.read_text()
+    assert "K8S_COMMON_CONFIG__interconnect__relays" not in env and "K8S_NAMESPACE=cosmicac" in env
+    for name in ("task", "cosmicac"):
+        script = sandbox.bin_dir / name
+        assert os.access(script, os.X_OK) and script.read_text().startswith(f"#!{sys.executable}\n")
+    s = sandbox.settings
+    assert s.deployment == str(sandbox.deployment) and s.relay_storage == str(sandbox.relay_storage)
+    assert s.command_env["PATH"].startswith(str(sandbox.bin_dir) + os.pathsep)
+    result = await runner_for(sandbox).run(s.list_command)
+    now = datetime.now(UTC)
+    jobs = parse_jobs(result.output, now)
+    views = {v.job.id: v for v in view_jobs(jobs, now)}
+    assert views["job-7f3a21"].job.status == "Creating" and views["job-7f3a21"].stuck
+    assert views["job-19c0de"].job.status == "Starting" and views["job-19c0de"].stuck
+    assert views["job-03be77"].stuck is None
+    again = create_sandbox(sandbox.root)  # reuse keeps the state and the .env
+    assert again.settings.relay_port == s.relay_port and again.env_path.read_text() == env
+
+
+async def test_whole_flow_new_job_leaves_creating_old_ones_stay_stuck(
+    sandbox: Sandbox, stand_in: tuple[str, subprocess.Popen[bytes]]
+) -> None:
+    key, _proc = stand_in
+    runner = runner_for(sandbox)
+    s = sandbox.settings
+    # a job created before the worker knows the relay never gets it
+    assert (await runner.run("cosmicac jobs create --name early --type instance")).ok
+    backup = await set_relay_in_env(runner, key)
+    assert backup is not None
+    lines: list[str] = []
+    apply = await runner.run(s.apply_command, on_output=lines.append)
+    assert apply.ok and f'interconnect.relays = ["{key}"]' in lines
+    assert (await runner.run(s.restart_command)).ok
+    state = sandbox_state(sandbox)
+    assert state["worker"]["running_relays"] == [key] and state["worker"]["restarted_at"]
+    created = await runner.run("cosmicac jobs create --name llama --type inference --gpus 2")
+    assert created.ok
+    new_id = created.output.split()[2]
+    listing = await runner.run(s.list_command + " --json")
+    jobs = {j.id: j for j in parse_jobs(listing.output)}
+    assert jobs[new_id].status == "Running" and "connected through relay" in jobs[new_id].fields["message"]
+    early = next(j for j in jobs.values() if j.fields["name"] == "early")
+    assert early.status == "Creating" and "no relay key" in early.fields["message"]
+    assert jobs["job-7f3a21"].status == "Creating"
+    restart = datetime.fromtimestamp(state["worker"]["restarted_at"], UTC)
+    views = {v.job.id: v for v in view_jobs(list(jobs.values()), datetime.now(UTC), restart)}
+    assert views["job-7f3a21"].before_restart and not views[new_id].before_restart
+    assert (await runner.run(f"cosmicac jobs delete {early.id}")).ok
+    gone = await runner.run(f"cosmicac jobs delete {early.id}")
+    assert gone.exit_code == 1 and "not found" in gone.output
+
+
+async def test_job_waits_when_no_relay_answers(sandbox: Sandbox) -> None:
+    runner = runner_for(sandbox)
+    key = encode_id(key_pair(b"\x08" * 32).public_key)
+    await set_relay_in_env(runner, key)
+    assert (await runner.run(sandbox.settings.apply_command)).ok
+    assert (await runner.run(sandbox.settings.restart_command)).ok
+    assert (await runner.run("cosmicac jobs create --name x")).ok
+    jobs = parse_jobs((await runner.run("cosmicac jobs list")).output)
+    waiting = next(j for j in jobs if j.fields["name"] == "x")
+    assert waiting.status == "Creating"
+    assert f"no relay with key {key[:8]}… is running" in waiting.fields["message"]
+
+
+async def test_task_failures(sandbox: Sandbox) -> None:
+    runner = runner_for(sandbox)
+    s = sandbox.settings
+    with sandbox.env_path.open("a") as f:
+        f.write("K8S_COMMON_CONFIG__interconnect__relays='[broken'\n")
+    bad = await runner.run(s.apply_command)
+    assert bad.exit_code == 1 and "invalid JSON" in bad.output
+    sandbox.env_path.unlink()
+    missing = await runner.run(s.apply_command)
+    assert missing.exit_code == 1 and "no such file" in missing.output
+    set_failure(sandbox, "restart", "Error from server (Forbidden): deployments.apps is forbidden")
+    failed = await runner.run(s.restart_command)
+    assert failed.exit_code == 1 and "Forbidden" in failed.output
+    set_failure(sandbox, "restart", None)
+    assert (await runner.run(s.restart_command)).ok
+    unknown = await runner.run("task restart-everything")
+    assert unknown.exit_code == 200 and "does not exist" in unknown.output
+
+
+async def test_cosmicac_missing(sandbox: Sandbox) -> None:
+    runner = LocalRunner(sandbox.settings.deployment, env={"PATH": "/usr/bin:/bin"})
+    if any(os.access(os.path.join(d, "cosmicac"), os.X_OK) for d in ("/usr/bin", "/bin")):
+        pytest.fail("a real cosmicac is installed here; this test needs it absent")
+    with pytest.raises(RunnerError) as err:
+        await runner.run(sandbox.settings.list_command)
+    assert err.value.kind == "missing-command" and "`cosmicac` is not installed" in err.value.what
+
+
+@pytest.fixture
+async def live_sandbox(tmp_path: Path) -> AsyncIterator[tuple[Sandbox, RelayRuntime]]:
+    """A sandbox with its private DHT and the real Python relay started from its settings."""
+    sb = create_sandbox(tmp_path / "live")
+    try:
+        s = sb.settings
+        rt = await start_relay(
+            s.relay_storage, s.relay_port, s.relay_host, s.relay_bootstrap, s.relay_metrics, timeout=60
+        )
+        try:
+            yield sb, rt
+        finally:
+            await stop_relay(s.relay_storage)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(rt.pid, signal.SIGKILL)
+    finally:
+        dht = json.loads(sb.dht_ready_path.read_text())["pid"] if sb.dht_ready_path.exists() else None
+        sb.close()
+        if dht is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(dht, signal.SIGKILL)
+
+
+async def test_sandbox_with_the_real_python_relay(live_sandbox: tuple[Sandbox, RelayRuntime]) -> None:
+    """The full demo path: private DHT, real relay, .env, apply, restart, new job leaves Creating."""
+    sandbox, relay = live_sandbox
+    s = sandbox.settings
+    runner = runner_for(sandbox)
+    assert relay.port == s.relay_port
+    checks = {r.name: r for r in await run_checks(s, runner)}
+    assert checks["DHT reachable, port open"].status == "ok", checks
+    assert checks["Relay answers from localhost"].status == "ok", checks
+    assert checks[f"UDP port {relay.port}"].detail.startswith("held by our relay")
+    await set_relay_in_env(runner, relay.key)
+    assert (await runner.run(s.apply_command)).ok
+    assert (await runner.run(s.restart_command)).ok
+    assert (await runner.run("cosmicac jobs create --name real")).ok
+    jobs = parse_jobs((await runner.run("cosmicac jobs list")).output)
+    job = next(j for j in jobs if j.fields["name"] == "real")
+    assert job.status == "Running", job.fields
+    assert next(j for j in jobs if j.id == "job-7f3a21").status == "Creating"
+    # the relay goes away: a Creating job now says why it waits
+    await stop_relay(s.relay_storage)
+    assert (await runner.run("cosmicac jobs create --name later")).ok
+    jobs = parse_jobs((await runner.run("cosmicac jobs list")).output)
+    later = next(j for j in jobs if j.fields["name"] == "later")
+    assert later.status == "Creating" and f"no relay with key {relay.key[:8]}… is running" in later.fields["message"]
+
+
+def test_private_dht_stops(tmp_path: Path) -> None:
+    sb = create_sandbox(tmp_path / "d")
+    info = json.loads(sb.dht_ready_path.read_text())
+    assert sb.settings.relay_bootstrap == (info["bootstrap"],)
+    answered, _ = dht_ping("127.0.0.1", int(info["bootstrap"].rsplit(":", 1)[1]), 5.0)
+    try:
+        assert answered
+        assert create_sandbox(sb.root).settings.relay_bootstrap == (info["bootstrap"],)  # reused, not restarted
+    finally:
+        assert sb.stop_dht() is True
+    assert not sb.dht_ready_path.exists() or json.loads(sb.dht_ready_path.read_text())["pid"] != info["pid"]
+    with pytest.raises(ProcessLookupError):
+        os.kill(info["pid"], 0)
+    assert sb.stop_dht() is False
