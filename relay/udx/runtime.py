@@ -34,6 +34,9 @@ BUFFER_SIZE = 2048  # libudx truncates longer datagrams to this, so do we
 RECV_BATCH = 128
 SEND_QUEUE_MAX = 4096
 LINGER = 3.0
+#: Packets held for a relay partner that has not connected yet. libudx drops them (the
+#: sender's first RTO, ~1 s, repairs it); holding a few is udx.md §11.2's compatible MAY.
+EARLY_PACKETS = 64
 _u32 = struct.Struct("<I")
 _IP_MTU_DISCOVER = getattr(_socket, "IP_MTU_DISCOVER", 10)
 _IP_PMTUDISC_PROBE = getattr(_socket, "IP_PMTUDISC_PROBE", 3)
@@ -264,8 +267,10 @@ class UDXSocket:
                                     out._sendto(mv[:n], dst)
                                 st.relayed_packets += 1
                                 st.relayed_bytes += n
+                            elif len(t._early) < EARLY_PACKETS:
+                                t._early.append((bytes(mv[:n]), self))  # partner not connected yet: hold
                             else:
-                                st.dropped_packets += 1  # partner not connected yet (libudx drops too)
+                                st.dropped_packets += 1
                             if buf[2] & DESTROY:
                                 s._on_relayed_destroy()
                             continue
@@ -352,6 +357,7 @@ class UDXStream:
         self._remote_id_le = b"\0\0\0\0"
         self._relay: UDXStream | None = None
         self._relayed_from: list[UDXStream] = []
+        self._early: list[tuple[bytes, UDXSocket]] = []
         self.closed = False
         self._finished = False
         self.error: UDXError | None = None
@@ -429,6 +435,19 @@ class UDXStream:
         self._remote_id_le = _u32.pack(remote_id & U32)
         self._core.connect(remote_id, ipv6=":" in addr[0], ack=ack)
         socket._mark_dirty(self)
+        if self._early:
+            self._flush_early()
+
+    def _flush_early(self) -> None:
+        """Forward what a relay partner sent before this stream learned its peer's address."""
+        early, self._early = self._early, []
+        sock = self._socket
+        assert sock is not None and self._remote_addr is not None
+        for d, _ in early:
+            out = d[:4] + self._remote_id_le + d[8:]
+            sock._sendto(out, self._remote_addr)
+            sock.stats.relayed_packets += 1
+            sock.stats.relayed_bytes += len(out)
 
     def change_remote(self, socket: UDXSocket, remote_id: int, addr: Address) -> None:
         if self._socket is None:
@@ -648,6 +667,9 @@ class UDXStream:
             w.set_result(None)
         if self._closed_fut is not None and not self._closed_fut.done():
             self._closed_fut.set_result(None)
+        for _, held_by in self._early:
+            held_by.stats.dropped_packets += 1
+        self._early = []
         partners = self._relayed_from
         self._relayed_from = []
         for p in partners:

@@ -141,10 +141,13 @@ async def test_udx_relay_rewrites_only_the_stream_id_and_learns_addresses_by_fir
     rc.relay_to(rb)
     relay = (LOOP, sock.port)
 
-    # early packet from A: RC is not connected yet, so it is dropped (libudx does the same)
-    ea.sendto(encode(DATA, rb.id, DEFAULT_RWND, 0, 0, b"early"), relay)
-    await wait_for(lambda: sock.stats.dropped_packets == 1)
+    # early packet from A: RC is not connected yet, so it is held (libudx would drop it) and
+    # forwarded as soon as D's first packet connects RC
+    early = encode(DATA, rb.id, DEFAULT_RWND, 0, 0, b"early")
+    ea.sendto(early, relay)
+    await wait_for(lambda: len(learned) == 1)
     ed.sendto(encode(HEARTBEAT, rc.id, DEFAULT_RWND, 0, 0), relay)
+    assert await recv(ed) == early[:4] + _u32(D_ID) + early[8:]
     assert await recv(ea) == encode(HEARTBEAT, A_ID, DEFAULT_RWND, 0, 0)
 
     kinds = [
@@ -165,7 +168,8 @@ async def test_udx_relay_rewrites_only_the_stream_id_and_learns_addresses_by_fir
         ed.sendto(back, relay)
         assert await recv(ea) == bytes(d[:4]) + _u32(A_ID) + bytes(d[8:])
     assert learned == [(rb.id, ea.getsockname()), (rc.id, ed.getsockname())]
-    assert sock.stats.relayed_packets == 1 + 2 * len(kinds)
+    assert sock.stats.relayed_packets == 2 + 2 * len(kinds)
+    assert sock.stats.dropped_packets == 0
 
     # a DESTROY passing through closes both relay streams after being forwarded
     ed.sendto(encode(DESTROY, rc.id, DEFAULT_RWND, 3, 3), relay)
@@ -174,7 +178,7 @@ async def test_udx_relay_rewrites_only_the_stream_id_and_learns_addresses_by_fir
     assert rb.id not in udx.streams and rc.id not in udx.streams
     # later packets hit unknown ids: nothing is forwarded
     ea.sendto(encode(DATA, rb.id, DEFAULT_RWND, 8, 0, b"late"), relay)
-    await wait_for(lambda: sock.stats.dropped_packets == 2)
+    await wait_for(lambda: sock.stats.dropped_packets == 1)
     with pytest.raises(BlockingIOError):
         ed.recv(2048)
     ea.close()
@@ -265,6 +269,8 @@ async def test_udx_socket_survives_100k_bad_datagrams_and_counts_them() -> None:
     tracemalloc.stop()
     growth = sum(s.size_diff for s in after.compare_to(before, "filename"))
 
+    relay_x.destroy()  # up to 64 packets held for relay_y are dropped with it
+    assert relay_y.closed
     assert sent == total
     assert sb.stats.received_packets - base_rx == total
     assert sb.stats.dropped_packets - base_drop == total

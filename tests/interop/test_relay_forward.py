@@ -1,0 +1,134 @@
+"""Blind forwarding in Python between two real udx-native streams, set up as blind-relay does it:
+one raw stream per side, a firewall that connects it on its first packet, relay_to both ways."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import pytest
+
+from relay.udx import UDX, UDXSocket, UDXStream
+
+from ._udx_peers import NodePeer
+
+pytestmark = pytest.mark.interop
+
+LOOP = "127.0.0.1"
+MB = 1 << 20
+
+
+@dataclass
+class Pair:
+    udx: UDX
+    sock: UDXSocket
+    a: NodePeer
+    d: NodePeer
+    rb: UDXStream  # relay stream facing A
+    rc: UDXStream  # relay stream facing D
+    learned: list[tuple[int, tuple[str, int]]]
+
+
+def blind_relay_firewall(peer_stream_id: int, learned: list[tuple[int, tuple[str, int]]]):  # type: ignore[no-untyped-def]
+    """blind-relay's BlindRelayLink._onfirewall: connect to the first sender, accept the packet."""
+
+    def firewall(stream: UDXStream, socket: UDXSocket, addr: tuple[str, int]) -> bool:
+        learned.append((stream.id, addr))
+        stream.connect(socket, peer_stream_id, addr)
+        return False
+
+    return firewall
+
+
+@pytest.fixture
+async def pair(node: str) -> AsyncIterator[Pair]:
+    udx = UDX()
+    sock = await udx.create_socket(LOOP, 0)
+    a = await NodePeer.start(node)
+    d = await NodePeer.start(node)
+    learned: list[tuple[int, tuple[str, int]]] = []
+    try:
+        rb = udx.create_stream(firewall=blind_relay_firewall(a.id, learned))
+        rc = udx.create_stream(firewall=blind_relay_firewall(d.id, learned))
+        rb.relay_to(rc)
+        rc.relay_to(rb)
+        a.cmd(cmd="connect", remote_id=rb.id, port=sock.port)
+        d.cmd(cmd="connect", remote_id=rc.id, port=sock.port)
+        await a.expect("connected")
+        await d.expect("connected")
+        yield Pair(udx, sock, a, d, rb, rc, learned)
+    finally:
+        await a.close()
+        await d.close()
+        udx.close()
+
+
+async def test_relay_forward_32mb_each_way_between_node_streams(pair: Pair) -> None:
+    size = 32 * MB
+    pair.a.cmd(cmd="send", bytes=size)
+    pair.d.cmd(cmd="send", bytes=size)
+    sent_a = await pair.a.expect("sent", 90)
+    sent_d = await pair.d.expect("sent", 90)
+    got_d = await pair.d.expect("data_end", 90)
+    got_a = await pair.a.expect("data_end", 90)
+    assert (got_d["bytes"], got_d["sha256"]) == (size, sent_a["sha256"])
+    assert (got_a["bytes"], got_a["sha256"]) == (size, sent_d["sha256"])
+    await pair.a.expect("close", 30)
+    await pair.d.expect("close", 30)
+    assert not pair.a.has("error") and not pair.d.has("error")
+    # the relay learned each side's address from its first packet, and forwarded everything
+    assert sorted(pair.learned) == sorted([(pair.rb.id, (LOOP, pair.a.port)), (pair.rc.id, (LOOP, pair.d.port))])
+    st = pair.sock.stats
+    assert st.relayed_bytes >= 2 * size
+    assert st.relayed_packets == st.received_packets - st.dropped_packets
+    assert st.sent_packets == st.relayed_packets
+    # a graceful end passes through; the relay streams stay until their owner destroys them
+    assert not pair.rb.closed and not pair.rc.closed
+    pair.rb.destroy()
+    assert pair.rb.closed and pair.rc.closed
+    assert pair.rb.id not in pair.udx.streams and pair.rc.id not in pair.udx.streams
+
+
+async def test_relay_forward_destroy_from_one_end_tears_the_pair_down(pair: Pair) -> None:
+    pair.a.cmd(cmd="send", bytes=200_000, end=False)
+    pair.d.cmd(cmd="send", bytes=200_000, end=False)
+    await pair.a.expect("sent", 30)
+    await pair.d.expect("sent", 30)
+    closes: list[object] = []
+    pair.rb.on_close = closes.append
+    pair.rc.on_close = closes.append
+    pair.a.cmd(cmd="destroy")
+    err = await pair.d.expect("error", 30)
+    assert err["code"] == "ECONNRESET"  # A's DESTROY was forwarded to D
+    await pair.d.expect("close", 30)
+    await pair.a.expect("close", 30)
+    assert pair.rb.closed and pair.rc.closed
+    assert len(closes) == 2
+    assert pair.rb.id not in pair.udx.streams and pair.rc.id not in pair.udx.streams
+
+
+async def test_relay_forward_local_close_tears_the_pair_down_silently(pair: Pair) -> None:
+    pair.a.cmd(cmd="send", bytes=100_000, end=False)
+    await pair.a.expect("sent", 30)
+    pair.d.cmd(cmd="message", hex="00")  # D's first packet connects RC
+    async with asyncio.timeout(30):
+        while len(pair.learned) < 2 or pair.rb.remote_addr is None:
+            await asyncio.sleep(0.01)
+    await asyncio.sleep(0)
+    sent_before = pair.sock.stats.sent_packets
+    relayed_before = pair.sock.stats.relayed_packets
+    pair.rc.destroy()  # e.g. the blind-relay channel closed: libudx sends nothing
+    assert pair.rb.closed and pair.rc.closed
+    assert pair.sock.stats.sent_packets == sent_before
+    # whatever the ends send now reaches unknown ids: nothing is forwarded
+    dropped = pair.sock.stats.dropped_packets
+    pair.a.cmd(cmd="message", hex="01")
+    pair.d.cmd(cmd="message", hex="02")
+    async with asyncio.timeout(30):
+        while pair.sock.stats.dropped_packets < dropped + 2:
+            await asyncio.sleep(0.01)
+    assert pair.sock.stats.relayed_packets == relayed_before
+    await asyncio.sleep(0)
+    assert "02" not in [ev["hex"] for ev in pair.a.log if ev["event"] == "message"]
+    assert not pair.d.has("message") and not pair.d.has("error")
