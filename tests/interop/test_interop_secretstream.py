@@ -166,3 +166,39 @@ async def test_interop_secretstream_handshake_handed_over_like_hyperdht(node: st
         assert node_open["remotePublicKey"] == a.public_key.hex()
         assert node_open["handshakeHash"] == ini.hash.hex()
         await _exchange(proto, peer, 200_000)
+
+
+async def test_interop_secretstream_ik_pattern_inside_stream_both_roles(node: str) -> None:
+    """secret-stream's `pattern: 'IK'` option: the initiator must know the responder key."""
+    py_kp, node_seed = key_pair(), os.urandom(32)
+    node_pk = key_pair(node_seed).public_key
+    # Python initiator → Node responder
+    opts = {"mode": "server", "seed": node_seed.hex(), "sendBytes": 50_000, "pattern": "IK"}
+    async with node_script(node, "streams_secretstream_peer.js", opts) as peer:
+        listening = await peer.expect("event", "listening")
+        proto = await connect("127.0.0.1", listening["port"], key_pair=py_kp, pattern="IK", remote_public_key=node_pk)
+        opened = await asyncio.wait_for(proto.opened, SAFETY_TIMEOUT)
+        node_open = await peer.expect("event", "open")
+        assert opened.remote_public_key == node_pk
+        assert node_open["remotePublicKey"] == py_kp.public_key.hex()
+        assert node_open["handshakeHash"] == opened.handshake_hash.hex()
+        await _exchange(proto, peer, 50_000)
+    # Node initiator → Python responder
+    accepted: asyncio.Queue[SecretStreamProtocol] = asyncio.Queue()
+    server = await serve("127.0.0.1", 0, accepted.put_nowait, key_pair=py_kp, pattern="IK")
+    try:
+        port = server.sockets[0].getsockname()[1]
+        opts = {
+            "mode": "client", "port": port, "seed": node_seed.hex(), "sendBytes": 50_000,
+            "pattern": "IK", "remotePublicKey": py_kp.public_key.hex(),
+        }  # fmt: skip
+        async with node_script(node, "streams_secretstream_peer.js", opts) as peer:
+            proto = await asyncio.wait_for(accepted.get(), SAFETY_TIMEOUT)
+            opened = await asyncio.wait_for(proto.opened, SAFETY_TIMEOUT)
+            node_open = await peer.expect("event", "open")
+            assert opened.remote_public_key == node_pk
+            assert node_open["handshakeHash"] == opened.handshake_hash.hex()
+            await _exchange(proto, peer, 50_000)
+    finally:
+        server.close()
+        await server.wait_closed()

@@ -1,6 +1,7 @@
 // Real @hyperswarm/secret-stream peer over TCP on 127.0.0.1 for the Python interop tests.
 // argv[2] = JSON {mode: "server"|"client", port?, seed (hex), sendBytes, tamper?, handshake?}
-// handshake (hex fields tx, rx, hash, publicKey, remotePublicKey) = hyperdht's hand-over path.
+// handshake (hex fields tx, rx, hash, publicKey, remotePublicKey) = hyperdht's hand-over path;
+// pattern ("IK") + remotePublicKey (hex) = a non-default Noise pattern inside the stream.
 // Prints one JSON object per line: listening, open, sent, received, error, close.
 'use strict'
 const net = require('net')
@@ -17,7 +18,10 @@ function run (socket, isInitiator) {
   const handshake = opts.handshake
     ? Object.fromEntries(Object.entries(opts.handshake).map(([k, v]) => [k, Buffer.from(v, 'hex')]))
     : null
-  const stream = new NoiseSecretStream(isInitiator, socket, handshake ? { handshake } : { keyPair })
+  const streamOpts = handshake ? { handshake } : { keyPair }
+  if (opts.pattern) streamOpts.pattern = opts.pattern
+  if (opts.remotePublicKey) streamOpts.remotePublicKey = Buffer.from(opts.remotePublicKey, 'hex')
+  const stream = new NoiseSecretStream(isInitiator, socket, streamOpts)
   const hashIn = crypto.createHash('sha256')
   let bytesIn = 0
   let messagesIn = 0
