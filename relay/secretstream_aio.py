@@ -20,6 +20,8 @@ Public API (stable):
 - `await serve(host, port, on_connection, *, initiator=False, **stream_options) -> asyncio.Server`
   where `on_connection(proto)` may be sync or async and `stream_options` are passed to
   `SecretStream` for every accepted connection (e.g. `key_pair=...`, `keep_alive=5.0`).
+  `on_connection` runs before any byte is read, so setting `proto.on_event` there (before
+  its first `await`) sees every event.
 """
 
 from __future__ import annotations
