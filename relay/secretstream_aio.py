@@ -20,8 +20,9 @@ Public API (stable):
 - `await serve(host, port, on_connection, *, initiator=False, **stream_options) -> asyncio.Server`
   where `on_connection(proto)` may be sync or async and `stream_options` are passed to
   `SecretStream` for every accepted connection (e.g. `key_pair=...`, `keep_alive=5.0`).
-  `on_connection` runs before any byte is read, so setting `proto.on_event` there (before
-  its first `await`) sees every event.
+  A sync `on_connection` runs before the transport exists, so setting `proto.on_event` there
+  sees every event; an async one is started as a task (set `on_event` before its first
+  `await`).
 """
 
 from __future__ import annotations
@@ -252,12 +253,6 @@ class SecretStreamProtocol(asyncio.Protocol):
         self._flush()
 
 
-async def _call(cb: Callable[[SecretStreamProtocol], Awaitable[None] | None], proto: SecretStreamProtocol) -> None:
-    result = cb(proto)
-    if inspect.isawaitable(result):
-        await result
-
-
 async def connect(host: str, port: int, *, initiator: bool = True, **stream_options: Any) -> SecretStreamProtocol:
     """Open a TCP connection and run a secret stream over it (Noise XX unless handed over)."""
     loop = asyncio.get_running_loop()
@@ -281,9 +276,11 @@ async def serve(
 
     def factory() -> SecretStreamProtocol:
         proto = SecretStreamProtocol(SecretStream(initiator, **stream_options))
-        task = loop.create_task(_call(on_connection, proto))
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
+        result = on_connection(proto)  # a sync callback runs before the transport exists
+        if inspect.isawaitable(result):
+            task = asyncio.ensure_future(result)
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
         return proto
 
     return await loop.create_server(factory, host, port)
