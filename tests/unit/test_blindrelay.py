@@ -67,7 +67,7 @@ def test_decoders_follow_js_leniency() -> None:
         decode_unpair(b"\x00" + T1[:31])
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.binary(max_size=48))
 def test_random_bytes_only_raise_blind_relay_error(data: bytes) -> None:
     for decode in (decode_pair, decode_unpair):
@@ -385,7 +385,7 @@ def test_bad_input_raises_blind_relay_error() -> None:
         BlindRelaySession(server2, s.mux, b"\x01" * 32, None)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.lists(st.binary(max_size=48), max_size=4))
 def test_random_messages_on_a_session_only_raise_blind_relay_error(msgs: list[bytes]) -> None:
     server = BlindRelayServer()

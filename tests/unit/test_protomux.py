@@ -409,7 +409,7 @@ def test_buffer_limit(monkeypatch: pytest.MonkeyPatch) -> None:
 # ------------------------------------------------------------------------------ property tests
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.binary(max_size=64))
 def test_random_bytes_only_raise_protomux_error(data: bytes) -> None:
     m = Mux()
@@ -438,7 +438,7 @@ def _valid_messages() -> list[bytes]:
     ]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.integers(0, 2), st.data())
 def test_truncated_and_mutated_messages_only_raise_protomux_error(which: int, data: st.DataObject) -> None:
     msg = _valid_messages()[which]
