@@ -26,7 +26,8 @@ Public asyncio API (stable)::
                    udx=udx,                         # sockets are bound as udx.create_socket(...)
                    firewalled=None)                 # None: detect with PING_NAT; False: "I am public"
     #   or DHTNode(socket=existing_udx_socket, udx=udx, ...) to use an already bound socket.
-    await node.bootstrap()                          # raises DHTError("BIND_FAILED") if the port is taken
+    await node.bootstrap()                          # raises DHTError("BIND_FAILED") if the port is taken;
+    #   bootstrap(require_reply=True) also raises DHTError("BOOTSTRAP_FAILED") when no node answered
     node.stats()  # {"bootstrapped", "firewalled", "public_host", "public_port", "last_announce", "nodes"}
     node.remote_address()   # (host, port) once reachable and port-preserving, else None
     node.local_address()    # the bound server socket address
@@ -46,7 +47,11 @@ Public asyncio API (stable)::
     server.refresh()             # re-announce now (e.g. after a network change)
     server.connections           # live Connection objects
     await server.close()         # unannounce, destroy pending streams and connections
-    await node.close()
+    await node.close()           # also closes (unannounces) servers still listening on it
+
+Tests: `tests/interop/_dht_testnet.py` runs a Node hyperdht testnet on 127.0.0.1 (random
+ports) with a JSON command channel (`findPeer`, `ping`, `findNode`, `connect` + echo,
+`serve`); see `tests/interop/test_interop_dht.py` for the pattern.
 
 Other node calls: `await node.ping((host, port))`, `await node.find_node(target)`,
 `await node.find_peer(public_key)` (returns a finished `Query`: `.closest_replies`,

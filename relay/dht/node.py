@@ -57,6 +57,8 @@ log = logging.getLogger("relay.dht")
 TICK_INTERVAL = 5.0
 SLEEPING_INTERVAL = 3 * TICK_INTERVAL
 REFRESH_TICKS = 60
+STABLE_TICKS = 240  # ~20 min: re-check reachability if still firewalled and the NAT host changed
+MORE_STABLE_TICKS = 3 * STABLE_TICKS
 RECENT_NODE = 12
 OLD_NODE = 360
 MAX_PING_DELAY = 10.0
@@ -279,6 +281,8 @@ class DHTNode:
         self._nodes: dict[bytes, Node] = {}  # insertion order = least recently seen first
         self._tick = 100 - int.from_bytes(os.urandom(1), "little") % 50
         self._refresh_ticks = REFRESH_TICKS
+        self._stable_ticks = STABLE_TICKS
+        self._last_host: str | None = None
         self._repinging = 0
         self._checks = 0
         self._down_hints_sent = 0
@@ -367,12 +371,18 @@ class DHTNode:
         self._owned.append(sock)
         return sock
 
-    async def bootstrap(self) -> None:
-        """Join the network: walk towards our own id, probe reachability, then ready."""
+    async def bootstrap(self, *, require_reply: bool = False) -> None:
+        """Join the network: walk towards our own id, probe reachability, then ready.
+
+        Like dht-rpc this finishes even when nobody answered (the node keeps retrying in
+        the background); `require_reply=True` raises DHTError("BOOTSTRAP_FAILED") then."""
         await self.bind()
         if self._bootstrapping is None:
             self._bootstrapping = asyncio.ensure_future(self._bootstrap())
         await asyncio.shield(self._bootstrapping)
+        if require_reply and self.rpc.stats["responses"] == 0:
+            names = ", ".join(f"{h}:{p}" for h, p in self.bootstrap_nodes) or "none given"
+            raise DHTError(f"no DHT bootstrap node answered ({names})", "BOOTSTRAP_FAILED")
 
     async def _bootstrap(self) -> None:
         self._resolved_bootstrap = await self._resolve_bootstrap()
@@ -392,8 +402,9 @@ class DHTNode:
             self._request_cb(reply.peer.address, Internal.PING_NAT, internal=True, value=self._port_value(), replied=ok)
 
         await self._background_query(self.table.id, on_data=ondata)
-        if test_nat:
-            await self._update_network_state()
+        if test_nat and await self._update_network_state():
+            # as dht-rpc: one more walk, now from the server socket others can reach
+            await self._background_query(self.table.id)
         self.bootstrapped = True
         log.info(
             "dht bootstrapped: %d nodes, firewalled=%s, public=%s",
@@ -427,8 +438,12 @@ class DHTNode:
         return out
 
     async def close(self) -> None:
+        """Close listening servers first (they unannounce while the node can still talk)."""
         if self.destroyed:
             return
+        for server in list(self.servers.values()):
+            with contextlib.suppress(Exception):
+                await server.close()
         self.destroyed = True
         if self._bootstrapping is not None and not self._bootstrapping.done():
             self._bootstrapping.cancel()
@@ -807,6 +822,13 @@ class DHTNode:
         self._last_tick = now
         if not self.bootstrapped:
             return
+        if self._detect_firewall and self.firewalled:
+            self._stable_ticks -= 1
+            if self._stable_ticks <= 0:
+                self._stable_ticks = MORE_STABLE_TICKS
+                if self._last_host != self.nat.host:
+                    self._last_host = self.nat.host
+                    self._spawn(self._update_network_state())
         if self._tick & 7 == 0:
             self._ping_some()
         self._refresh_ticks -= 1

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from relay.dht import DHTNode, HyperDHTServer
+from relay.dht import DHTError, DHTNode, HyperDHTServer
 from relay.dht.messages import Command, Handshake, Holepunch, Internal, Mode, Request, Response, decode_message
 from relay.dht.node import parse_node
 from relay.keys import key_pair
@@ -150,6 +150,9 @@ async def test_unreachable_bootstrap_finishes_firewalled_and_empty() -> None:
         st_ = node.stats()
         assert st_["bootstrapped"] and st_["firewalled"] and st_["nodes"] == 0 and st_["public_host"] is None
         assert node.remote_address() is None
+        with pytest.raises(DHTError, match="no DHT bootstrap node answered") as exc:
+            await node.bootstrap(require_reply=True)
+        assert exc.value.code == "BOOTSTRAP_FAILED"
     finally:
         await node.close()
         udx.close()

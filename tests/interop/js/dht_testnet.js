@@ -64,10 +64,20 @@ async function main () {
       const res = await nodes[1].request({ command, target: target ? b4a.from(target, 'hex') : null }, { host, port })
       return { error: res.error, closerNodes: (res.closerNodes || []).length }
     },
+    // a Node hyperdht echo server on a testnet node (for side-by-side comparisons)
+    async serve () {
+      const server = nodes[nodes.length - 1].createServer((socket) => {
+        socket.on('error', () => {})
+        socket.pipe(socket)
+      })
+      await server.listen(DHT.keyPair())
+      return { key: b4a.toString(server.publicKey, 'hex') }
+    },
     // hyperdht client connect + echo over the secret stream
     // client: reuse a named DHT client (its relay-address cache makes a reconnect go direct)
     async connect ({ key, message, timeout = 20000, keepOpen = false, client: name = null }) {
       const dht = client(name)
+      const started = process.hrtime.bigint()
       const socket = dht.connect(b4a.from(key, 'hex'))
       const msg = b4a.from(message || 'hello')
       const result = await new Promise((resolve, reject) => {
@@ -80,6 +90,7 @@ async function main () {
           if (got.byteLength >= msg.byteLength) {
             clearTimeout(timer)
             resolve({
+              elapsedMs: Number(process.hrtime.bigint() - started) / 1e6,
               echo: b4a.toString(got),
               remotePublicKey: b4a.toString(socket.remotePublicKey, 'hex'),
               handshakeHash: b4a.toString(socket.handshakeHash, 'hex'),
