@@ -61,7 +61,7 @@ async def gather_checks(
     return results
 
 
-def command_failure_hint(cmd: str, exit_code: int, output: str) -> str:
+def command_failure_hint(cmd: str, exit_code: int, output: str, retry: str = "then try again") -> str:
     """How to fix a failed deployment command, from its exit code and output."""
     prog = (shlex.split(cmd) or [cmd])[0] if cmd.strip() else cmd
     low = output.lower()
@@ -77,7 +77,7 @@ def command_failure_hint(cmd: str, exit_code: int, output: str) -> str:
             "The Taskfile has no such task: check the deployment directory and the apply/restart "
             "commands in the config."
         )
-    return "Read its output above, fix the cause on the deployment host, then press r to run both again."
+    return f"Read its output (command log: l), fix the cause on the deployment host, {retry}."
 
 
 def _status(job: Job) -> str:
@@ -103,8 +103,9 @@ class WatchVerdict:
 class JobWatch:
     """Watches `jobs list` snapshots for a job made after `since` leaving Creating and updating.
 
-    A job counts as new when its created time is after `since`, or (when the CLI prints no
-    creation time) when its id was not in the first snapshot. It is confirmed when it is out of
+    A job counts as new when its id is not in `exclude` (when given), else when its created time
+    is after `since`, or (when the CLI prints no creation time) when its id was not in the first
+    snapshot. It is confirmed when it is out of
     Creating/Starting in two snapshots in a row and its status or update time moved meanwhile —
     "its status keeps updating" on the operator page.
     """
@@ -112,10 +113,15 @@ class JobWatch:
     def __init__(self, since: datetime | None, exclude: set[str] | None = None) -> None:
         self.since = since
         self.baseline: set[str] | None = set(exclude) if exclude is not None else None
+        self.by_id = exclude is not None
         self.seen: dict[str, _Seen] = {}
         self.confirmed: Job | None = None
 
     def is_new(self, job: Job) -> bool:
+        if self.by_id:
+            # The caller knows which jobs existed: creation times printed to the second cannot
+            # tell a job made just now from one made a moment before, ids can.
+            return self.baseline is not None and job.id not in self.baseline
         if self.baseline is not None and job.id in self.baseline:
             return False
         if job.created is not None and self.since is not None:

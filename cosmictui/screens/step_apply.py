@@ -84,7 +84,9 @@ class ApplyStep(Step):
                 if result.exit_code != 0:
                     row.set_state("failed", f"exit {result.exit_code}")
                     self._skip(rows[i + 1 :])
-                    hint = command_failure_hint(row.cmd, result.exit_code, result.output)
+                    hint = command_failure_hint(
+                        row.cmd, result.exit_code, result.output, "then press r to run both again"
+                    )
                     self.status.set(
                         f"{row.cmd} exited {result.exit_code}; stopped here. {hint}",
                         "error",

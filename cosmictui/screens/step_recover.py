@@ -93,6 +93,9 @@ class RecoverStep(Step):
             ]
         )
         if stuck:
+            if sel.highlighted is None:
+                sel.highlighted = 0
+            sel.focus()
             self._show_fields(stuck[0].job)
             self.status.set(f"{len(stuck)} stuck job(s). Select with space, then press d.", "info")
         else:

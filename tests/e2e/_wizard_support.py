@@ -98,3 +98,63 @@ async def settle(pilot: Pilot[object]) -> None:
 
 
 __all__ = ["ENV_VAR", "KEY", "OTHER_KEY", "make_app", "make_bin", "os", "path_with", "resume_at", "status", "step"]
+
+
+# A scripted `cosmicac` for the verify/recover steps' own tests (the demo sandbox's is in ops):
+# jobs live in jobs.json in the deployment; each `jobs list` advances every job one step along
+# its `script` of statuses, bumping `updated`, so "leaves Creating and keeps updating" is real
+# behaviour of the program the wizard runs, not something the test pokes into the UI.
+FAKE_COSMICAC = r"""#!/usr/bin/env python3
+import json, sys, time, os, fcntl
+from datetime import datetime, timezone
+STATE = "jobs.json"
+lock = open("jobs.lock", "w"); fcntl.flock(lock, fcntl.LOCK_EX)  # the wizard lists while it creates
+state = json.load(open(STATE)) if os.path.exists(STATE) else {"jobs": [], "next": 1, "create_script": ["Running"]}
+def iso(t): return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+args = sys.argv[1:]
+with open("cosmicac.log", "a") as log: log.write(" ".join(args) + "\n")
+if args[:2] == ["jobs", "list"]:
+    rows = []
+    for j in state["jobs"]:
+        if len(j["script"]) > 1:
+            j["script"].pop(0); j["updated"] = time.time()
+        elif j["script"][0] != "Creating":
+            j["updated"] = time.time()
+        rows.append((j["id"], j["script"][0], iso(j["created"]), iso(j["updated"]), j["name"], j["gpu"]))
+    head = ("ID", "STATUS", "CREATED", "UPDATED", "NAME", "GPU")
+    w = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
+    for r in [head] + rows:
+        print("  ".join(str(c).ljust(w[i]) for i, c in enumerate(r)).rstrip())
+elif args[:2] == ["jobs", "delete"]:
+    before = len(state["jobs"])
+    state["jobs"] = [j for j in state["jobs"] if j["id"] != args[2]]
+    if len(state["jobs"]) == before:
+        print(f"job {args[2]} not found", file=sys.stderr); sys.exit(1)
+    print(f"deleted {args[2]}")
+elif args[:2] == ["jobs", "create"]:
+    opts = dict(zip(args[2::2], args[3::2]))
+    jid = f"job-{state['next']:03d}"; state["next"] += 1
+    now = time.time()
+    state["jobs"].append({"id": jid, "name": opts.get("--name", "unnamed"), "gpu": opts.get("--gpu", "none"),
+                          "created": now, "updated": now, "script": list(state["create_script"])})
+    print(f"created {jid}")
+else:
+    print("usage: cosmicac jobs list|delete ID|create --name N --gpu G", file=sys.stderr); sys.exit(2)
+with open(STATE + ".tmp", "w") as f:
+    json.dump(state, f)
+os.replace(STATE + ".tmp", STATE)
+"""
+
+
+def seed_jobs(deploy: Path, jobs: list[dict[str, object]], create_script: list[str] | None = None) -> None:
+    state = {"jobs": jobs, "next": 100, "create_script": create_script or ["Creating", "Running"]}
+    (deploy / "jobs.json").write_text(__import__("json").dumps(state))
+
+
+def install_cosmicac(root: Path) -> Path:
+    bin_dir = root / "bin"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    p = bin_dir / "cosmicac"
+    p.write_text(FAKE_COSMICAC)
+    p.chmod(0o755)
+    return bin_dir

@@ -1,0 +1,146 @@
+"""Pilot tests for steps 5 (verify) and 6 (recover) against a scripted `cosmicac` on PATH."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from cosmictui.ops.config import Settings
+from cosmictui.screens.confirm import ConfirmScreen
+from tests.e2e._wizard_support import (
+    KEY,
+    install_cosmicac,
+    make_app,
+    make_bin,
+    path_with,
+    resume_at,
+    seed_jobs,
+    snapshot_tree,
+    status,
+    step,
+    wait_status,
+    wait_until,
+)
+
+
+@pytest.fixture(autouse=True)
+def _state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+
+
+def _deploy(tmp_path: Path, step_id: str, restarted_ago: float = 30.0) -> tuple[Path, Settings]:
+    d = tmp_path / "deploy"
+    d.mkdir()
+    now = time.time()
+    seed_jobs(
+        d,
+        [
+            {
+                "id": "job-001",
+                "name": "llama train",
+                "gpu": "a100",
+                "created": now - 3600,
+                "updated": now - 3600,
+                "script": ["Creating"],
+            },
+            {
+                "id": "job-002",
+                "name": "notebook",
+                "gpu": "h100",
+                "created": now - 7200,
+                "updated": now - 5,
+                "script": ["Running"],
+            },
+        ],
+        create_script=["Creating", "Creating", "Running"],
+    )
+    bin_dir = install_cosmicac(tmp_path)
+    resume_at(str(d), step_id, relay_key=KEY, restarted_at=now - restarted_ago)
+    return d, Settings(deployment=str(d), command_env={"PATH": path_with(bin_dir)}, poll_interval=0.2)
+
+
+def _cosmicac_calls(d: Path) -> list[str]:
+    return [c for c in (d / "cosmicac.log").read_text().splitlines() if c != "jobs list"]
+
+
+async def test_wizard_verify_marks_old_jobs_and_confirms_a_new_job_left_creating(tmp_path: Path) -> None:
+    d, settings = _deploy(tmp_path, "verify")
+    app = make_app(settings)
+    async with app.run_test(size=(100, 30)) as pilot:
+        text = await wait_status(pilot, app, "verify", ("info",))
+        assert "create one now" in text
+        table = step(app, "verify").query_one("#verify-jobs")
+        notes = [table.get_row_at(i)[3] for i in range(table.row_count)]
+        assert all("before restart" in n for n in notes)
+        assert "Creating for 1h" in notes[0]
+        await pilot.press("n")  # nothing confirmed yet
+        assert app.screen.index == 4
+        await pilot.press("j")
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the create confirmation")
+        assert "cosmicac jobs create --name 'llama train' --gpu a100" in str(
+            app.screen.query_one("#confirm-body").render()
+        )
+        await pilot.press("y")
+        text = await wait_status(pilot, app, "verify", ("ok",), timeout=30)
+        assert "job-100 left Creating (Running) and keeps updating" in text
+        notes = {table.get_row_at(i)[0]: table.get_row_at(i)[3] for i in range(table.row_count)}
+        assert notes["job-100"].startswith("new") and "before restart" in notes["job-001"]
+        await pilot.press("n")
+        assert app.screen.index == 5
+    assert _cosmicac_calls(d) == ["jobs create --name llama train --gpu a100"]
+
+
+async def test_wizard_verify_cosmicac_missing_is_explained(tmp_path: Path) -> None:
+    d, settings = _deploy(tmp_path, "verify")
+    settings = settings.with_overrides(command_env={"PATH": path_with(None)})
+    before = snapshot_tree(d)
+    app = make_app(settings)
+    async with app.run_test(size=(80, 24)) as pilot:
+        text = await wait_status(pilot, app, "verify", ("error",))
+        assert "`cosmicac` is not installed or not on PATH" in text and "Press r to retry" in text
+        await pilot.press("n")
+        assert app.screen.index == 4
+    assert snapshot_tree(d) == before
+
+
+async def test_wizard_verify_unreadable_jobs_output_shows_raw_text(tmp_path: Path) -> None:
+    _, settings = _deploy(tmp_path, "verify")
+    bin_dir = make_bin(tmp_path / "odd", {"cosmicac": "echo '<html>502 Bad Gateway</html>'\n"})
+    app = make_app(settings.with_overrides(command_env={"PATH": path_with(bin_dir)}))
+    async with app.run_test(size=(80, 24)) as pilot:
+        text = await wait_status(pilot, app, "verify", ("error",))
+        assert "Cannot read the jobs list" in text
+        raw = step(app, "verify").query_one("#verify-raw")
+        assert raw.has_class("-shown") and "502 Bad Gateway" in str(raw.render())
+
+
+async def test_wizard_recover_deletes_and_recreates_selected_job_and_watches_it(tmp_path: Path) -> None:
+    d, settings = _deploy(tmp_path, "recover")
+    app = make_app(settings)
+    async with app.run_test(size=(100, 30)) as pilot:
+        text = await wait_status(pilot, app, "recover", ("info",))
+        assert "1 stuck job(s)" in text
+        fields = str(step(app, "recover").query_one("#recover-fields").render())
+        assert "name: llama train" in fields and "cosmicac jobs create --name 'llama train' --gpu a100" in fields
+        await pilot.press("d")  # nothing selected: refused
+        assert "Select at least one job" in status(app, "recover")
+        assert app.focused is step(app, "recover").query_one("#recover-jobs")
+        await pilot.press("space")
+        await pilot.press("d")
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the delete confirmation")
+        body = str(app.screen.query_one("#confirm-body").render())
+        assert "cosmicac jobs delete job-001" in body and app.screen.has_class("-danger")
+        await pilot.press("escape")  # first: say no — nothing runs
+        await pilot.pause()
+        assert _cosmicac_calls(d) == [] and "Nothing deleted" in status(app, "recover")
+        await pilot.press("d")
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the delete confirmation")
+        await pilot.press("y")
+        text = await wait_status(pilot, app, "recover", ("ok",), timeout=30)
+        assert "job-100 left Creating" in text
+    assert _cosmicac_calls(d) == ["jobs delete job-001", "jobs create --name llama train --gpu a100"]
+    ids = [j["id"] for j in json.loads((d / "jobs.json").read_text())["jobs"]]
+    assert ids == ["job-002", "job-100"]
