@@ -118,12 +118,24 @@ class Connection:
         self.secret_stream.destroy()
 
 
+def responder_secret_stream(
+    handshake: HandshakeResult, *, keep_alive: float = KEEP_ALIVE, on_event: Any = None
+) -> SecretStreamProtocol:
+    """The responder end of the secret stream, not yet started (see `start_secret_stream`)."""
+    return SecretStreamProtocol(SecretStream(False, handshake=handshake, keep_alive=keep_alive), on_event=on_event)
+
+
+def start_secret_stream(stream: Any, proto: SecretStreamProtocol) -> UDXTransport:
+    """Attach the protocol to a connected UDX stream: our header goes out now."""
+    transport = UDXTransport(stream, proto)
+    proto.connection_made(transport)
+    return transport
+
+
 def open_secret_stream(
     stream: Any, handshake: HandshakeResult, *, keep_alive: float = KEEP_ALIVE, on_event: Any = None
 ) -> SecretStreamProtocol:
-    """Start the responder secret stream on a connected UDX stream (header goes out now)."""
-    ss = SecretStream(False, handshake=handshake, keep_alive=keep_alive)
-    proto = SecretStreamProtocol(ss, on_event=on_event)
-    transport = UDXTransport(stream, proto)
-    proto.connection_made(transport)
+    """Create and start the responder secret stream on a connected UDX stream."""
+    proto = responder_secret_stream(handshake, keep_alive=keep_alive, on_event=on_event)
+    start_secret_stream(stream, proto)
     return proto

@@ -21,7 +21,7 @@ from typing import Any
 import psutil
 
 from .announcer import Announcer, SigningKeyPair
-from .connection import KEEP_ALIVE, Connection, open_secret_stream
+from .connection import KEEP_ALIVE, Connection, responder_secret_stream, start_secret_stream
 from .handshake import Attempt, HandshakeResponder, seal_payload
 from .messages import (
     Address,
@@ -194,7 +194,7 @@ class HyperDHTServer:
         self.responder.finish(a, self.node._now())
         self._streams.pop(a.key, None)
         stream.connect(sock, a.remote_payload.udx.id, addr)
-        proto = open_secret_stream(stream, a.result, keep_alive=self.keep_alive)
+        proto = responder_secret_stream(a.result, keep_alive=self.keep_alive)
         conn = Connection(
             remote_public_key=a.remote_public_key,
             handshake=a.result,
@@ -206,6 +206,18 @@ class HyperDHTServer:
         )
         self.connections.add(conn)
         self.stats["connections"] += 1
+        # The handler runs before the stream starts, so whatever it sets (on_event) sees
+        # every event, Opened included; a coroutine handler runs as a task right after.
+        res = None
+        try:
+            res = self.on_connection(conn)
+        except Exception:
+            log.exception("on_connection handler failed")
+        if proto.stream.closed:  # refused by the handler (allow-list, caps): reset the peer
+            self.connections.discard(conn)
+            stream.destroy()
+            return
+        start_secret_stream(stream, proto)
         prev_close = stream.on_close
 
         def on_close(err: Any) -> None:
@@ -214,14 +226,10 @@ class HyperDHTServer:
                 prev_close(err)
 
         stream.on_close = on_close
-        try:
-            res = self.on_connection(conn)
-            if inspect.isawaitable(res):
-                t = asyncio.ensure_future(res)
-                self._tasks.add(t)
-                t.add_done_callback(self._tasks.discard)
-        except Exception:
-            log.exception("on_connection handler failed")
+        if inspect.isawaitable(res):
+            t = asyncio.ensure_future(res)
+            self._tasks.add(t)
+            t.add_done_callback(self._tasks.discard)
 
     # ------------------------------------------------------------------ holepunch
 

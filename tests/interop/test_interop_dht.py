@@ -182,3 +182,19 @@ async def test_interop_dht_firewalled_server_still_reached_on_same_host(node: st
         finally:
             await py.close()
             udx.close()
+
+
+async def test_interop_dht_refused_connection_resets_the_node_client(node: str) -> None:
+    async with NodeTestnet.start(node, size=4) as tn, python_node(tn) as py:
+        seen: list[bytes] = []
+
+        def refuse(conn: Connection) -> None:
+            seen.append(conn.remote_public_key)
+            conn.destroy()  # e.g. not on the allow-list
+
+        server = HyperDHTServer(py, key_pair(), refuse)
+        await asyncio.wait_for(server.listen(), 30)
+        res = await tn.call("connect", key=server.public_key.hex(), message="let me in", timeout=8000)
+        assert not res["ok"] and res["error"] == "ECONNRESET", res  # a UDX reset, not a timeout
+        assert len(seen) == 1 and not server.connections
+        await server.close()
