@@ -186,7 +186,7 @@ _STATIC = key_pair(b"\x05" * 32)
 _OTHER = key_pair(b"\x06" * 32)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.binary(max_size=200), st.sampled_from(["XX", "IK"]))
 def test_responder_recv_random_bytes_raises_only_noise_error(data: bytes, pattern: str) -> None:
     res = NoiseHandshake(pattern, False, _STATIC)
@@ -197,7 +197,7 @@ def test_responder_recv_random_bytes_raises_only_noise_error(data: bytes, patter
     assert pattern == "XX" and len(data) >= 32  # XX msg 1 is plaintext: any 32+ bytes parse
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.data())
 def test_truncated_or_flipped_messages_raise_only_noise_error(data: st.DataObject) -> None:
     pattern = data.draw(st.sampled_from(["XX", "IK"]))

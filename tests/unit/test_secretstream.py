@@ -257,7 +257,7 @@ def test_errors_mid_chunk_leave_no_dangling_buffers_for_the_collector() -> None:
     import gc
 
     for tamper in ("mac", "short"):
-        for _ in range(30):
+        for _ in range(10):
             ini, res = _opened_pair()
             ini.send(b"ok" * 10)
             ini.send(b"bad" * 10)
@@ -381,7 +381,7 @@ def test_oversized_send_is_refused_without_killing_stream() -> None:
     assert not ini.closed
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.binary(max_size=300), st.booleans(), st.integers(1, 64))
 def test_random_bytes_only_ever_close_with_secretstream_error(data: bytes, initiator: bool, chunk: int) -> None:
     s = SecretStream(initiator)
@@ -394,7 +394,7 @@ def test_random_bytes_only_ever_close_with_secretstream_error(data: bytes, initi
             assert isinstance(ev.error, SecretStreamError)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.data())
 def test_truncated_or_mutated_traffic_raises_nothing_and_reports_secretstream_error(data: st.DataObject) -> None:
     h = _rand_handshake()
