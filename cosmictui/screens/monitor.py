@@ -159,7 +159,7 @@ class MonitorScreen(Screen[None]):
         wide = self.has_class("-wide")
         if len(self.watches) > 1:
             self.query_one(RelayTable).show(self.watches, self.clock(), compact=not wide)
-            self.query_one("#summary", Static).update(summary_line(self.watches))
+            self.query_one("#summary", Static).update(summary_line(self.watches), layout=False)
         w = self.watches[self.selected]
         facts_pane = self.query_one("#facts-pane")
         now = self.clock()
@@ -203,7 +203,7 @@ class MonitorScreen(Screen[None]):
         if self.has_class("-wide"):
             parts.insert(0, "cosmictui monitor")
         status = self.query_one("#status", Static)
-        status.update("  ·  ".join(parts))
+        status.update("  ·  ".join(parts), layout=False)
         status.set_class(w.state is not RelayState.UP, "-down")
 
     # -- reactions ------------------------------------------------------------------------------

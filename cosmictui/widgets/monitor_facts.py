@@ -62,12 +62,17 @@ class RelayFacts(Static):
         super().__init__("", id=id, classes=classes)
         self.watch_: RelayWatch | None = None
         self.key_width = 24
+        self._rows = -1
 
     def show(self, watch: RelayWatch, key_width: int = 24, roomy: bool = False, now: float | None = None) -> None:
         """`roomy`: blank lines between groups and the address, when the pane is tall enough."""
         self.watch_ = watch
         self.key_width = key_width
-        self.update(self.render_facts(watch, key_width, roomy, time.time() if now is None else now))
+        table = self.render_facts(watch, key_width, roomy, time.time() if now is None else now)
+        rows = table.row_count
+        # same number of rows: same size, so skip the layout pass (it would repaint every widget)
+        self.update(table, layout=rows != self._rows)
+        self._rows = rows
 
     def render_facts(self, w: RelayWatch, key_width: int, roomy: bool, now: float) -> Table:
         t = Table.grid(padding=(0, 1), expand=True)

@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from textual.app import RenderResult
 from textual.color import Color
 from textual_plotext import PlotextPlot
 
@@ -77,6 +78,8 @@ class TimePlot(PlotextPlot):
         self.limit_label = limit_label
         self.series: list[Series] = []
         self.now: float | None = None
+        self._version = 0
+        self._cached: tuple[object, RenderResult] | None = None
 
     def show(self, series: list[Series], now: float | None = None) -> None:
         self.series = series
@@ -125,10 +128,16 @@ class TimePlot(PlotextPlot):
         ticks = [-window, -window * 2 / 3, -window / 3, 0]
         plt.xticks(ticks, [_ago(t) for t in ticks])
         plt.yticks(ticks_y, [_num(v) for v in ticks_y])
+        self._version += 1
         self.refresh()
 
-    def on_resize(self) -> None:
-        self.replot()
+    def render(self) -> RenderResult:
+        """plotext's build is the monitor's most expensive step: do it once per new data, size
+        or theme, not on every repaint (a layout pass elsewhere repaints every widget)."""
+        key = (self._version, self.size, self.app.theme)
+        if self._cached is None or self._cached[0] != key:
+            self._cached = (key, super().render())
+        return self._cached[1]
 
 
 def nice_step(raw: float) -> float:
