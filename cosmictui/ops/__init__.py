@@ -22,22 +22,31 @@ runner      open_deployment(spec, *, env, known_hosts, client_keys, password, co
 jobs        parse_jobs(output, now=None) -> list[Job]; Job(id, status, created, fields,
             updated); JobsFormatError(reason, raw); stuck_reason(job, now, stuck_after,
             stale_after) -> str | None; view_jobs(jobs, now, restart_at, ...) -> list[JobView]
-            (job, age, before_restart, stuck).
+            (job, age, before_restart, stuck); parse_when(text, now); format_age(seconds).
+            All datetimes are timezone-aware UTC.
 checks      CheckResult(name, status "ok"|"warn"|"fail", detail, fix); check_relay_runs_here(),
             check_udp_port(port, host, storage), check_memory(minimum), check_storage(path),
             check_dht(stats), async fetch_stats(metrics_url), async check_deployment_host(runner),
-            ping_command(host, port, timeout, python) -> str,
+            ping_command(host, port, timeout, python) -> str (stdlib `python3 -c` dht-rpc PING),
+            dht_ping(host, port, timeout) -> (answered, detail) (same PING from this process),
             async check_relay_from_deployment(runner, host, port, timeout),
-            async run_checks(settings, runner=None) -> list[CheckResult].
+            async run_checks(settings, runner=None, ping_timeout=3.0) -> list[CheckResult].
 relayproc   RelayRuntime, RelayStatus, RelayProcError; read_runtime(storage), pid_alive(pid),
             relay_status(storage), attach(storage), relay_command(...), async start_relay(storage,
             port, host, bootstrap, metrics, timeout, python) -> RelayRuntime, async
-            stop_relay(storage, timeout) -> bool, read_key(storage), key_change_warning(storage,
-            previous_storage) -> str | None; runtime_path/log_path.
+            stop_relay(storage, timeout) -> bool, read_key(storage), storage_key(storage) (the key
+            a storage gives, without creating one), running_relays(), log_tail(storage, lines),
+            key_change_warning(storage, previous_storage=None, configured_keys=(), running=None)
+            -> str | None; runtime_path/log_path.
 progress    WizardProgress(deployment, current_step, completed, relay_storage, relay_key,
             env_backup, restarted_at, data); load_progress(deployment), save_progress(p),
             clear_progress(deployment), progress_path(deployment), state_dir().
-sandbox     create_sandbox(root=None, *, relay_port, metrics_port, bootstrap, seed_jobs) ->
-            Sandbox(root, deployment, bin_dir, relay_storage, settings, env_path, state_path).
+sandbox     create_sandbox(root=None, *, relay_port, metrics_port, bootstrap, seed_jobs,
+            start_dht=True) -> Sandbox(root, deployment, bin_dir, relay_storage, settings,
+            env_path, state_path, .close(), .stop_dht()). Without `bootstrap` the sandbox starts
+            a private 3-node DHT on 127.0.0.1 (`sandbox_dht`, detached) because the relay needs a
+            DHT to start; call Sandbox.close() in test teardown (it also exits by itself 15 min
+            after the last relay on the sandbox storage stopped). ensure_dht(root, storage),
+            stop_dht(root), set_failure(sandbox, task, message|None), sandbox_state(sandbox).
 metrics     (owned by the monitor engineer) fetch + parse /metrics and /stats.
 """

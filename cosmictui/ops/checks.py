@@ -346,7 +346,7 @@ def relay_address(settings: Settings, runner: Runner | None, stats: dict[str, An
     return dht.get("public_host") or None
 
 
-async def run_checks(settings: Settings, runner: Runner | None = None) -> list[CheckResult]:
+async def run_checks(settings: Settings, runner: Runner | None = None, ping_timeout: float = 3.0) -> list[CheckResult]:
     """Every check, in the wizard's order (remote ones only when a runner is given)."""
     storage = settings.relay_storage
     rt = attach(storage)
@@ -376,5 +376,5 @@ async def run_checks(settings: Settings, runner: Runner | None = None) -> list[C
                 )
             )
         else:
-            results.append(await check_relay_from_deployment(runner, address, port))
+            results.append(await check_relay_from_deployment(runner, address, port, ping_timeout))
     return results

@@ -324,13 +324,43 @@ def storage_key(storage: str) -> str | None:
     return encode_id(relay_key_pair(primary.key).public_key)
 
 
+def running_relays() -> list[RelayRuntime]:
+    """Relays running on this machine (found by their command line, confirmed by runtime file)."""
+    found: dict[int, RelayRuntime] = {}
+    for proc in psutil.process_iter(["pid", "cmdline", "cwd"]):
+        try:
+            argv = proc.info["cmdline"] or []
+            if not any(a.endswith("blind-relay") for a in argv[:2]) and not (
+                "-m" in argv and "relay" in argv[argv.index("-m") + 1 : argv.index("-m") + 2]
+            ):
+                continue
+            storage = "./corestore"
+            for i, arg in enumerate(argv):
+                if arg in ("-s", "--storage") and i + 1 < len(argv):
+                    storage = argv[i + 1]
+                elif arg.startswith("--storage="):
+                    storage = arg.split("=", 1)[1]
+            if not os.path.isabs(storage) and proc.info.get("cwd"):
+                storage = os.path.join(proc.info["cwd"], storage)
+            rt = read_runtime(storage)
+            if rt is not None and rt.pid == proc.info["pid"]:
+                found[rt.pid] = rt
+        except (psutil.Error, ValueError, IndexError):
+            continue
+    return list(found.values())
+
+
 def key_change_warning(
-    storage: str, previous_storage: str | None = None, configured_keys: tuple[str, ...] | list[str] = ()
+    storage: str,
+    previous_storage: str | None = None,
+    configured_keys: tuple[str, ...] | list[str] = (),
+    running: list[RelayRuntime] | None = None,
 ) -> str | None:
     """A warning when using `storage` would change the relay key (else None).
 
-    Compares with the storage used last time (`previous_storage`) and with the keys the
-    deployment's `.env` already lists (`configured_keys`).
+    Compares with the storage used last time (`previous_storage`), with the keys the
+    deployment's `.env` already lists (`configured_keys`), and with relays already running
+    (`running`, e.g. `running_relays()`).
     """
     path = _abs(storage)
     key = storage_key(path)
@@ -347,6 +377,14 @@ def key_change_warning(
         previous = attach(previous_storage)
         if previous is not None:
             notes.append(f"A relay is running on {_abs(previous_storage)} (pid {previous.pid}, key {previous.key}).")
+    for other in running or ():
+        seen_before = previous_storage is not None and other.storage == _abs(previous_storage)
+        if other.storage != path and not seen_before and other.key != key:
+            now = "holds no key yet" if key is None else f"has key {key}"
+            notes.append(
+                f"A relay already runs here on storage {other.storage} (pid {other.pid}, key {other.key}); "
+                f"{path} {now}."
+            )
     if configured_keys:
         if key is None:
             notes.append(f"{path} holds no key yet: the relay will make a new key that is not in the .env.")

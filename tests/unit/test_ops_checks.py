@@ -176,7 +176,7 @@ async def test_run_checks_local_order(tmp_path: Path) -> None:
     port = s.getsockname()[1]
     s.close()
     settings = Settings(deployment=str(tmp_path), relay_storage=str(tmp_path / "relay"), relay_port=port)
-    results = await run_checks(settings, LocalRunner(str(tmp_path)))
+    results = await run_checks(settings, LocalRunner(str(tmp_path)), ping_timeout=0.5)
     names = [r.name for r in results]
     assert names[:5] == [
         "Relay runs here",

@@ -108,7 +108,10 @@ def test_bytes_round_trip_even_when_not_utf8() -> None:
 
 # --- property tests ---------------------------------------------------------------------------
 
-names = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,12}", fullmatch=True).filter(lambda n: n != ENV_VAR)
+_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_"
+names = st.builds(lambda a, b: a + b, st.sampled_from(_LETTERS), st.text(_LETTERS + "0123456789", max_size=12)).filter(
+    lambda n: n != ENV_VAR
+)
 eols = st.sampled_from(["\n", "\r\n"])
 safe = st.text(st.characters(blacklist_characters="\r\n'\"\\#", blacklist_categories=("Cs", "Zl", "Zp", "Cc")))
 values = st.one_of(
@@ -148,7 +151,7 @@ def env_files(draw: st.DrawFn) -> str:
     return out
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(env_files(), st.lists(st.sampled_from([K1, K2, K3]), min_size=1), st.sampled_from(["merge", "replace"]))
 def test_property_other_content_survives_byte_for_byte(text: str, keys: list[str], mode: str) -> None:
     plan = plan_relays(text, keys, mode=mode)  # type: ignore[arg-type]
@@ -165,7 +168,7 @@ def test_property_other_content_survives_byte_for_byte(text: str, keys: list[str
         assert without_var(plan.new).rstrip("\r\n") == text.rstrip("\r\n")
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.text(max_size=200), st.sampled_from(["merge", "replace"]))
 def test_property_arbitrary_text_is_edited_faithfully_or_refused(text: str, mode: str) -> None:
     try:

@@ -22,6 +22,7 @@ from cosmictui.ops.relayproc import (
     read_runtime,
     relay_command,
     relay_status,
+    running_relays,
     runtime_path,
     start_relay,
     stop_relay,
@@ -47,7 +48,7 @@ async def relay(tmp_path: Path) -> AsyncIterator[RelayRuntime]:
         stop_dht(tmp_path)
 
 
-async def test_start_attach_status_stop(relay: RelayRuntime) -> None:
+async def test_start_attach_status_stop(relay: RelayRuntime, tmp_path: Path) -> None:
     storage = relay.storage
     assert pid_alive(relay.pid) and relay.port > 0
     assert os.getsid(relay.pid) == relay.pid  # its own session: survives the TUI's terminal
@@ -63,6 +64,18 @@ async def test_start_attach_status_stop(relay: RelayRuntime) -> None:
     assert dht_ping("127.0.0.1", relay.port, 10.0)[0]  # the real relay answers dht-rpc PING
     held = check_udp_port(relay.port, "127.0.0.1", storage)
     assert held.status == "ok" and "held by our relay" in held.detail
+    # a different storage would change the key: say so loudly, before anything happens
+    other = str(tmp_path / "elsewhere")
+    warning = key_change_warning(other, previous_storage=storage)
+    assert warning is not None
+    assert "NEW key" in warning and relay.key in warning and f"pid {relay.pid}" in warning
+    assert "same storage directory" in warning
+    mismatch = key_change_warning(storage, configured_keys=["someotherkey"])
+    assert mismatch is not None and relay.key in mismatch
+    assert relay in running_relays()  # found by its command line
+    beside = key_change_warning(other, running=[relay])
+    assert beside is not None and f"already runs here on storage {storage}" in beside
+    assert key_change_warning(storage, running=[relay]) is None
     assert await stop_relay(storage) is True
     assert not pid_alive(relay.pid)
     assert read_runtime(storage) is None and attach(storage) is None
@@ -70,16 +83,6 @@ async def test_start_attach_status_stop(relay: RelayRuntime) -> None:
     assert read_key(storage) == relay.key  # from the log once the runtime file is gone
     assert key_change_warning(storage, storage) is None
     assert key_change_warning(storage, configured_keys=[relay.key]) is None
-
-
-async def test_key_change_warnings(relay: RelayRuntime, tmp_path: Path) -> None:
-    other = str(tmp_path / "elsewhere")
-    warning = key_change_warning(other, previous_storage=relay.storage)
-    assert warning is not None
-    assert "NEW key" in warning and relay.key in warning and f"pid {relay.pid}" in warning
-    assert "same storage directory" in warning
-    mismatch = key_change_warning(relay.storage, configured_keys=["someotherkey"])
-    assert mismatch is not None and relay.key in mismatch
 
 
 async def test_relay_that_exits_early_reports_log(tmp_path: Path) -> None:
