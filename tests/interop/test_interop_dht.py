@@ -194,7 +194,40 @@ async def test_interop_dht_refused_connection_resets_the_node_client(node: str) 
 
         server = HyperDHTServer(py, key_pair(), refuse)
         await asyncio.wait_for(server.listen(), 30)
-        res = await tn.call("connect", key=server.public_key.hex(), message="let me in", timeout=8000)
+        res = await tn.call("connect", key=server.public_key.hex(), message="let me in", timeoutMs=8000)
         assert not res["ok"] and res["error"] == "ECONNRESET", res  # a UDX reset, not a timeout
         assert len(seen) == 1 and not server.connections
+        await server.close()
+
+
+async def test_interop_dht_forty_concurrent_node_clients(node: str) -> None:
+    async with NodeTestnet.start(node, size=4) as tn, python_node(tn) as py:
+        server = HyperDHTServer(py, key_pair(), echo)
+        await asyncio.wait_for(server.listen(), 30)
+        key = server.public_key.hex()
+        calls = [tn.call("connect", key=key, message=f"m{i}", timeoutMs=60000) for i in range(40)]
+        results = await asyncio.gather(*calls)
+        assert [r.get("echo") for r in results] == [f"m{i}" for i in range(40)], [r for r in results if not r["ok"]]
+        assert server.stats["connections"] == 40 and server.responder.stats["failed"] == 0
+        assert py.internal_errors == 0
+        await server.close()
+
+
+async def test_interop_dht_reannounces_when_announce_nodes_die(node: str) -> None:
+    async with NodeTestnet.start(node, size=7) as tn, python_node(tn) as py:
+        server = HyperDHTServer(py, key_pair(), echo)
+        await asyncio.wait_for(server.listen(), 30)
+        assert server.announcer is not None
+        first = set(server.announcer.announced_to)
+        assert len(first) == 3
+        # two of the three stop: the 3 s pings notice, and a new round announces elsewhere
+        dead = sorted(first)[:2]
+        await tn.call("kill", ports=[p for _, p in dead])
+        announcer = server.announcer
+        await wait_until(lambda: announcer.rounds >= 2 and not set(dead) & set(announcer.announced_to), 60)
+        assert len(server.announcer.announced_to) == 3
+        res = await tn.call("findPeer", key=server.public_key.hex())
+        assert res["ok"] and res["found"], res
+        res = await tn.call("connect", key=server.public_key.hex(), message="still here")
+        assert res["ok"] and res["echo"] == "still here", res
         await server.close()

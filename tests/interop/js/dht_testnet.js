@@ -40,7 +40,8 @@ async function main () {
     // FIND_PEER walk from a testnet node: which nodes hold a record for key?
     async findPeer ({ key }) {
       const found = []
-      for await (const data of nodes[nodes.length - 1].findPeer(b4a.from(key, 'hex'))) {
+      const asker = nodes.filter((n) => !n.destroyed).pop()
+      for await (const data of asker.findPeer(b4a.from(key, 'hex'))) {
         found.push({ from: { host: data.from.host, port: data.from.port }, publicKey: b4a.toString(data.peer.publicKey, 'hex') })
       }
       return { found }
@@ -64,6 +65,13 @@ async function main () {
       const res = await nodes[1].request({ command, target: target ? b4a.from(target, 'hex') : null }, { host, port })
       return { error: res.error, closerNodes: (res.closerNodes || []).length }
     },
+    // stop the testnet nodes at these ports (to see announce nodes go away)
+    async kill ({ ports }) {
+      for (const n of nodes) {
+        if (!n.destroyed && ports.includes(n.address().port)) await n.destroy({ force: true })
+      }
+      return { killed: ports.length }
+    },
     // a Node hyperdht echo server on a testnet node (for side-by-side comparisons)
     async serve () {
       const server = nodes[nodes.length - 1].createServer((socket) => {
@@ -75,7 +83,7 @@ async function main () {
     },
     // hyperdht client connect + echo over the secret stream
     // client: reuse a named DHT client (its relay-address cache makes a reconnect go direct)
-    async connect ({ key, message, timeout = 20000, keepOpen = false, client: name = null }) {
+    async connect ({ key, message, timeoutMs: timeout = 20000, keepOpen = false, client: name = null }) {
       const dht = client(name)
       const started = process.hrtime.bigint()
       const socket = dht.connect(b4a.from(key, 'hex'))
