@@ -233,7 +233,7 @@ class LocalRunner(Runner):
             raise RunnerError(f"cannot read {full}: {e.strerror or e}", "", self.label, "io") from None
 
     async def write_file_atomic(self, path: str, data: bytes, backup: bool = True) -> str | None:
-        full = self.resolve(path)
+        full = os.path.realpath(self.resolve(path))  # a symlinked .env stays a symlink
         try:
             return await asyncio.to_thread(_write_local_atomic, full, data, backup)
         except OSError as e:
@@ -442,6 +442,8 @@ class SSHRunner(Runner):
 
         async def pump() -> int:
             async for raw in proc.stdout:
+                if not raw:  # end of stream, not an empty line (that would be "\n")
+                    continue
                 line = raw.rstrip("\r\n")
                 lines.append(line)
                 await _emit(on_output, line)
@@ -488,8 +490,11 @@ class SSHRunner(Runner):
             raise RunnerError(f"cannot read {full} on {self.label}: {e}", "", self.label, "io") from None
 
     async def write_file_atomic(self, path: str, data: bytes, backup: bool = True) -> str | None:
-        full = self.resolve(path)
         sftp = await self.sftp()
+        full = self.resolve(path)
+        with contextlib.suppress(asyncssh.SFTPError):
+            if await sftp.islink(full):  # a symlinked .env stays a symlink: write its target
+                full = await sftp.realpath(full)
         directory, name = posixpath.split(full)
         tmp = posixpath.join(directory or ".", f".{name}.{secrets.token_hex(6)}.tmp")
         saved: str | None = None
@@ -518,7 +523,8 @@ class SSHRunner(Runner):
 
     @staticmethod
     async def _write(sftp: asyncssh.SFTPClient, path: str, data: bytes, attrs: asyncssh.SFTPAttrs | None) -> None:
-        async with sftp.open(path, "wb") as f:
+        private = asyncssh.SFTPAttrs(permissions=0o600)  # never readable by others, even briefly
+        async with sftp.open(path, "wb", private) as f:
             await f.write(data)
             with contextlib.suppress(asyncssh.SFTPError):
                 await f.fsync()

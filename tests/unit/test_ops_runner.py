@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import os
 import stat
-from collections.abc import AsyncIterator
+import subprocess
+import time
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,6 +74,16 @@ async def test_local_atomic_write_keeps_mode_and_makes_backup(tmp_path: Path) ->
     assert again != backup and Path(again or "").read_bytes() == b"A=2\r\n"
     assert sorted(p.name for p in tmp_path.iterdir() if ".tmp" in p.name) == []
     assert await runner.read_file(".env") == b"A=3\r\n"
+
+
+async def test_local_write_through_symlink_keeps_the_link(tmp_path: Path) -> None:
+    (tmp_path / "shared").mkdir()
+    target = tmp_path / "shared" / "cosmicac.env"
+    target.write_bytes(b"A=1\n")
+    (tmp_path / ".env").symlink_to("shared/cosmicac.env")
+    backup = await LocalRunner(str(tmp_path)).write_file_atomic(".env", b"A=2\n")
+    assert (tmp_path / ".env").is_symlink() and target.read_bytes() == b"A=2\n"
+    assert backup is not None and Path(backup).parent == target.parent
 
 
 async def test_local_read_missing_file(tmp_path: Path) -> None:
@@ -141,6 +153,7 @@ async def ssh_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncItera
     client_key = asyncssh.generate_private_key("ssh-ed25519")
     key_file = tmp_path / "id_ed25519"
     client_key.write_private_key(str(key_file))
+    key_file.chmod(0o600)
     authorized = asyncssh.import_authorized_keys(client_key.export_public_key().decode())
     server = await asyncssh.create_server(
         _Server,
@@ -179,7 +192,7 @@ async def test_ssh_key_auth_runs_commands_and_edits_files_over_sftp(ssh_env: SSH
         seen: list[str] = []
         result = await runner.run('pwd; echo "$MARK"; echo err >&2; exit 4', on_output=seen.append)
         assert result.exit_code == 4
-        assert seen[:2] == [str(deploy), "it works"] and "err" in seen
+        assert seen == [str(deploy), "it works", "err"] and result.output == "\n".join(seen)
         assert await runner.read_file(".env") == b"# remote\nA=1"
         backup = await runner.write_file_atomic(".env", b"# remote\nA=2\n")
         assert backup is not None and Path(backup).read_bytes() == b"# remote\nA=1"
@@ -189,6 +202,10 @@ async def test_ssh_key_auth_runs_commands_and_edits_files_over_sftp(ssh_env: SSH
         with pytest.raises(RunnerError) as err:
             await runner.read_file("missing.env")
         assert err.value.kind == "missing-file"
+        (deploy / "real.env").write_bytes(b"B=1\n")
+        (deploy / "link.env").symlink_to("real.env")
+        await runner.write_file_atomic("link.env", b"B=2\n")
+        assert (deploy / "link.env").is_symlink() and (deploy / "real.env").read_bytes() == b"B=2\n"
 
 
 async def test_ssh_password_auth_and_missing_command(ssh_env: SSHEnv) -> None:
@@ -208,6 +225,34 @@ async def test_ssh_password_auth_and_missing_command(ssh_env: SSHEnv) -> None:
         with pytest.raises(RunnerError) as err:
             await runner.run("true", cwd="no-such-dir")
         assert err.value.kind == "missing-directory"
+
+
+@pytest.fixture
+def agent(ssh_env: SSHEnv, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A real ssh-agent holding the client key (killed in teardown)."""
+    sock = str(ssh_env.tmp / "agent.sock")
+    proc = subprocess.Popen(["ssh-agent", "-D", "-a", sock], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        env = dict(os.environ, SSH_AUTH_SOCK=sock)
+        for _ in range(200):  # the socket appears once the agent listens; ssh-add fails until then
+            if subprocess.run(["ssh-add", str(ssh_env.client_key)], env=env, capture_output=True).returncode == 0:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("ssh-agent did not accept the key")
+        monkeypatch.setenv("SSH_AUTH_SOCK", sock)
+        yield sock
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+async def test_ssh_agent_auth(ssh_env: SSHEnv, agent: str) -> None:
+    runner = await open_deployment(
+        f"ssh://ops@127.0.0.1:{ssh_env.port}{ssh_env.tmp}", known_hosts=str(ssh_env.known_hosts)
+    )
+    async with runner:
+        assert (await runner.run("echo via-agent")).output == "via-agent"
 
 
 async def test_ssh_auth_failure(ssh_env: SSHEnv) -> None:
