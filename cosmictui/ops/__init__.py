@@ -9,7 +9,9 @@ config      Settings (frozen dataclass), load_settings(config=None, **overrides)
 envfile     plan_relays(text, key, mode="merge"|"replace", var=ENV_VAR, path=".env") -> EnvPlan
             (old, new, diff, old_keys, new_keys, line, .changed); read_relays(text, var) ->
             tuple of keys; normalize_key(key) -> z32; decode_text/encode_text (bytes <-> str,
-            lossless); EnvFileError(problem, line, fix, path).
+            lossless); async write_plan(runner, path, plan) -> backup path | None (refuses,
+            with EnvFileError, when the file changed since it was planned); EnvFileError(problem,
+            line, fix, path).
 runner      open_deployment(spec, *, env, known_hosts, client_keys, password, connect_timeout)
             -> Runner (LocalRunner | SSHRunner); parse_deployment(spec) -> DeploymentSpec.
             Runner: async run(cmd, cwd=None, on_output=None, timeout=None) -> CommandResult

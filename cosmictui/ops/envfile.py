@@ -14,11 +14,15 @@ import io
 import json
 import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from dotenv.parser import parse_stream
 
 from cosmictui.ops.config import ENV_VAR
+from cosmictui.ops.runner import RunnerError
+
+if TYPE_CHECKING:
+    from cosmictui.ops.runner import Runner
 
 Mode = Literal["merge", "replace"]
 
@@ -279,3 +283,23 @@ def _diff(old: str, new: str, path: str) -> str:
     return "\n".join(
         difflib.unified_diff(old.splitlines(), new.splitlines(), f"{path} (now)", f"{path} (new)", lineterm="")
     )
+
+
+async def write_plan(runner: Runner, path: str, plan: EnvPlan) -> str | None:
+    """Write `plan.new` to `path` (atomic, with a timestamped backup) if the file still holds
+    `plan.old`; returns the backup path. A file edited since it was planned raises EnvFileError
+    and is left alone, so nobody's change is lost.
+    """
+    if not plan.changed:
+        return None
+    try:
+        current = decode_text(await runner.read_file(path))
+    except RunnerError as e:
+        if e.kind != "missing-file" or plan.old:
+            raise
+        current = ""
+    if current != plan.old:
+        raise EnvFileError(
+            "the file changed since the edit was planned", None, "review the new diff and confirm again", path
+        )
+    return await runner.write_file_atomic(path, encode_text(plan.new), backup=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+from pathlib import Path
 
 import pytest
 from dotenv.parser import parse_stream
@@ -18,7 +19,9 @@ from cosmictui.ops.envfile import (
     normalize_key,
     plan_relays,
     read_relays,
+    write_plan,
 )
+from cosmictui.ops.runner import LocalRunner
 from relay.keys import encode_id, key_pair
 
 K1 = encode_id(key_pair(b"\x01" * 32).public_key)
@@ -104,6 +107,24 @@ def test_bytes_round_trip_even_when_not_utf8() -> None:
     text = decode_text(raw)
     plan = plan_relays(text, K1)
     assert encode_text(plan.new).startswith(raw)
+
+
+async def test_write_plan_backs_up_and_refuses_a_file_changed_meanwhile(tmp_path: Path) -> None:
+    runner = LocalRunner(str(tmp_path))
+    (tmp_path / ".env").write_bytes(b"A=1\r\n# keep\r\n")
+    plan = plan_relays(decode_text(await runner.read_file(".env")), K1)
+    backup = await write_plan(runner, ".env", plan)
+    assert backup is not None and Path(backup).read_bytes() == b"A=1\r\n# keep\r\n"
+    assert (tmp_path / ".env").read_bytes() == encode_text(plan.new)
+    assert await write_plan(runner, ".env", plan_relays(plan.new, K1)) is None  # nothing to change
+    stale = plan_relays(plan.new, K2)
+    (tmp_path / ".env").write_bytes(b"A=1\r\n# someone else edited this\r\n")
+    with pytest.raises(EnvFileError, match="changed since"):
+        await write_plan(runner, ".env", stale)
+    assert (tmp_path / ".env").read_bytes() == b"A=1\r\n# someone else edited this\r\n"
+    fresh = plan_relays("", K1)
+    assert await write_plan(runner, "new.env", fresh) is None  # created, nothing to back up
+    assert (tmp_path / "new.env").read_text() == fresh.new
 
 
 # --- property tests ---------------------------------------------------------------------------
