@@ -11,9 +11,17 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Literal
 
-from cosmictui.ops.checks import CheckResult, run_checks
+from cosmictui.ops.checks import (
+    CheckResult,
+    check_dht,
+    check_relay_from_deployment,
+    fetch_stats,
+    relay_address,
+    run_checks,
+)
 from cosmictui.ops.config import Settings
 from cosmictui.ops.jobs import STUCK_STATUSES, Job, format_age
+from cosmictui.ops.relayproc import RelayRuntime, attach
 from cosmictui.ops.runner import Runner, RunnerError
 
 FAILED_STATUSES = frozenset({"failed", "error", "errored", "crashloopbackoff", "deleted", "terminated", "cancelled"})
@@ -22,6 +30,8 @@ __all__ = ["FAILED_STATUSES", "STUCK_STATUSES", "JobWatch", "format_age", "job_c
 _LIFECYCLE_FIELDS = frozenset(
     {
         "id",
+        "message",
+        "reason",
         "job id",
         "job_id",
         "status",
@@ -42,10 +52,17 @@ _LIFECYCLE_FIELDS = frozenset(
 )
 
 
+RELAY_REACH_PREFIX = "Relay answers from"
+
+
 async def gather_checks(
     settings: Settings, connect: Callable[[], Awaitable[Runner]], storage: str | None = None
 ) -> list[CheckResult]:
-    """All prerequisite checks; a deployment host we cannot reach is a failed check, not an error."""
+    """All prerequisite checks; a deployment host we cannot reach is a failed check, not an error.
+
+    Before step 2 the relay does not run yet, so "the relay answers from the deployment host"
+    cannot pass; it is shown as a warning then and checked for real once the relay runs.
+    """
     if storage:
         settings = replace(settings, relay_storage=storage)
     unreachable: CheckResult | None = None
@@ -58,6 +75,33 @@ async def gather_checks(
     results = await run_checks(settings, runner)
     if unreachable is not None:
         results.append(unreachable)
+    if attach(settings.relay_storage) is None:
+        results = [
+            CheckResult(r.name, "warn", "not yet: the relay is not running (step 2 starts it and checks this)", "")
+            if r.name.startswith(RELAY_REACH_PREFIX) and r.status == "fail"
+            else r
+            for r in results
+        ]
+    return results
+
+
+async def relay_reach_checks(settings: Settings, runner: Runner, runtime: RelayRuntime) -> list[CheckResult]:
+    """Once the relay runs: does it see the DHT, and does its UDP port answer from the deployment host."""
+    url = runtime.metrics or settings.metrics_url
+    stats = await fetch_stats(url) if url else None
+    results = [check_dht(stats)]
+    address = relay_address(settings, runner, stats)
+    if address is None:
+        results.append(
+            CheckResult(
+                f"{RELAY_REACH_PREFIX} {runner.label}",
+                "warn",
+                "the relay's address as seen from the deployment host is not known",
+                "set [relay] address in the config (the relay host's IP or name)",
+            )
+        )
+    else:
+        results.append(await check_relay_from_deployment(runner, address, runtime.port))
     return results
 
 

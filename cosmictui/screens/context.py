@@ -34,6 +34,36 @@ async def _open_runner(settings: Settings) -> Runner:
     )
 
 
+class LoggedRunner(Runner):
+    """The deployment runner as the ops layer sees it, with every command going to the log."""
+
+    def __init__(self, ctx: WizardContext, inner: Runner) -> None:
+        self._ctx = ctx
+        self.inner = inner
+        self.root = inner.root
+        self.label = inner.label
+
+    async def run(
+        self, cmd: str, cwd: str | None = None, on_output: Any = None, timeout: float | None = None
+    ) -> CommandResult:
+        return await self._ctx.run(cmd, on_output=on_output, runner=self.inner, timeout=timeout, cwd=cwd)
+
+    async def read_file(self, path: str) -> bytes:
+        return await self.inner.read_file(path)
+
+    async def write_file_atomic(self, path: str, data: bytes, backup: bool = True) -> str | None:
+        return await self.inner.write_file_atomic(path, data, backup)
+
+    async def exists(self, path: str) -> bool:
+        return await self.inner.exists(path)
+
+    def resolve(self, path: str) -> str:
+        return self.inner.resolve(path)
+
+    def __getattr__(self, name: str) -> Any:  # e.g. SSHRunner.host, used to tell local from remote
+        return getattr(self.inner, name)
+
+
 class WizardContext:
     """State shared by the steps for one deployment."""
 
@@ -72,6 +102,10 @@ class WizardContext:
                 self._runner = await self._open_runner(self.settings)
             return self._runner
 
+    async def logged_deployment(self) -> Runner:
+        """The deployment runner for ops functions that run commands themselves (checks)."""
+        return LoggedRunner(self, await self.deployment())
+
     @property
     def env_path(self) -> str:
         if self._runner is not None:
@@ -96,6 +130,7 @@ class WizardContext:
         on_output: Callable[[str], None] | None = None,
         runner: Runner | None = None,
         timeout: float | None = None,
+        cwd: str | None = None,
     ) -> CommandResult:
         """Run `cmd` on the deployment (or `runner`), logged with its output and exit code."""
         runner = runner or await self.deployment()
@@ -110,7 +145,7 @@ class WizardContext:
                 on_output(text)
 
         try:
-            result = await runner.run(cmd, on_output=chunk, timeout=timeout)
+            result = await runner.run(cmd, cwd=cwd, on_output=chunk, timeout=timeout)
         except RunnerError as e:
             if entry is not None and self._log is not None:
                 self._log.output(entry, str(e))

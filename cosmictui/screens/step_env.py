@@ -5,13 +5,30 @@ from __future__ import annotations
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal
-from textual.widgets import RadioButton, RadioSet, Static
+from textual.message import Message
+from textual.widgets import Static
 
 from cosmictui.ops.envfile import EnvFileError, EnvPlan, decode_text, encode_text, plan_relays, read_relays
 from cosmictui.ops.runner import RunnerError
 from cosmictui.screens.step import Step, StepStatus, runner_problem
 from cosmictui.widgets.diff_view import DiffView
+
+
+class ModeToggle(Static):
+    """Merge or replace, spelled out (a checked box and a word, not a colour)."""
+
+    class Toggled(Message):
+        pass
+
+    def on_mount(self) -> None:
+        self.show("merge")
+
+    def show(self, mode: str) -> None:
+        merge, replace = ("x", " ") if mode == "merge" else (" ", "x")
+        self.update(f"Other relays: [{merge}] merge (keep them)  [{replace}] replace   (t switches)")
+
+    def on_click(self) -> None:
+        self.post_message(self.Toggled())
 
 
 class EnvStep(Step):
@@ -32,11 +49,7 @@ class EnvStep(Step):
     def compose(self) -> ComposeResult:
         yield Static("3. Configure .env", classes="step-title")
         yield Static("", id="env-intro", classes="step-intro")
-        with Horizontal(id="env-mode-row"):
-            yield Static("Existing relays:", id="env-mode-label")
-            with RadioSet(id="env-mode", compact=True):
-                yield RadioButton("Merge (keep them)", value=True, id="env-merge")
-                yield RadioButton("Replace", id="env-replace")
+        yield ModeToggle(id="env-mode")
         yield Static("", id="env-summary", markup=False)
         yield DiffView(id="env-diff")
         yield StepStatus()
@@ -44,26 +57,26 @@ class EnvStep(Step):
     def on_enter(self) -> None:
         var = self.ctx.settings.env_var
         self.query_one("#env-intro", Static).update(
-            f"Sets [b]{var}[/b] in [b]{self.ctx.settings.env_path}[/b] on the deployment "
-            f"({self.ctx.settings.deployment}). Every other line stays byte for byte; a timestamped "
-            "backup is written beside it first."
+            f"Sets [b]{var}[/b] in the deployment's {self.ctx.settings.env_path}. Every other line stays "
+            "byte for byte; a timestamped backup is written first."
         )
         if not self.written:
             self.load()
 
     # -- reading and planning ---------------------------------------------------------------------
 
-    def on_radio_set_changed(self, event: RadioSet.Changed) -> None:
+    def on_mode_toggle_toggled(self, event: ModeToggle.Toggled) -> None:
         event.stop()
-        self.mode = "replace" if event.pressed.id == "env-replace" else "merge"
-        if not self.busy:
-            self.written = False
-            self.mark_done(False)
-            self.load()
+        self.action_toggle_mode()
 
     def action_toggle_mode(self) -> None:
-        target = "#env-replace" if self.mode == "merge" else "#env-merge"
-        self.query_one(target, RadioButton).value = True
+        if self.busy:
+            return
+        self.mode = "replace" if self.mode == "merge" else "merge"
+        self.query_one(ModeToggle).show(self.mode)
+        self.written = False
+        self.mark_done(False)
+        self.load()
 
     def action_reload(self) -> None:
         self.written = False
@@ -106,7 +119,7 @@ class EnvStep(Step):
         self.plan = plan
         old = ", ".join(plan.old_keys) or "(not set)"
         new = ", ".join(plan.new_keys)
-        self.query_one("#env-summary", Static).update(f"File:    {path}\nNow:     {old}\nAfter:   {new}")
+        self.query_one("#env-summary", Static).update(f"File:   {path}\nNow:    {old}\nAfter:  {new}")
         self.query_one(DiffView).show_diff(plan.diff)
         if not plan.changed:
             self.written = True
@@ -160,7 +173,7 @@ class EnvStep(Step):
             return
         self.written = True
         self.query_one("#env-summary", Static).update(
-            f"File:    {path}\nBackup:  {backup or '(none)'}\nRelays:  {', '.join(keys)}"
+            f"File:   {path}\nBackup: {backup or '(none)'}\nRelays: {', '.join(keys)}"
         )
         self.mark_done()
         self.status.set("Wrote the .env. Press n to apply it and restart the worker.", "ok")

@@ -11,23 +11,7 @@ from textual.widgets import Static
 from cosmictui.ops.checks import CheckResult
 from cosmictui.ops.wizard_steps import gather_checks
 from cosmictui.screens.step import Step, StepStatus
-
-_MARK = {"ok": "✔ ok  ", "warn": "! warn", "fail": "✘ FAIL", "busy": "… "}
-
-
-class CheckRow(Static):
-    """One prerequisite: a status word (not colour alone), what was seen, and the fix."""
-
-    def __init__(self, result: CheckResult) -> None:
-        super().__init__(classes=f"check-row -{result.status}", markup=False)
-        self.result = result
-
-    def render(self) -> str:
-        r = self.result
-        text = f"{_MARK[r.status]}  {r.name}: {r.detail}"
-        if r.fix and r.status != "ok":
-            text += f"\n        fix: {r.fix}"
-        return text
+from cosmictui.widgets.check_row import CheckRow
 
 
 class PrereqsStep(Step):
@@ -62,7 +46,7 @@ class PrereqsStep(Step):
         self.busy = True
         self.status.set("Checking …", "busy")
         try:
-            results = await gather_checks(self.ctx.settings, self.ctx.deployment, self.ctx.relay_storage)
+            results = await gather_checks(self.ctx.settings, self.ctx.logged_deployment, self.ctx.relay_storage)
         finally:
             self.busy = False
         self.results = results

@@ -34,8 +34,8 @@ class RecoverStep(Step):
     def compose(self) -> ComposeResult:
         yield Static("6. Recover stuck jobs", classes="step-title")
         yield Static(
-            "Jobs created before the restart never receive the relay key. Select stuck jobs "
-            "(space), then press d to delete each and create it again with the same fields.",
+            "Jobs created before the restart never get the relay key. Select stuck jobs with "
+            "space, then d deletes each and creates it again with the same fields.",
             classes="step-intro",
         )
         yield SelectionList[str](id="recover-jobs")
@@ -83,9 +83,7 @@ class RecoverStep(Step):
         sel.add_options(
             [
                 Selection(
-                    f"{v.job.id}  {v.job.status}  {format_age(v.age)}"
-                    + ("  before restart" if v.before_restart else "")
-                    + (f"  · {v.stuck}" if v.stuck else ""),
+                    f"{v.job.id}  {v.job.status} {format_age(v.age)}" + ("  old: no key" if v.before_restart else ""),
                     v.job.id,
                     v.job.id in chosen,
                 )
@@ -108,12 +106,16 @@ class RecoverStep(Step):
             self._show_fields(v.job)
 
     def _show_fields(self, job: Job) -> None:
-        fields = "\n".join(f"  {k}: {v}" for k, v in job.fields.items())
+        v = self.views.get(job.id)
+        why = f"Stuck: {v.stuck}\n" if v is not None and v.stuck else ""
+        fields = "\n".join(f"  {k}: {val}" for k, val in job.fields.items() if k not in ("id", "status", "age"))
         try:
             cmd = job_command(self.ctx.settings.create_command, job)
         except KeyError as e:
             cmd = f"(cannot build: {e.args[0]})"
-        self.query_one("#recover-fields", Static).update(f"Job {job.id} fields:\n{fields}\nRecreate with:\n  {cmd}")
+        self.query_one("#recover-fields", Static).update(
+            f"{why}Job {job.id} ({job.status}):\n{fields}\nRecreate with:\n  {cmd}"
+        )
 
     def action_recreate(self) -> None:
         if self.busy:

@@ -12,13 +12,17 @@ import time
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal
+from textual.containers import Horizontal, Vertical
 from textual.widgets import Input, Static
 
 from cosmictui.ops import relayproc
+from cosmictui.ops.checks import CheckResult
 from cosmictui.ops.relayproc import RelayProcError, RelayRuntime
+from cosmictui.ops.runner import RunnerError
+from cosmictui.ops.wizard_steps import RELAY_REACH_PREFIX, relay_reach_checks
 from cosmictui.screens.confirm import ConfirmScreen
-from cosmictui.screens.step import Step, StepStatus
+from cosmictui.screens.step import Step, StepStatus, runner_problem
+from cosmictui.widgets.check_row import CheckRow
 
 
 class RelayStep(Step):
@@ -33,12 +37,13 @@ class RelayStep(Step):
     def __init__(self, ctx) -> None:  # type: ignore[no-untyped-def]
         super().__init__(ctx)
         self.runtime: RelayRuntime | None = None
+        self.reach: list[CheckResult] = []
 
     def compose(self) -> ComposeResult:
         yield Static("2. Start the relay", classes="step-title")
         yield Static(
-            "The relay runs on this machine, detached: it keeps running after the wizard exits. "
-            "Its key comes from the storage directory — always use the same one.",
+            "Runs on this machine and keeps running after the wizard exits. Its key comes "
+            "from the storage directory: always use the same one.",
             classes="step-intro",
         )
         with Horizontal(classes="field-row"):
@@ -49,6 +54,7 @@ class RelayStep(Step):
             yield Input(str(self.ctx.settings.relay_port), id="relay-port", type="integer", compact=True)
         yield Static("", id="relay-state", markup=False)
         yield Static("", id="relay-key", markup=False)
+        yield Vertical(id="relay-checks")
         yield StepStatus()
 
     # -- inputs -----------------------------------------------------------------------------------
@@ -103,17 +109,17 @@ class RelayStep(Step):
         state = self.query_one("#relay-state", Static)
         key = self.query_one("#relay-key", Static)
         if rt is None:
-            state.update(f"Relay:   not attached\nStorage: {self._abs() or '(none)'}")
+            state.update("Relay:   not started or attached yet")
             key.update("")
             key.remove_class("-shown")
             return
         since = time.strftime("%H:%M:%S", time.localtime(rt.started_at))
         state.update(
-            f"Relay:   running · pid {rt.pid} · since {since} · UDP {rt.host}:{rt.port}\n"
-            f"Storage: {rt.storage}\n"
+            f"Relay:   running, pid {rt.pid}, since {since}\n"
+            f"UDP:     {rt.host}:{rt.port}\n"
             f"Log:     {relayproc.log_path(rt.storage)}"
         )
-        key.update(f"Key: {rt.key}")
+        key.update(f"Relay key (c copies it):\n{rt.key}")
         key.add_class("-shown")
 
     # -- actions ----------------------------------------------------------------------------------
@@ -208,9 +214,41 @@ class RelayStep(Step):
         self.ctx.relay_key = rt.key
         self.ctx.relay_storage = rt.storage
         self._show()
-        self.mark_done()
         self.ctx.save_progress(1)
-        self.status.set(f"{verb} the relay. Press c to copy the key, n to put it in the .env.", "ok")
+        self.check_reach(verb)
+
+    @work(exclusive=True, group="relay", exit_on_error=False)
+    async def check_reach(self, verb: str = "Attached to") -> None:
+        """The relay runs: now check what step 1 could not (DHT, and its port from the deployment)."""
+        rt = self.runtime
+        assert rt is not None
+        self.busy = True
+        self.status.set(f"{verb} the relay; checking that the deployment host reaches it …", "busy")
+        try:
+            runner = await self.ctx.logged_deployment()
+            results = await relay_reach_checks(self.ctx.settings, runner, rt)
+        except RunnerError as e:
+            results = [CheckResult("Deployment host reachable", "fail", runner_problem(e, "connect"), e.fix)]
+        finally:
+            self.busy = False
+        self.reach = results
+        box = self.query_one("#relay-checks", Vertical)
+        await box.remove_children()
+        await box.mount_all([CheckRow(r) for r in results])
+        blocking = self._blocking()
+        if blocking:
+            self.mark_done(False)
+            self.status.set(f"{verb} the relay, but: {blocking} Fix it, then press a to re-check.", "error")
+        else:
+            self.mark_done()
+            self.status.set(f"{verb} the relay. Press c to copy the key, n to put it in the .env.", "ok")
+
+    def _blocking(self) -> str | None:
+        """Jobs can only use the relay if the deployment host reaches it: that failing blocks Next."""
+        for r in self.reach:
+            if r.status == "fail" and (r.name.startswith(RELAY_REACH_PREFIX) or r.name == "Deployment host reachable"):
+                return f"{r.name}: {r.detail}."
+        return None
 
     def action_copy_key(self) -> None:
         if self.runtime is None:
@@ -224,4 +262,6 @@ class RelayStep(Step):
             return "No relay yet: press s to start it or a to attach to a running one."
         if not relayproc.pid_alive(self.runtime.pid):
             return f"The relay (pid {self.runtime.pid}) is no longer running: press s to start it again."
-        return None
+        if not self.reach:
+            return "The relay has not been checked from the deployment host yet: press a."
+        return self._blocking()

@@ -36,9 +36,9 @@ class JobsTable(DataTable[str]):
         self.clear()
         for v in views:
             if v.job.id in new_ids:
-                note = "new · after restart"
+                note = "NEW (after restart)"
             elif v.before_restart:
-                note = "before restart: no key"
+                note = "old: no relay key"
             else:
                 note = ""
             if v.stuck:
@@ -83,9 +83,8 @@ class VerifyStep(Step):
         r = self._restart_dt()
         when = r.astimezone().strftime("%H:%M:%S") if r else "(not recorded: run step 4)"
         self.query_one("#verify-intro", Static).update(
-            f"The worker restarted at [b]{when}[/b]. Jobs created before that never get the relay key.\n"
-            "[b]Create a new job now[/b] (in CosmicAC as usual, or press j to run the create command). "
-            f"The list refreshes every {self.ctx.settings.poll_interval:g} s."
+            f"Worker restarted at [b]{when}[/b]; older jobs never get the key. [b]Create a new job now[/b] "
+            f"(as usual, or j runs the create command). Refreshes every {self.ctx.settings.poll_interval:g} s."
         )
         if self.watch is None:
             self.watch = JobWatch(r)

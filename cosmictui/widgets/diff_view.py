@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 
 from rich.text import Text
@@ -13,7 +14,11 @@ def render_diff(lines: Iterable[str]) -> Text:
     text = Text(no_wrap=False, overflow="fold")
     for line in lines:
         line = line.rstrip("\n")
-        if line.startswith(("+++", "---")):
+        if line.startswith(("+++ ", "--- ")):
+            # The full path is shown above the diff; here the file name says enough.
+            marker, _, rest = line.partition(" ")
+            path, sep, tail = rest.partition(" (")
+            line = f"{marker} {os.path.basename(path)}{sep}{tail}"
             style = "bold"
         elif line.startswith("@@"):
             style = "cyan"
