@@ -58,8 +58,9 @@ Other node calls: `await node.ping((host, port))`, `await node.find_node(target)
 `.replies`), `await node.request(addr, command, target=..., value=..., token=...)`.
 
 What is not done: the node stays ephemeral (never sends its id, stores no records for
-others, as dht.md C3.5 allows), and PEER_HOLEPUNCH is answered with an abort instead of
-punching — a relay has to be reachable on its UDP port.
+others, as dht.md C3.5 allows), and PEER_HOLEPUNCH rounds are decrypted but left
+unanswered, as a Node server with `holepunch: false` does — a relay has to be reachable on
+its UDP port (a firewalled relay is still reached by peers on the same host/LAN).
 """
 
 from __future__ import annotations

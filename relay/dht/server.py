@@ -5,8 +5,8 @@ router, announces it (`Announcer`), answers PEER_HANDSHAKE through the sans-IO
 `HandshakeResponder`, creates the raw UDX stream advertised in the reply and connects it
 when the client's first UDX packet arrives (or at once when the client is reachable or
 the handshake came direct), then hands a `Connection` with a running secret stream to
-`on_connection`. PEER_HOLEPUNCH is decrypted and answered with an abort: a relay must be
-publicly reachable, and an explicit abort lets a client fail fast instead of timing out.
+`on_connection`. PEER_HOLEPUNCH rounds are decrypted but not answered, as by a Node server
+with `holepunch: false`: a relay must be publicly reachable.
 """
 
 from __future__ import annotations
@@ -22,14 +22,13 @@ import psutil
 
 from .announcer import Announcer, SigningKeyPair
 from .connection import KEEP_ALIVE, Connection, responder_secret_stream, start_secret_stream
-from .handshake import Attempt, HandshakeResponder, seal_payload
+from .handshake import Attempt, HandshakeResponder
 from .messages import (
     Address,
     DHTError,
     Firewall,
     Handshake,
     Holepunch,
-    HolepunchPayload,
     Mode,
     NoisePayload,
     PayloadError,
@@ -234,19 +233,14 @@ class HyperDHTServer:
     # ------------------------------------------------------------------ holepunch
 
     def on_peer_holepunch(self, inc: IncomingRequest, hp: Holepunch) -> None:
-        """We do not punch (a relay is reachable by design): abort rounds we can decrypt."""
+        """We do not punch: a relay has to be reachable. Rounds for a live attempt are
+        decrypted and counted, then left unanswered, exactly what a Node server created with
+        `holepunch: false` does (`server.js` `_onpeerholepunch` → `_abort` without a payload →
+        no reply); the client's other paths (OPEN address, same-host shortcut) are unaffected."""
         if self.closed or hp.peer_address is None:
             return
-        self.stats["holepunches"] += 1
-        found = self.responder.holepunch(hp.id, hp.payload)
-        if found is None:
-            return
-        a, _msg = found
-        if a.holepunch_secret is None or a.firewall == Firewall.OPEN:
-            return  # as Node: an OPEN server has no puncher and sends nothing
-        abort = HolepunchPayload(error=PayloadError.ABORTED, firewall=Firewall.UNKNOWN, round=a.round)
-        value = Holepunch(Mode.FROM_SERVER, 0, seal_payload(a.holepunch_secret, abort), hp.peer_address)
-        self.node.relay(inc, value.encode(), inc.peer.address)
+        if self.responder.holepunch(hp.id, hp.payload) is not None:
+            self.stats["holepunches"] += 1
 
     # ------------------------------------------------------------------ timers
 
