@@ -45,13 +45,13 @@ from tests.unit._metrics_server import FakeRelayMetrics  # noqa: E402
 class PtyApp:
     """`python -m cosmictui ARGS` on a pseudo-terminal of a given size, its output drained."""
 
-    def __init__(self, args: list[str], cols: int = 80, rows: int = 24) -> None:
+    def __init__(self, args: list[str], cols: int = 80, rows: int = 24, argv: list[str] | None = None) -> None:
         master, slave = pty.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
         env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": str(cols), "LINES": str(rows)}
         self.t0 = time.perf_counter()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "cosmictui", *args],
+            argv or [sys.executable, "-m", "cosmictui", *args],
             stdin=slave,
             stdout=slave,
             stderr=slave,
@@ -115,6 +115,29 @@ class PtyApp:
         os.close(self.master)
 
 
+BARE_APP = """
+from textual.app import App
+from textual.widgets import Footer, Static
+class Bare(App):
+    BINDINGS = [("q", "quit", "Quit")]
+    def compose(self):
+        yield Static("hello")
+        yield Footer()
+Bare().run()
+"""
+
+
+def bare_textual_frame(runs: int) -> list[float]:
+    """The floor on this box: a Textual app with one label and a footer, same pty, same needle."""
+    frames = []
+    for _ in range(runs):
+        app = PtyApp([], argv=[sys.executable, "-c", BARE_APP])
+        app.watch("Quit")
+        frames.append(app.wait_mark("Quit"))
+        app.quit()
+    return frames
+
+
 def first_frame(storage: Path, runs: int) -> tuple[list[float], list[float]]:
     frames, datas = [], []
     for _ in range(runs):
@@ -168,6 +191,7 @@ def main() -> None:
 
     threading.Thread(target=churn, daemon=True).start()
     try:
+        bare = bare_textual_frame(a.runs)
         frames, datas = first_frame(relay.storage, a.runs)
         idle_cpu, idle_rss = cpu_over(["monitor", "--storage", str(relay.storage), "--interval", "1"], a.seconds)
         busy_cpu, busy_rss = cpu_over(["monitor", "--metrics", fake.url, "--interval", "1"], a.seconds)
@@ -178,9 +202,13 @@ def main() -> None:
         testnet.stop()
         shutil.rmtree(tmp, ignore_errors=True)
     cores = psutil.cpu_count()
+    load = os.getloadavg()[0]
+    floor = statistics.median(bare)
     rows = [
+        ("first frame of a bare Textual app (label + footer), same pty", f"{floor:.2f} s", "(floor)"),
         (f"time to first frame (80×24, median of {a.runs})", f"{statistics.median(frames):.2f} s", "< 1 s"),
         ("time to first frame with the relay's data", f"{statistics.median(datas):.2f} s", "< 1 s"),
+        ("first frame / bare Textual floor", f"{statistics.median(frames) / floor:.2f}×", "–"),
         (
             f"CPU, real idle relay, 1 s refresh (slows when idle), {a.seconds:g} s",
             f"{idle_cpu:.2f} % of a core",
@@ -189,11 +217,14 @@ def main() -> None:
         (f"CPU, counters moving, redraw every 1 s, {a.seconds:g} s", f"{busy_cpu:.2f} % of a core", "< 3 %"),
         ("monitor RSS (idle / moving)", f"{idle_rss:.0f} MB / {busy_rss:.0f} MB", "–"),
     ]
-    print(f"\n`python3 benchmarks/monitor_bench.py --runs {a.runs} --seconds {a.seconds:g}` ({cores} cores)\n")
+    print(
+        f"\n`python3 benchmarks/monitor_bench.py --runs {a.runs} --seconds {a.seconds:g}` "
+        f"({cores} cores, load average {load:.1f} at the end)\n"
+    )
     print("| measurement | result | target |\n|---|---|---|")
     for r in rows:
         print(f"| {r[0]} | {r[1]} | {r[2]} |")
-    print("\nraw:", json.dumps({"frames": frames, "data_frames": datas}))
+    print("\nraw:", json.dumps({"bare": bare, "frames": frames, "data_frames": datas}))
 
 
 if __name__ == "__main__":

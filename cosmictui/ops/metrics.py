@@ -11,16 +11,12 @@ import asyncio
 import json
 import math
 import time
-import urllib.error
-import urllib.request
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Any
-
-from prometheus_client.parser import text_string_to_metric_families
 
 from cosmictui.ops import relayproc
 
@@ -108,6 +104,8 @@ def parse_metrics(text: str) -> dict[str, float]:
 
     `*_created` timestamps are dropped: they are not numbers an operator watches.
     """
+    from prometheus_client.parser import text_string_to_metric_families
+
     values: dict[str, float] = {}
     try:
         for family in text_string_to_metric_families(text):
@@ -170,12 +168,18 @@ class Scrape:
         return (self.stat("pid"), self.values.get("process_start_time_seconds"))
 
 
-# No proxies: metrics live on loopback or the relay host, and an http_proxy set for the
-# operator's browsing must not swallow them.
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+_OPENER: Any = None
 
 
 def _get(url: str, timeout: float) -> bytes:
+    # urllib is imported here, in the poll worker, so it does not delay the monitor's first frame
+    import urllib.request
+
+    global _OPENER
+    if _OPENER is None:
+        # No proxies: metrics live on loopback or the relay host, and an http_proxy set for the
+        # operator's browsing must not swallow them.
+        _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     req = urllib.request.Request(url, headers={"User-Agent": "cosmictui-monitor"})
     with _OPENER.open(req, timeout=timeout) as resp:
         return resp.read(8 * 1024 * 1024)
@@ -183,6 +187,8 @@ def _get(url: str, timeout: float) -> bytes:
 
 def fetch(base_url: str, timeout: float = 2.0) -> Scrape:
     """Blocking scrape of `/metrics` and `/stats`; MetricsError says what went wrong."""
+    import urllib.error
+
     base = normalize_url(base_url)
     try:
         body = _get(base + "/metrics", timeout)

@@ -92,6 +92,7 @@ class MonitorScreen(Screen[None]):
         self.quiet_polls = 0
         self.polls = 0
         self.last_poll: float | None = None
+        self._plotted_at = 0.0
         self._wake = asyncio.Event()
         self.set_reactive(MonitorScreen.interval, interval)
 
@@ -151,11 +152,14 @@ class MonitorScreen(Screen[None]):
         self.quiet_polls = 0 if changed else self.quiet_polls + 1
         self.polls += 1
         self.last_poll = self.clock()
-        self.refresh_view()
+        self.refresh_view(force_plots=False)
         return changed
 
     # -- drawing --------------------------------------------------------------------------------
-    def refresh_view(self) -> None:
+    def refresh_view(self, force_plots: bool = True) -> None:
+        """Redraw from the watches. Plots are skipped (unless forced) while less time has passed
+        than one braille dot of the x axis covers: the picture could not change, and plotting is
+        most of the monitor's CPU."""
         wide = self.has_class("-wide")
         if len(self.watches) > 1:
             self.query_one(RelayTable).show(self.watches, self.clock(), compact=not wide)
@@ -165,6 +169,15 @@ class MonitorScreen(Screen[None]):
         now = self.clock()
         roomy = facts_pane.size.height >= 24
         self.query_one(RelayFacts).show(w, key_width=52 if wide else 24, roomy=roomy, now=now)
+        memory_plot = self.query_one("#plot-memory", TimePlot)
+        dot_seconds = memory_plot.window / max(1, 2 * (memory_plot.size.width - 6))
+        if force_plots or now - self._plotted_at >= dot_seconds * 0.95:
+            self._plotted_at = now
+            self._draw_plots(w, now, wide)
+        self._render_log()
+        self._render_status()
+
+    def _draw_plots(self, w: RelayWatch, now: float, wide: bool) -> None:
         h = w.history
         self.query_one("#plot-memory", TimePlot).show([Series("rss", h["rss_mb"], "rss")], now)
         traffic = [Series("in", h["in_bps"], "in"), Series("out", h["out_bps"], "out")]
@@ -175,8 +188,6 @@ class MonitorScreen(Screen[None]):
             self.query_one("#plot-cpu", TimePlot).show([Series("cpu", h["cpu_percent"], "cpu")], now)
             pk = [Series("in", h["in_pps"], "in"), Series("out", h["out_pps"], "out")]
             self.query_one("#plot-packets", TimePlot).show(pk, now)
-        self._render_log()
-        self._render_status()
 
     def _render_log(self) -> None:
         tail = self.tails[self.selected]
