@@ -257,16 +257,16 @@ async def check_deployment_host(runner: Runner) -> CheckResult:
 # the relay saw us at. Stdlib only: it runs on the deployment host with whatever python3 is there.
 PING_SCRIPT = """\
 import os,socket,sys,time
-h=socket.gethostbyname(sys.argv[1]);p=int(sys.argv[2]);t=float(sys.argv[3])
-tid=os.urandom(2);req=b"\\x03\\x04"+tid+socket.inet_aton(h)+p.to_bytes(2,"little")+b"\\x00"
-s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM);end=time.time()+t;n=0
+h=socket.gethostbyname(sys.argv[1]);p=int(sys.argv[2]);t=float(sys.argv[3]);end=time.time()+t;n=0
+tid=os.urandom(2);req=bytes((3,4))+tid+socket.inet_aton(h)+bytes((p&255,p>>8,0))
+s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)
 while time.time()<end:
  s.sendto(req,(h,p));n+=1;s.settimeout(max(0.05,min(1.0,end-time.time())))
  try:
   while True:
    d,a=s.recvfrom(2048)
    if a==(h,p) and len(d)>=10 and d[0]==0x13 and d[2:4]==tid:
-    print("PONG %s:%d sees us as %s:%d"%(h,p,socket.inet_ntoa(d[4:8]),int.from_bytes(d[8:10],"little")));sys.exit(0)
+    print("PONG %s:%d sees us as %s:%d"%(h,p,socket.inet_ntoa(d[4:8]),d[8]|d[9]<<8));sys.exit(0)
  except socket.timeout:pass
  except OSError as e:print("ERROR %s"%e);time.sleep(0.2)
 print("NOREPLY %s:%d after %d pings in %gs"%(h,p,n,t));sys.exit(1)
@@ -303,8 +303,11 @@ def dht_ping(host: str, port: int, timeout: float = 1.0) -> tuple[bool, str]:
 
 def ping_command(host: str, port: int, timeout: float = 3.0, python: str = "python3") -> str:
     """A stdlib-only `python3 -c` one-liner that sends a dht-rpc PING and prints the reply."""
+    # one physical line (copyable from the command log): exec("...") with \n, \\ and \x22 escapes
+    body = PING_SCRIPT.replace("\\", "\\\\").replace('"', "\\x22").replace("\n", "\\n")
+    assert "'" not in body
     return " ".join(
-        [shlex.quote(python), "-c", shlex.quote(PING_SCRIPT), shlex.quote(host), str(int(port)), f"{timeout:g}"]
+        [shlex.quote(python), "-c", f"'exec(\"{body}\")'", shlex.quote(host), str(int(port)), f"{timeout:g}"]
     )
 
 

@@ -102,7 +102,7 @@ async def test_ping_without_python3_on_the_host(tmp_path: Path) -> None:
 def test_ping_command_is_stdlib_only() -> None:
     cmd = ping_command("relay.example", 49737, 2.5)
     assert cmd.startswith("python3 -c ") and cmd.endswith(" relay.example 49737 2.5")
-    assert "import os,socket,sys,time" in cmd
+    assert "import os,socket,sys,time" in cmd and "\n" not in cmd  # one line, copyable
 
 
 async def test_deployment_host_missing_directory(tmp_path: Path) -> None:
