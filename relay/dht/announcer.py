@@ -55,28 +55,100 @@ def sign_announce(
     return Announce(peer=peer, signature=signature)
 
 
-class Announcer:
-    def __init__(self, node: DHTNode, key_pair: SigningKeyPair, target: bytes) -> None:
-        self.node = node
+class AnnounceState:
+    """The announcer's decisions, sans-IO: who to announce to, what to send, what to
+    publish, whom to unannounce, when to start over. The driver only runs round trips."""
+
+    def __init__(self, key_pair: SigningKeyPair, target: bytes) -> None:
         self.key_pair = key_pair
         self.target = target
         self.relays: list[RelayInfo] = []
         self.relay_addresses: list[Address] = []
-        self.stopped = False
+        self.closest: list[Address] | None = None
         self.rounds = 0
+        # three generations of announce nodes: [2] this round, [1] the last, [0] the one before
+        self.generations: list[dict[Address, Address]] = [{}, {}, {}]
+        self._round_relays: list[RelayInfo] = []
+        self._round_addresses: list[Address] = []
+
+    @property
+    def announced_to(self) -> list[Address]:
+        return list(self.generations[2].values())
+
+    def is_relay(self, addr: Address) -> bool:
+        return any(addr in g for g in self.generations)
+
+    def begin_round(self, remote_address: Address | None) -> None:
+        g = self.generations
+        g[0], g[1], g[2] = g[1], g[2], g[0]
+        g[2].clear()
+        self._round_relays = []
+        self._round_addresses = [remote_address] if remote_address else []
+
+    @staticmethod
+    def pick(closest_replies: list[Reply]) -> list[Reply]:
+        """The 3 XOR-closest responders that proved their id and gave a token."""
+        return [r for r in closest_replies[:3] if r.token is not None and r.peer.id is not None]
+
+    def announce_value(self, node_id: bytes, token: bytes) -> bytes:
+        return sign_announce(self.key_pair, self.target, node_id, token).encode()
+
+    def unannounce_value(self, node_id: bytes, token: bytes) -> bytes:
+        return sign_announce(self.key_pair, self.target, node_id, token, unannounce=True).encode()
+
+    def announced(self, node: Reply) -> None:
+        """ANNOUNCE to `node` (its FIND_PEER reply) was accepted."""
+        addr = node.peer.address
+        if len(self._round_addresses) < 3:
+            self._round_addresses.append(addr)
+        self._round_relays.append(RelayInfo(addr, node.to))
+        self.generations[2][addr] = addr
+
+    def finish_round(self, closest_nodes: list[Address]) -> list[Address]:
+        """Publish the round; returns last round's nodes that are no longer used (to unannounce)."""
+        self.closest = closest_nodes
+        self.relays = self._round_relays
+        self.relay_addresses = self._round_addresses
+        self.rounds += 1
+        g = self.generations
+        return [a for k, a in g[1].items() if k not in g[2]]
+
+    def needs_refresh(self, pinged: int, answered: int) -> bool:
+        """Start a new round early when fewer than min(n, 3) announce nodes still answer."""
+        return answered < min(pinged, MIN_ACTIVE)
+
+
+class Announcer:
+    """Drives `AnnounceState` over a `DHTNode` (hyperdht `lib/announcer.js`)."""
+
+    def __init__(self, node: DHTNode, key_pair: SigningKeyPair, target: bytes) -> None:
+        self.node = node
+        self.target = target
+        self.state = AnnounceState(key_pair, target)
+        self.stopped = False
         self._refreshing = False
-        self._closest: list[Address] | None = None
-        self._generations: list[dict[Address, Address]] = [{}, {}, {}]
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._updating: asyncio.Task[None] | None = None
 
     @property
+    def relays(self) -> list[RelayInfo]:
+        return self.state.relays
+
+    @property
+    def relay_addresses(self) -> list[Address]:
+        return self.state.relay_addresses
+
+    @property
+    def rounds(self) -> int:
+        return self.state.rounds
+
+    @property
     def announced_to(self) -> list[Address]:
-        return list(self._generations[2].values())
+        return self.state.announced_to
 
     def is_relay(self, addr: Address) -> bool:
-        return any(addr in g for g in self._generations)
+        return self.state.is_relay(addr)
 
     async def start(self) -> None:
         """First round, awaited (listen() returns once we are findable), then the loop."""
@@ -115,7 +187,7 @@ class Announcer:
                     nodes = self.announced_to
                     results = await asyncio.gather(*(self.node.ping(n) for n in nodes), return_exceptions=True)
                     active = sum(1 for r in results if isinstance(r, Reply))
-                    if active < min(len(nodes), MIN_ACTIVE):
+                    if self.state.needs_refresh(len(nodes), active):
                         self.refresh()
                     if self.stopped:
                         return
@@ -137,53 +209,34 @@ class Announcer:
             self._updating = None
 
     async def _update(self) -> None:
-        g = self._generations
-        g[0], g[1], g[2] = g[1], g[2], g[0]
-        g[2].clear()
-        q = await self.node.find_peer(self.target, hash=False, nodes=self._closest)
+        st = self.state
+        st.begin_round(None if self.node.firewalled else self.node.remote_address())
+        q = await self.node.find_peer(self.target, hash=False, nodes=st.closest)
         if self.stopped:
             return
-        best = q.closest_replies[:3]
-        relays: list[RelayInfo] = []
-        relay_addresses: list[Address] = []
-        if not self.node.firewalled:
-            ra = self.node.remote_address()
-            if ra:
-                relay_addresses.append(ra)
-        await asyncio.gather(*(self._commit(r, relays, relay_addresses) for r in best), return_exceptions=True)
+        await asyncio.gather(*(self._commit(r) for r in st.pick(q.closest_replies)), return_exceptions=True)
         if self.stopped:
             return
-        self._closest = q.closest_nodes
-        self.relays = relays
-        self.relay_addresses = relay_addresses
-        self.rounds += 1
-        if relays:
+        removed = st.finish_round(q.closest_nodes)
+        if st.relays:
             self.node.last_announce = time.time()
-        log.info("announced %s to %d nodes", self.target.hex()[:16], len(relays))
-        removed = [a for k, a in g[1].items() if k not in g[2]]
+        log.info("announced %s to %d nodes", self.target.hex()[:16], len(st.relays))
         await self._unannounce_all(removed)
 
-    async def _commit(self, reply: Reply, relays: list[RelayInfo], relay_addresses: list[Address]) -> None:
-        if reply.token is None or reply.peer.id is None:
-            return
+    async def _commit(self, reply: Reply) -> None:
+        assert reply.token is not None and reply.peer.id is not None
         token = reply.token
-        res: Reply | None = None
         for _ in range(2):  # a token rotated away in flight gets one retry with the fresh one
-            ann = sign_announce(self.key_pair, self.target, reply.peer.id, token)
+            value = self.state.announce_value(reply.peer.id, token)
             res = await self.node.request(
-                reply.peer.address, Command.ANNOUNCE, target=self.target, token=token, value=ann.encode()
+                reply.peer.address, Command.ANNOUNCE, target=self.target, token=token, value=value
             )
             if res.error == ErrorCode.INVALID_TOKEN and res.token is not None:
                 token = res.token
                 continue
-            break
-        if res is None or res.error != 0:
+            if res.error == 0:
+                self.state.announced(reply)
             return
-        addr = reply.peer.address
-        if len(relay_addresses) < 3:
-            relay_addresses.append(addr)
-        relays.append(RelayInfo(addr, reply.to))
-        self._generations[2][addr] = addr
 
     async def _unannounce_all(self, nodes: list[Address]) -> None:
         if nodes:
@@ -194,7 +247,7 @@ class Announcer:
             res = await self.node.request(to, Command.FIND_PEER, target=self.target)
             if res.token is None or res.peer.id is None or res.value is None:
                 return
-            unann = sign_announce(self.key_pair, self.target, res.peer.id, res.token, unannounce=True)
-            await self.node.request(to, Command.UNANNOUNCE, target=self.target, token=res.token, value=unann.encode())
+            value = self.state.unannounce_value(res.peer.id, res.token)
+            await self.node.request(to, Command.UNANNOUNCE, target=self.target, token=res.token, value=value)
         except DHTError as e:
             log.debug("unannounce to %s failed: %s", to, e)

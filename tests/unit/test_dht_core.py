@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from relay.dht.announcer import sign_announce
+from relay.dht.announcer import AnnounceState, sign_announce
 from relay.dht.handshake import HandshakeResponder, open_payload, seal_payload
 from relay.dht.messages import (
     NS_ANNOUNCE,
@@ -431,3 +431,42 @@ def test_bad_address_is_a_dht_error() -> None:
     with pytest.raises(DHTError):
         node_id(("not-an-ip", 1))
     assert hash32(b"") != hash32(b"\x00")
+
+
+def announce_reply(host: str, token: bytes | None = b"t" * 32, with_id: bool = True) -> Reply:
+    a = (host, 49737)
+    res = Response(tid=1, to=("192.0.2.44", 40000), id=node_id(a) if with_id else None, token=token)
+    return Reply(None, res, Peer(host, 49737, node_id(a) if with_id else None), False)  # type: ignore[arg-type]
+
+
+def test_announce_state_rounds_publish_and_unannounce_dropped_nodes() -> None:
+    kp = key_pair(bytes.fromhex(INPUTS["serverSeed"]["hex"]))
+    st_ = AnnounceState(kp, hash32(kp.public_key))
+    replies = [announce_reply(f"10.0.0.{i}") for i in range(1, 6)]
+    # responders without a token or a proven id are never announce targets
+    assert AnnounceState.pick([announce_reply("10.0.0.9", token=None), *replies]) == replies[:2]
+    assert AnnounceState.pick([announce_reply("10.0.0.9", with_id=False)]) == []
+
+    st_.begin_round(("192.0.2.44", 49737))
+    for r in AnnounceState.pick(replies):
+        st_.announced(r)
+    assert st_.finish_round([r.peer.address for r in replies]) == []
+    # our public address first, then announce nodes, at most 3 in all
+    assert st_.relay_addresses == [("192.0.2.44", 49737), ("10.0.0.1", 49737), ("10.0.0.2", 49737)]
+    assert [r.peer_address for r in st_.relays] == [("192.0.2.44", 40000)] * 3
+    assert set(st_.announced_to) == {("10.0.0.1", 49737), ("10.0.0.2", 49737), ("10.0.0.3", 49737)}
+
+    # next round: 10.0.0.1 is gone, 10.0.0.4 takes its place; only the lost one is unannounced
+    st_.begin_round(None)
+    for r in (replies[1], replies[2], replies[3]):
+        st_.announced(r)
+    assert st_.finish_round([]) == [("10.0.0.1", 49737)]
+    assert st_.relay_addresses == [("10.0.0.2", 49737), ("10.0.0.3", 49737), ("10.0.0.4", 49737)]
+    assert st_.is_relay(("10.0.0.1", 49737))  # still recognised for two generations
+    assert st_.rounds == 2
+
+    # the value we send verifies for that node's id and token only
+    value = Announce.decode(st_.announce_value(replies[0].peer.id or b"", b"t" * 32))
+    assert value.peer == PeerRecord(kp.public_key) and value.signature is not None
+    assert st_.needs_refresh(3, 2) and not st_.needs_refresh(3, 3) and not st_.needs_refresh(1, 1)
+    assert st_.needs_refresh(2, 1) and not st_.needs_refresh(0, 0)
