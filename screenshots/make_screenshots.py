@@ -1,0 +1,149 @@
+"""Make the README's SVG screenshots: every wizard step and the monitor, from the demo sandbox.
+
+    python3 screenshots/make_screenshots.py [--only wizard|monitor]
+
+The wizard runs against a fresh demo sandbox (real `.env`, sandbox `task`/`cosmicac`, the real
+Python relay on a private loopback DHT), driven by Textual's Pilot the way an operator would:
+each step's own key, then Next. Each step is captured when it has finished its work. The monitor
+is captured on the sandbox's running relay at 80×24 and 200×50, in dark and light themes.
+Nothing here is faked; numbers are whatever the relay reports at that moment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+# the wizard saves progress under XDG_STATE_HOME: keep the operator's own state out of this
+os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="cosmictui-shots-state-")
+
+from textual.pilot import Pilot  # noqa: E402
+
+from cosmictui.app import WizardApp, make_context  # noqa: E402
+from cosmictui.monitor_app import MonitorApp  # noqa: E402
+from cosmictui.ops.metrics import RelayState, Target  # noqa: E402
+from cosmictui.screens.monitor import MonitorScreen  # noqa: E402
+
+WIZARD_SIZE = (100, 32)
+SAFETY = 90.0
+
+# step id → keys that do the step's work in the demo (before Next)
+STEP_KEYS: dict[str, list[str]] = {
+    "prereqs": [],
+    "relay": ["s"],
+    "env": ["w"],
+    "apply": ["r"],
+    "verify": ["j"],
+    "recover": [],
+}
+
+
+async def until(pilot: Pilot[Any], cond: Callable[[], Any], what: str, timeout: float = SAFETY) -> bool:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            print(f"  ! gave up waiting for {what}", file=sys.stderr)
+            return False
+        await pilot.pause(0.1)
+    return True
+
+
+def save(app: Any, name: str) -> None:
+    app.save_screenshot(filename=f"{name}.svg", path=str(HERE))
+    print(f"  wrote screenshots/{name}.svg")
+
+
+async def wizard_shots() -> Any:
+    ctx = make_context(None, True, None)
+    app = WizardApp(ctx)
+    sandbox = ctx.demo
+    try:
+        async with app.run_test(size=WIZARD_SIZE) as pilot:
+            screen = app.screen
+            for i, step in enumerate(screen.steps):
+                sid = step.STEP_ID
+                await until(pilot, lambda i=i: screen.index == i, f"step {sid}")
+                await until(pilot, lambda s=step: not s.busy, f"{sid} to settle")
+                for key in STEP_KEYS.get(sid, []):
+                    await pilot.press(key)
+                    await pilot.pause(0.3)
+                    if app.screen is not screen:  # a confirmation: show it, then say yes
+                        save(app, f"wizard-{i + 1}-{sid}-confirm")
+                        await pilot.press("y")
+                        await until(pilot, lambda: app.screen is screen, "the confirmation to close")
+                    await until(pilot, lambda s=step: not s.busy, f"{sid} after {key}")
+                if sid == "verify":  # the new job must leave Creating: the step says so when it did
+                    await until(pilot, lambda s=step: s.validate_step() is None, "a new job to leave Creating")
+                await pilot.pause(0.3)
+                save(app, f"wizard-{i + 1}-{sid}")
+                if i < len(screen.steps) - 1:
+                    await pilot.press("n")
+                    if not await until(pilot, lambda i=i: screen.index == i + 1, f"Next from {sid}", 10):
+                        print(f"  ! {sid} refused Next: {step.validate_step()}", file=sys.stderr)
+                        break
+            # the monitor as the wizard opens it (m), on the demo's relay
+            await pilot.press("m")
+            await until(pilot, lambda: isinstance(app.screen, MonitorScreen), "the monitor screen")
+            mon = app.screen
+            await until(pilot, lambda: mon.watches[0].state is RelayState.UP and mon.polls >= 3, "monitor data")
+            save(app, "wizard-monitor")
+    except BaseException:
+        sandbox.close()
+        raise
+    return sandbox
+
+
+async def monitor_shots(storage: Path) -> None:
+    for size, theme, name in (
+        ((80, 24), "textual-dark", "monitor-80x24-dark"),
+        ((80, 24), "textual-light", "monitor-80x24-light"),
+        ((200, 50), "textual-dark", "monitor-200x50-dark"),
+    ):
+        app = MonitorApp([Target(storage=storage)], interval=0.5, theme=theme)
+        async with app.run_test(size=size) as pilot:
+            screen = app.screen
+            await until(pilot, lambda s=screen: s.watches[0].state is RelayState.UP and s.polls >= 8, "monitor data")
+            save(app, name)
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", choices=("wizard", "monitor"))
+    a = ap.parse_args()
+    sandbox = None
+    try:
+        if a.only != "monitor":
+            print("wizard (demo sandbox):")
+            sandbox = await wizard_shots()
+        if a.only != "wizard":
+            if sandbox is None:
+                from cosmictui.ops.relayproc import start_relay
+                from cosmictui.ops.sandbox import create_sandbox
+
+                sandbox = create_sandbox(seed_jobs=False)
+                s = sandbox.settings
+                await start_relay(
+                    str(sandbox.relay_storage),
+                    s.relay_port,
+                    s.relay_host,
+                    s.relay_bootstrap,
+                    s.relay_metrics,
+                )
+            print("monitor (the demo relay):")
+            await monitor_shots(sandbox.relay_storage)
+    finally:
+        if sandbox is not None:
+            sandbox.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
