@@ -70,5 +70,10 @@ def main_wizard(deployment: str | None, demo: bool, config: str | None) -> int:
     if ctx.demo is not None:
         print(f"cosmictui: demo sandbox in {ctx.demo.root}", file=sys.stderr)
     app = WizardApp(ctx)
-    result = app.run()
+    try:
+        result = app.run()
+    finally:
+        if ctx.demo is not None:
+            # The demo is throwaway: stop its relay and private DHT with the wizard.
+            ctx.demo.close()
     return result or 0

@@ -7,31 +7,48 @@ import asyncio
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.containers import Horizontal
 from textual.widgets import Log, Static
 
 from cosmictui.ops.runner import RunnerError
 from cosmictui.ops.wizard_steps import command_failure_hint
 from cosmictui.screens.step import Step, StepStatus, runner_problem
 
-_MARK = {"pending": "·", "running": "…", "ok": "✔", "failed": "✘", "skipped": "–"}
+_MARK = {
+    "pending": "·",
+    "running": "… running",
+    "ok": "✔ done",
+    "failed": "✘ FAILED",
+    "skipped": "– not run",
+}
 
 
-class CommandRow(Static):
-    """One command of the step with its state in a symbol and a word."""
+class CommandRow(Horizontal):
+    """One command of the step: its state in a symbol and a word, then the command."""
 
     def __init__(self, number: int, cmd: str) -> None:
-        super().__init__(classes="command-row", markup=False)
+        super().__init__(classes="command-row")
         self.number = number
         self.cmd = cmd
-        self.set_state("pending")
+        self.state = "pending"
+
+    def compose(self) -> ComposeResult:
+        yield Static("", classes="command-mark", markup=False)
+        yield Static(self.cmd, classes="command-text", markup=False)
+
+    def on_mount(self) -> None:
+        self.set_state(self.state)
 
     def set_state(self, state: str, detail: str = "") -> None:
         for s in _MARK:
             self.set_class(s == state, f"-{s}")
         self.state = state
-        word = {"pending": "", "running": "running", "ok": "done", "failed": "FAILED", "skipped": "not run"}[state]
-        tail = f"  [{word}{' · ' + detail if detail else ''}]" if word else ""
-        self.update(f"{_MARK[state]} {self.number}. {self.cmd}{tail}")
+        if self.is_mounted:
+            self.query_one(".command-text", Static).update(self.cmd + (f"  ({detail})" if detail else ""))
+            self.query_one(".command-mark", Static).update(_MARK[state])
+
+    def render_text(self) -> str:
+        return f"{_MARK[self.state]} {self.query_one('.command-text', Static).render()}"
 
 
 class ApplyStep(Step):
@@ -50,8 +67,8 @@ class ApplyStep(Step):
 
     def on_enter(self) -> None:
         self.query_one("#apply-intro", Static).update(
-            f"Runs both commands in [b]{self.ctx.settings.deployment}[/b]. The worker passes the relay "
-            "key only to jobs it creates after this restart."
+            "Runs both in the deployment directory, output below. The worker passes the relay key "
+            "only to jobs it creates after this restart."
         )
         if not self.done and not self.busy:
             self.status.set("Press r to run both commands.", "info")
@@ -92,7 +109,7 @@ class ApplyStep(Step):
                         "error",
                     )
                     return
-                row.set_state("ok", "exit 0")
+                row.set_state("ok")
                 if i == len(rows) - 1:
                     self.ctx.restarted_at = self.ctx.now()
         except asyncio.CancelledError:

@@ -8,7 +8,7 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import Static
 
-from cosmictui.ops.envfile import EnvFileError, EnvPlan, decode_text, encode_text, plan_relays, read_relays
+from cosmictui.ops.envfile import EnvFileError, EnvPlan, decode_text, plan_relays, read_relays, write_plan
 from cosmictui.ops.runner import RunnerError
 from cosmictui.screens.step import Step, StepStatus, runner_problem
 from cosmictui.widgets.diff_view import DiffView
@@ -25,7 +25,7 @@ class ModeToggle(Static):
 
     def show(self, mode: str) -> None:
         merge, replace = ("x", " ") if mode == "merge" else (" ", "x")
-        self.update(f"Other relays: [{merge}] merge (keep them)  [{replace}] replace   (t switches)")
+        self.update(f"Other relays: [{merge}] merge  [{replace}] replace   (t switches)")
 
     def on_click(self) -> None:
         self.post_message(self.Toggled())
@@ -49,7 +49,7 @@ class EnvStep(Step):
     def compose(self) -> ComposeResult:
         yield Static("3. Configure .env", classes="step-title")
         yield Static("", id="env-intro", classes="step-intro")
-        yield ModeToggle(id="env-mode")
+        yield ModeToggle(id="env-mode", markup=False)
         yield Static("", id="env-summary", markup=False)
         yield DiffView(id="env-diff")
         yield StepStatus()
@@ -117,9 +117,9 @@ class EnvStep(Step):
         finally:
             self.busy = False
         self.plan = plan
-        old = ", ".join(plan.old_keys) or "(not set)"
-        new = ", ".join(plan.new_keys)
-        self.query_one("#env-summary", Static).update(f"File:   {path}\nNow:    {old}\nAfter:  {new}")
+        self.query_one("#env-summary", Static).update(
+            f"File:   {path}\nRelays: {len(plan.old_keys)} now → {len(plan.new_keys)} after ({self.mode})"
+        )
         self.query_one(DiffView).show_diff(plan.diff)
         if not plan.changed:
             self.written = True
@@ -147,14 +147,17 @@ class EnvStep(Step):
         self.status.set("Writing .env …", "busy")
         try:
             runner = await self.ctx.deployment()
-            path, text = await self._read()
-            if text != plan.old:
+            path = runner.resolve(self.ctx.settings.env_path)
+            try:
+                backup = await write_plan(runner, path, plan)
+            except EnvFileError as e:
+                if "changed since" not in e.problem:
+                    raise
                 # Someone changed the file since we showed the diff: show the new diff instead.
-                self.status.set("The .env changed since the diff was shown; showing the new diff.", "warn")
                 self.busy = False
                 self.load()
+                self.notify("The .env changed since the diff was shown; review the new diff.", severity="warning")
                 return
-            backup = await runner.write_file_atomic(path, encode_text(plan.new), backup=True)
             # Read back: what is on disk must be what we showed.
             _, after = await self._read()
             keys = read_relays(after, self.ctx.settings.env_var, path)

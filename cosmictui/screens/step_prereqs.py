@@ -26,8 +26,8 @@ class PrereqsStep(Step):
     def compose(self) -> ComposeResult:
         yield Static("1. Prerequisites", classes="step-title")
         yield Static(
-            "Live checks of this machine (the relay host) and of the deployment host. "
-            "Warnings may be passed; failures must be fixed. Press r to check again.",
+            "This machine (the relay host) and the deployment host, checked live. "
+            "Failures must be fixed; warnings may be passed. r checks again.",
             classes="step-intro",
         )
         yield Vertical(id="check-rows")

@@ -20,7 +20,7 @@ from cosmictui.screens.step import Step, StepStatus, runner_problem
 
 class RecoverStep(Step):
     STEP_ID = "recover"
-    TITLE = "Recover stuck jobs"
+    TITLE = "Recover jobs"
     STEP_BINDINGS = (
         Binding("r", "step('refresh')", "Refresh"),
         Binding("d", "step('recreate')", "Delete & recreate"),

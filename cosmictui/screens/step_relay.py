@@ -255,7 +255,7 @@ class RelayStep(Step):
             self.status.set("No key yet: start (s) or attach (a) the relay first.", "error")
             return
         self.app.copy_to_clipboard(self.runtime.key)
-        self.notify(f"Copied {self.runtime.key}", title="Relay key copied")
+        self.notify(self.runtime.key, title="Relay key copied to the clipboard")
 
     def validate_step(self) -> str | None:
         if self.runtime is None:

@@ -42,7 +42,7 @@ class JobsTable(DataTable[str]):
             else:
                 note = ""
             if v.stuck:
-                note = (note + " · " if note else "") + v.stuck
+                note = (note + " · " if note else "") + ("stale" if "no status update" in v.stuck else "stuck")
             self.add_row(v.job.id, v.job.status, format_age(v.age), note, key=v.job.id)
         if views:
             self.move_cursor(row=min(keep, len(views) - 1))

@@ -70,8 +70,8 @@ async def test_wizard_apply_stops_at_first_failure_with_fix(tmp_path: Path) -> N
         await pilot.press("r")
         text = await wait_status(pilot, app, "apply", ("error",))
         assert "exited 201; stopped here" in text and "fix the cause" in text
-        rows = [str(r.render()) for r in step(app, "apply").query(".command-row")]
-        assert "FAILED · exit 201" in rows[0] and "not run" in rows[1]
+        rows = [r.render_text() for r in step(app, "apply").query(".command-row")]
+        assert rows[0].startswith("✘ FAILED") and "(exit 201)" in rows[0] and rows[1].startswith("– not run")
         assert "task: Failed to run task: exit status 2" in step(app, "apply").query_one("#apply-output", Log).lines
         assert app.screen.ctx.restarted_at is None
         await pilot.press("n")

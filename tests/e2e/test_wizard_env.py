@@ -17,6 +17,7 @@ from tests.e2e._wizard_support import (
     status,
     step,
     wait_status,
+    wait_until,
 )
 
 
@@ -105,3 +106,21 @@ async def test_wizard_env_errors_are_clear_and_change_nothing(tmp_path: Path, en
         await pilot.press("n")  # validation refuses
         assert app.screen.index == 2
     assert snapshot_tree(d) == before
+
+
+async def test_wizard_env_changed_after_diff_is_not_overwritten(tmp_path: Path) -> None:
+    d, app = await _open_env_step(tmp_path, b"A=1\n")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_status(pilot, app, "env", ("info",))
+        (d / ".env").write_bytes(b"A=1\nB=edited-meanwhile\n")  # someone else edits the file
+        await pilot.press("w")
+        await wait_until(
+            pilot, lambda: "B=edited-meanwhile" in str(step(app, "env").query_one("#env-diff").render()), "the new diff"
+        )
+        assert (d / ".env").read_bytes() == b"A=1\nB=edited-meanwhile\n"
+        assert not [p for p in d.iterdir() if p.name.startswith(".env.bak-")]
+        await pilot.press("w")
+        await wait_status(pilot, app, "env", ("ok",))
+    assert (d / ".env").read_bytes().startswith(b"A=1\nB=edited-meanwhile\n") and KEY.encode() in (
+        d / ".env"
+    ).read_bytes()

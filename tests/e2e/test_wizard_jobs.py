@@ -75,7 +75,7 @@ async def test_wizard_verify_marks_old_jobs_and_confirms_a_new_job_left_creating
         table = step(app, "verify").query_one("#verify-jobs")
         notes = [table.get_row_at(i)[3] for i in range(table.row_count)]
         assert all("old: no relay key" in n for n in notes)
-        assert "Creating for 1h" in notes[0]
+        assert notes[0].endswith("stuck") and "stuck" not in notes[1]
         await pilot.press("n")  # nothing confirmed yet
         assert app.screen.index == 4
         await pilot.press("j")
