@@ -39,7 +39,7 @@ relayproc   RelayRuntime, RelayStatus, RelayProcError; read_runtime(storage), pi
             stop_relay(storage, timeout) -> bool, read_key(storage), storage_key(storage) (the key
             a storage gives, without creating one), running_relays(), log_tail(storage, lines),
             key_change_warning(storage, previous_storage=None, configured_keys=(), running=None)
-            -> str | None; runtime_path/log_path.
+            -> str | None; on_before_start(storage, hook); runtime_path/log_path.
 progress    WizardProgress(deployment, current_step, completed, relay_storage, relay_key,
             env_backup, restarted_at, data); load_progress(deployment), save_progress(p),
             clear_progress(deployment), progress_path(deployment), state_dir().

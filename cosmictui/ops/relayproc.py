@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -121,6 +122,15 @@ def _is_relay_process(pid: int) -> bool:
 
 
 _children: dict[int, subprocess.Popen[bytes]] = {}
+_prestart: dict[str, Callable[[], object]] = {}
+
+
+def on_before_start(storage: str, hook: Callable[[], object]) -> None:
+    """Run `hook` (sync) before this process starts a relay on `storage`.
+
+    The demo sandbox uses it to (re)start its private DHT, which the relay must reach to start.
+    """
+    _prestart[_abs(storage)] = hook
 
 
 def relay_status(storage: str) -> RelayStatus:
@@ -185,6 +195,12 @@ async def start_relay(
     if running is not None:
         return running
     root = Path(_abs(storage))
+    hook = _prestart.get(str(root))
+    if hook is not None:
+        try:
+            await asyncio.to_thread(hook)
+        except Exception as e:
+            raise RelayProcError(f"preparing to start the relay failed: {e}", "see the message above") from None
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as e:

@@ -30,7 +30,7 @@ from typing import Any
 
 from cosmictui.ops.config import ENV_VAR, Settings
 from cosmictui.ops.jobs import format_age
-from cosmictui.ops.relayproc import attach, pid_alive
+from cosmictui.ops.relayproc import attach, on_before_start, pid_alive
 
 STATE_FILE = "sandbox-state.json"
 DHT_READY_FILE = "dht.json"
@@ -160,9 +160,11 @@ def create_sandbox(
         script.chmod(0o755)
     boot = tuple(state["bootstrap"])
     if not boot:
-        boot = (
-            (ensure_dht(base, storage, int(state["dht_port"])),) if start_dht else (f"127.0.0.1:{state['dht_port']}",)
-        )
+        dht_port = int(state["dht_port"])
+        boot = (ensure_dht(base, storage, dht_port) if start_dht else f"127.0.0.1:{dht_port}",)
+        port_now = int(boot[0].rsplit(":", 1)[1])
+        # the relay must reach the DHT to start: bring it back if it stopped meanwhile (same port)
+        on_before_start(str(storage), lambda: ensure_dht(base, storage, port_now))
     settings = Settings(
         deployment=str(deployment),
         command_env={"PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}"},
