@@ -470,3 +470,42 @@ def test_announce_state_rounds_publish_and_unannounce_dropped_nodes() -> None:
     assert value.peer == PeerRecord(kp.public_key) and value.signature is not None
     assert st_.needs_refresh(3, 2) and not st_.needs_refresh(3, 3) and not st_.needs_refresh(1, 1)
     assert st_.needs_refresh(2, 1) and not st_.needs_refresh(0, 0)
+
+
+@given(st.data())
+@settings(max_examples=60, deadline=None)
+def test_query_always_terminates_and_never_asks_twice(data: st.DataObject) -> None:
+    """Whatever replies, errors, timeouts and referrals arrive, in any order, the walk ends."""
+    network = [(f"10.{i // 250}.0.{i % 250 + 1}", 1000 + i) for i in range(40)]
+    target = data.draw(st.binary(min_size=32, max_size=32))
+    q = Query(target, RoutingTable(bytes(32)), bootstrap=network[:2], k=data.draw(st.integers(1, 20)))
+    inflight: list[tuple[tuple[str, int], bool]] = []
+    asked: list[tuple[str, int]] = []
+    for _ in range(400):
+        for c in q.next_visits():
+            asked.append(c.address)
+            inflight.append((c.address, False))
+        assert q.inflight == len(inflight) >= 0
+        if q.finished or not inflight:
+            break
+        i = data.draw(st.integers(0, len(inflight) - 1))
+        addr_, slow = inflight.pop(i)
+        outcome = data.draw(st.sampled_from(["reply", "error", "timeout", "slow"]))
+        if outcome == "slow" and not slow:
+            q.on_retrying()
+            inflight.insert(i, (addr_, True))
+        elif outcome == "timeout" or outcome == "slow":
+            q.on_failed(addr_, timed_out=True, was_slow=slow)
+        elif outcome == "error":
+            q.on_failed(addr_, timed_out=False, was_slow=slow)
+        else:
+            closer = data.draw(st.lists(st.sampled_from(network), max_size=8))
+            q.on_reply(addr_, fake_reply(q, addr_, closer, with_id=data.draw(st.booleans())), was_slow=slow)
+    q.next_visits()
+    # done: nothing in flight, or (as dht-rpc) only slow requests left once k closest answered
+    assert q.finished and q.inflight == len(inflight)
+    assert not inflight or (all(slow for _, slow in inflight) and len(q.closest_replies) >= q.k)
+    assert len(asked) == len(set(asked))
+    ids = [r.peer.id for r in q.closest_replies]
+    assert all(i is not None for i in ids) and len(ids) <= q.k
+    assert ids == sorted(ids, key=lambda i: bytes(a ^ b for a, b in zip(target, i or b"", strict=True)))
