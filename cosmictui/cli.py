@@ -24,7 +24,8 @@ EXIT_CODES = """\
 exit codes:
   0  ok (checks passed, relay up, .env written or already right, jobs listed)
   1  a check failed, the relay is down or not running, a command on the deployment failed
-  2  usage or configuration error (bad flag, unreadable config, invalid key, .env not editable)"""
+  2  usage or configuration error (bad flag, unreadable config, invalid key, missing deployment
+     directory or .env, .env not editable)"""
 
 
 class UsageError(Exception):
@@ -186,6 +187,12 @@ async def _open_runner(settings: Any) -> Any:
     )
 
 
+def _runner_exit(e: Exception) -> int:
+    """A deployment or file that does not exist is the operator's configuration (2); a host that
+    does not answer, refuses us or fails a command is a failure (1)."""
+    return USAGE if getattr(e, "kind", "") in ("missing-file", "missing-directory") else FAILED
+
+
 # -- subcommands ----------------------------------------------------------------------------------
 
 
@@ -276,7 +283,7 @@ def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
 
 def cmd_env_set_relay(args: argparse.Namespace, out: TextIO) -> int:
     settings = _settings(args)
-    from cosmictui.ops.envfile import EnvFileError, decode_text, encode_text, normalize_key, plan_relays
+    from cosmictui.ops.envfile import EnvFileError, decode_text, normalize_key, plan_relays, write_plan
     from cosmictui.ops.runner import RunnerError
 
     try:
@@ -290,7 +297,7 @@ def cmd_env_set_relay(args: argparse.Namespace, out: TextIO) -> int:
             runner = await _open_runner(settings)
         except RunnerError as e:
             print(f"cosmictui env: {e}", file=sys.stderr)
-            return FAILED
+            return _runner_exit(e)
         try:
             path = runner.resolve(env_path)
             data = await runner.read_file(path)
@@ -304,7 +311,7 @@ def cmd_env_set_relay(args: argparse.Namespace, out: TextIO) -> int:
             if args.dry_run:
                 out.write(f"dry run: {path} not written\n")
                 return OK
-            backup = await runner.write_file_atomic(path, encode_text(plan.new), backup=True)
+            backup = await write_plan(runner, path, plan)
             out.write(f"wrote {path}" + (f" (backup {backup})" if backup else "") + "\n")
             out.write("next: apply the config and restart the worker (the wizard's step 4)\n")
             return OK
@@ -312,7 +319,7 @@ def cmd_env_set_relay(args: argparse.Namespace, out: TextIO) -> int:
             raise UsageError(str(e)) from None
         except RunnerError as e:
             print(f"cosmictui env: {e}", file=sys.stderr)
-            return USAGE if e.kind in ("missing-file", "missing-directory") else FAILED
+            return _runner_exit(e)
         finally:
             await runner.close()
 
@@ -320,12 +327,12 @@ def cmd_env_set_relay(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _jobs_table(views: Sequence[Any]) -> str:
-    from cosmictui.ops.metrics import human_duration
+    from cosmictui.ops.jobs import format_age
 
     rows = [("ID", "STATUS", "AGE", "NOTE")]
     for v in views:
         note = v.stuck or ("created before the restart" if v.before_restart else "")
-        rows.append((v.job.id, v.job.status, human_duration(v.age) if v.age is not None else "–", note))
+        rows.append((v.job.id, v.job.status, format_age(v.age), note))
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     return "".join(
         f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:>{widths[2]}}  {r[3]}".rstrip() + "\n" for r in rows
@@ -384,7 +391,7 @@ def cmd_jobs(args: argparse.Namespace, out: TextIO) -> int:
             runner = await _open_runner(settings)
         except RunnerError as e:
             print(f"cosmictui jobs: {e}", file=sys.stderr)
-            return FAILED
+            return _runner_exit(e)
         try:
             n = 0
             while True:

@@ -1,0 +1,170 @@
+"""`cosmictui env set-relay` and `cosmictui jobs` against a real local deployment directory:
+the file edits and the commands run are real; only `cosmicac` is a scripted stand-in."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from cosmictui import cli
+from tests.e2e._wizard_support import install_cosmicac, make_bin, seed_jobs
+
+VAR = "K8S_COMMON_CONFIG__interconnect__relays"
+KEY_A = "rm3o6uqaafhhquc38k16r9qyuok8g8q8b5bcntmeofb6rm789miy"
+KEY_B = "q17xbmsgqfzt149hza6tay7qjguz1ra98ii8nrfqggmy8ameh85o"
+ENV = f"# deployment\r\nA=1\r\nexport B='x y'\r\n{VAR}='[\"{KEY_A}\"]'\r\nC=\"q\" # tail"  # CRLF, no final EOL
+
+
+def run(*argv: str) -> tuple[int, str]:
+    out = io.StringIO()
+    return cli.main(list(argv), out=out), out.getvalue()
+
+
+@pytest.fixture
+def deploy(tmp_path: Path) -> Path:
+    d = tmp_path / "deploy"
+    d.mkdir()
+    (d / ".env").write_bytes(ENV.encode())
+    return d
+
+
+def test_env_set_relay_merges_writes_backup_and_keeps_every_other_byte(deploy: Path) -> None:
+    rc, out = run("--deployment", str(deploy), "env", "set-relay", KEY_B)
+    assert rc == 0
+    assert f'+{VAR}=\'["{KEY_A}","{KEY_B}"]\'' in out and "wrote " in out
+    new = (deploy / ".env").read_bytes()
+    assert new == ENV.replace(f'["{KEY_A}"]', f'["{KEY_A}","{KEY_B}"]').encode()
+    backups = list(deploy.glob(".env.bak-*"))
+    assert len(backups) == 1 and backups[0].read_bytes() == ENV.encode()
+    # again: already there, nothing written
+    rc, out = run("--deployment", str(deploy), "env", "set-relay", KEY_B)
+    assert rc == 0 and "nothing to change" in out
+    assert len(list(deploy.glob(".env.bak-*"))) == 1
+
+
+def test_env_set_relay_replace_and_dry_run(deploy: Path) -> None:
+    rc, out = run("--deployment", str(deploy), "env", "set-relay", KEY_B, "--replace", "--dry-run")
+    assert rc == 0 and "dry run" in out and f"+{VAR}='[\"{KEY_B}\"]'" in out
+    assert (deploy / ".env").read_bytes() == ENV.encode()
+    rc, _ = run("--deployment", str(deploy), "env", "set-relay", KEY_B, "--replace")
+    assert rc == 0 and f"{VAR}='[\"{KEY_B}\"]'" in (deploy / ".env").read_text()
+
+
+def test_env_set_relay_other_env_path(deploy: Path) -> None:
+    (deploy / "conf").mkdir()
+    (deploy / "conf" / "prod.env").write_text("X=1\n")
+    rc, _ = run("--deployment", str(deploy), "env", "set-relay", KEY_A, "--env", "conf/prod.env")
+    assert rc == 0
+    assert (deploy / "conf" / "prod.env").read_text() == f"X=1\n{VAR}='[\"{KEY_A}\"]'\n"
+    assert (deploy / ".env").read_bytes() == ENV.encode()
+
+
+@pytest.mark.parametrize(
+    ("env", "key", "expect"),
+    [
+        (ENV, "not-a-key", "KEY:"),
+        (f"{VAR}='[\"{KEY_A}\"'\n", KEY_B, "JSON"),  # broken JSON in the value
+        (None, KEY_B, ".env"),  # no .env at all
+    ],
+)
+def test_env_set_relay_bad_input_exits_2_and_changes_nothing(
+    deploy: Path, env: str | None, key: str, expect: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if env is None:
+        (deploy / ".env").unlink()
+    else:
+        (deploy / ".env").write_text(env)
+    before = sorted((p.name, p.read_bytes()) for p in deploy.iterdir())
+    rc, _ = run("--deployment", str(deploy), "env", "set-relay", key)
+    assert rc == 2
+    assert expect in capsys.readouterr().err
+    assert sorted((p.name, p.read_bytes()) for p in deploy.iterdir()) == before
+
+
+def test_env_set_relay_missing_deployment_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, _ = run("--deployment", str(tmp_path / "nope"), "env", "set-relay", KEY_A)
+    assert rc == 2 and "does not exist" in capsys.readouterr().err
+
+
+def _jobs_config(tmp_path: Path, bin_dir: Path) -> Path:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[commands]\nenv = {{ PATH = "{bin_dir}:/usr/local/bin:/usr/bin:/bin" }}\n')
+    return cfg
+
+
+def test_jobs_lists_marks_stuck_and_prints_json(deploy: Path, tmp_path: Path) -> None:
+    now = time.time()
+    seed_jobs(
+        deploy,
+        [
+            {
+                "id": "job-old",
+                "name": "a",
+                "gpu": "1",
+                "created": now - 7200,
+                "updated": now - 7200,
+                "script": ["Creating"],
+            },
+            {"id": "job-ok", "name": "b", "gpu": "2", "created": now - 60, "updated": now - 60, "script": ["Running"]},
+        ],
+    )
+    cfg = _jobs_config(tmp_path, install_cosmicac(tmp_path))
+    rc, out = run("--config", str(cfg), "--deployment", str(deploy), "jobs")
+    assert rc == 0
+    lines = out.splitlines()
+    assert lines[0].split() == ["ID", "STATUS", "AGE", "NOTE"]
+    old = next(ln for ln in lines if ln.startswith("job-old"))
+    assert "Creating" in old and "2h" in old and len(old.split()) > 3  # a stuck note
+    rc, out = run("--config", str(cfg), "--deployment", str(deploy), "jobs", "--json")
+    jobs = {j["id"]: j for j in json.loads(out)}
+    assert rc == 0 and set(jobs) == {"job-old", "job-ok"}
+    assert jobs["job-old"]["stuck"] and jobs["job-ok"]["status"] == "Running" and not jobs["job-ok"]["stuck"]
+
+
+def test_jobs_watch_json_is_one_line_per_listing(deploy: Path, tmp_path: Path) -> None:
+    now = time.time()
+    seed_jobs(
+        deploy,
+        [
+            {
+                "id": "job-1",
+                "name": "a",
+                "gpu": "1",
+                "created": now,
+                "updated": now,
+                "script": ["Creating", "Starting", "Running"],
+            }
+        ],
+    )
+    cfg = _jobs_config(tmp_path, install_cosmicac(tmp_path))
+    rc, out = run(
+        "--config",
+        str(cfg),
+        "--deployment",
+        str(deploy),
+        "jobs",
+        "--watch",
+        "--json",
+        "--interval",
+        "0.2",
+        "--count",
+        "3",
+    )
+    docs = [json.loads(ln) for ln in out.splitlines()]
+    assert rc == 0 and len(docs) == 3
+    assert [d["jobs"][0]["status"] for d in docs] == ["Starting", "Running", "Running"]
+
+
+def test_jobs_failures_exit_1_with_the_output(deploy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bin_dir = make_bin(tmp_path / "t1", {"cosmicac": "echo 'not logged in' >&2; exit 3\n"})
+    rc, _ = run("--config", str(_jobs_config(tmp_path, bin_dir)), "--deployment", str(deploy), "jobs")
+    err = capsys.readouterr().err
+    assert rc == 1 and "exited 3" in err and "not logged in" in err
+    bin_dir = make_bin(tmp_path / "t2", {"cosmicac": "echo 'all good, 2 jobs'\n"})
+    rc, out = run("--config", str(_jobs_config(tmp_path, bin_dir)), "--deployment", str(deploy), "jobs", "--json")
+    doc = json.loads(out)
+    assert rc == 1 and "cannot read the jobs list" in doc["error"] and doc["output"].strip() == "all good, 2 jobs"
