@@ -12,7 +12,6 @@ import contextlib
 import errno
 import logging
 import os
-import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,10 +20,34 @@ from typing import Any
 import psutil
 
 import relay
+from relay.blindrelay import (
+    BlindRelayError,
+    BlindRelayServer,
+    BlindRelaySession,
+    DestroyStream,
+    PairingMatched,
+    SessionClosed,
+    SessionOpened,
+)
+from relay.dht import Connection, DHTError, DHTNode, HyperDHTServer
+from relay.dht.connection import KEEP_ALIVE
 from relay.keys import KeyPair, encode_id
-from relay.service.limits import LimitCounters, Limits
+from relay.secretstream import Closed, Ended, Message, SecretStreamError
+from relay.service.limits import (
+    LIMIT_ACTIVE_PAIRS,
+    LIMIT_HANDSHAKES_PER_ADDRESS,
+    LIMIT_NOT_ALLOWED,
+    LIMIT_PENDING_PER_SESSION,
+    LIMIT_PENDING_TIMEOUT,
+    LIMIT_PENDING_TOTAL,
+    LIMIT_SESSIONS,
+    HandshakeLimiter,
+    LimitCounters,
+    Limits,
+)
 from relay.service.metrics import MetricsServer
 from relay.service.runtime import remove_runtime, write_runtime
+from relay.udx import UDX, UDXSocket, UDXStream
 
 log = logging.getLogger("relay")
 
@@ -33,6 +56,10 @@ PUBLIC_BOOTSTRAP = (
     "142.93.90.113@node2.hyperdht.org:49737",
     "138.68.147.8@node3.hyperdht.org:49737",
 )
+
+
+Address = tuple[str, int]
+BOOTSTRAP_TIMEOUT = 20.0
 
 
 class RelayStartError(Exception):
@@ -64,67 +91,126 @@ class Traffic:
     sent_packets: int = 0
 
 
-class _PlainUDP(asyncio.DatagramProtocol):
-    """Holds the port and counts datagrams until the UDX runtime owns the socket."""
+class _Session:
+    """One accepted hyperdht connection and the blind-relay session on it."""
 
-    def __init__(self, traffic: Traffic) -> None:
-        self.traffic = traffic
+    __slots__ = ("conn", "peer", "session")
 
-    def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
-        self.traffic.received_packets += 1
-        self.traffic.received_bytes += len(data)
-        self.traffic.dropped_packets += 1
+    def __init__(self, conn: Connection, session: BlindRelaySession) -> None:
+        self.conn = conn
+        self.session = session
+        self.peer = encode_id(conn.remote_public_key)
 
 
 class RelayApp:
     """Start, run and stop one relay; `snapshot()` is the truth behind the metrics."""
 
-    def __init__(self, config: RelayConfig) -> None:
+    def __init__(self, config: RelayConfig, *, bootstrap_timeout: float = BOOTSTRAP_TIMEOUT) -> None:
         self.config = config
         self.key = encode_id(config.key_pair.public_key)
-        self.traffic = Traffic()
+        self.bootstrap_timeout = bootstrap_timeout
         self.limit_counters = LimitCounters()
         self.started_at = time.time()
         self._started_mono = time.monotonic()
         self._proc = psutil.Process()
-        self._transport: asyncio.DatagramTransport | None = None
         self.metrics: MetricsServer | None = None
         self.port = config.port
-        self.dht_view: dict[str, Any] = {
-            "bootstrapped": False,
-            "firewalled": True,
-            "public_host": None,
-            "public_port": None,
-            "last_announce": None,
-            "nodes": 0,
-            "note": "DHT node not wired in yet (phase 1): the port is held, nothing is announced",
-        }
-        self._closed = asyncio.Event()
+        self.udx = UDX()
+        self.socket: UDXSocket | None = None
+        self.node: DHTNode | None = None
+        self.server: HyperDHTServer | None = None
+        lim = config.limits
+        self.blind = BlindRelayServer(
+            allocate_stream_id=self.udx.random_id,
+            max_pending_per_session=lim.max_pending_per_session,
+            max_pending_total=lim.max_pending_total,
+            pairing_timeout=lim.pending_timeout,
+        )
+        self.handshakes = HandshakeLimiter(
+            lim.handshakes_per_address, lim.handshake_refill_per_second, lim.tracked_addresses
+        )
+        self._sessions: dict[BlindRelaySession, _Session] = {}
+        self._streams: dict[int, UDXStream] = {}
+        self._ticker: asyncio.TimerHandle | None = None
+        self._closed = False
 
     # -- lifecycle -------------------------------------------------------------------------
 
     async def start(self) -> None:
-        loop = asyncio.get_running_loop()
+        """Bind the port, serve metrics, join the DHT and announce the key; raises RelayStartError."""
+        await self.bind()
+        await self.join()
+
+    async def bind(self) -> None:
+        """Hold the UDP port (UDX + dht-rpc share it) and start the metrics endpoint."""
         cfg = self.config
-        sock = bind_udp(cfg.host, cfg.port)
-        self._transport, _ = await loop.create_datagram_endpoint(lambda: _PlainUDP(self.traffic), sock=sock)
-        self.port = self._transport.get_extra_info("sockname")[1]
+        try:
+            self.socket = await self.udx.create_socket(cfg.host, cfg.port)
+        except OSError as e:
+            raise RelayStartError(_bind_error(cfg.host, cfg.port, e)) from e
+        self.port = self.socket.port
         if cfg.metrics is not None:
             self.metrics = MetricsServer(self.snapshot, *cfg.metrics)
-            try:
-                await self.metrics.start()
-            except Exception:
-                self._transport.close()
-                raise
+            await self.metrics.start()
+
+    async def join(self) -> None:
+        """Bootstrap the DHT node on the bound socket and announce the relay key."""
+        cfg = self.config
+        assert self.socket is not None, "bind() first"
+        self.node = DHTNode(socket=self.socket, udx=self.udx, bootstrap=cfg.bootstrap, host=cfg.host, port=self.port)
+        try:
+            await asyncio.wait_for(self.node.bootstrap(), self.bootstrap_timeout)
+        except TimeoutError:
+            raise RelayStartError(self._bootstrap_error()) from None
+        except DHTError as e:
+            raise RelayStartError(f"cannot join the DHT: {e}") from e
+        if len(self.node.table) == 0:
+            nodes = ",".join(cfg.bootstrap)
+            raise RelayStartError(f"no bootstrap node answered ({nodes}); check --bootstrap and the network")
+        self.server = HyperDHTServer(
+            self.node, cfg.key_pair, self._on_connection, firewall=self._on_handshake, keep_alive=KEEP_ALIVE
+        )
+        try:
+            await asyncio.wait_for(self.server.listen(), self.bootstrap_timeout)
+        except (TimeoutError, DHTError) as e:
+            raise RelayStartError(f"cannot announce the relay key on the DHT: {e or 'timed out'}") from e
+        self._tick()
+        log.info(
+            "dht ready",
+            extra={
+                "nodes": len(self.node.table),
+                "firewalled": self.node.firewalled,
+                "public": self.node.remote_address(),
+            },
+        )
+        if self.node.firewalled:
+            log.warning(
+                "the DHT sees this relay as firewalled: peers may fail to reach it; open UDP port %d", self.port
+            )
+
+    def _bootstrap_error(self) -> str:
+        nodes = ",".join(self.config.bootstrap)
+        wait = f"{self.bootstrap_timeout:g}s"
+        return f"cannot reach any bootstrap node ({nodes}) within {wait}; check --bootstrap and the network"
 
     async def close(self) -> None:
         """Unannounce, close sessions and sockets; safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._ticker is not None:
+            self._ticker.cancel()
+        self.blind.close()
+        self._pump()
+        if self.server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.server.close(), 5)
+        if self.node is not None:
+            with contextlib.suppress(Exception):
+                await self.node.close()
+        self.udx.close()
         if self.metrics is not None:
             await self.metrics.close()
-        if self._transport is not None:
-            self._transport.close()
-            self._transport = None
-        self._closed.set()
 
     def runtime_info(self) -> dict[str, Any]:
         return {
@@ -143,23 +229,154 @@ class RelayApp:
     def remove_runtime(self) -> None:
         remove_runtime(self.config.storage, os.getpid())
 
-    # -- stats -----------------------------------------------------------------------------
+    # -- connections and sessions ----------------------------------------------------------
 
-    def relay_stats(self) -> dict[str, dict[str, int]]:
-        zero = {
-            "sessions": {"accepted": 0, "opened": 0, "closed": 0},
-            "pairings": {"requested": 0, "matched": 0, "cancelled": 0, "pending": 0, "active": 0},
-            "streams": {"opened": 0, "closed": 0, "errors": 0},
-        }
-        return zero
+    def _on_handshake(self, remote_public_key: bytes, payload: Any, address: Address) -> bool:
+        """HyperDHT firewall hook: True drops the handshake (rate limit per source host)."""
+        if not self.handshakes.allow(address[0], time.monotonic()):
+            self.limit_counters.hit(LIMIT_HANDSHAKES_PER_ADDRESS)
+            log.debug("handshake rate limit", extra={"address": address[0]})
+            return True
+        return False
+
+    def _on_connection(self, conn: Connection) -> None:
+        peer = encode_id(conn.remote_public_key)
+        allow = self.config.allow
+        if allow is not None and conn.remote_public_key not in allow:
+            self.limit_counters.hit(LIMIT_NOT_ALLOWED)
+            log.warning("refused a peer that is not on the allow-list", extra={"peer": peer})
+            conn.destroy()
+            return
+        if len(self._sessions) >= self.config.limits.max_sessions:
+            self.limit_counters.hit(LIMIT_SESSIONS)
+            log.warning("session cap reached, refusing a connection", extra={"peer": peer})
+            conn.destroy()
+            return
+        session = self.blind.accept(id=conn.remote_public_key)
+        s = _Session(conn, session)
+        self._sessions[session] = s
+        conn.secret_stream.on_event = lambda ev: self._on_stream_event(s, ev)
+        log.debug("session accepted", extra={"peer": peer, "address": conn.client_address})
+        self._pump()
+
+    def _on_stream_event(self, s: _Session, ev: Any) -> None:
+        if isinstance(ev, Message):
+            try:
+                s.session.receive_message(ev.data, time.monotonic())
+            except BlindRelayError as e:
+                log.warning("peer broke the blind-relay protocol: %s", e, extra={"peer": s.peer})
+                s.conn.destroy()
+        elif isinstance(ev, Ended):
+            s.session.connection_closed()
+            with contextlib.suppress(Exception):
+                s.conn.close()
+        elif isinstance(ev, Closed):
+            s.session.connection_closed()
+            self._pump()
+            self._sessions.pop(s.session, None)
+            return
+        self._pump()
+
+    def _pump(self) -> None:
+        """Carry out what the blind-relay core asked for: make/destroy streams, send replies."""
+        blind = self.blind
+        for ev in blind.poll_events():
+            if isinstance(ev, PairingMatched):
+                self._link(ev)
+            elif isinstance(ev, DestroyStream):
+                stream = self._streams.pop(ev.stream_id, None)
+                if stream is not None:
+                    stream.destroy()
+            elif isinstance(ev, SessionOpened):
+                log.debug("session opened", extra={"peer": self._peer(ev.session)})
+            elif isinstance(ev, SessionClosed):
+                log.debug("session closed", extra={"peer": self._peer(ev.session)})
+                s = self._sessions.pop(ev.session, None)
+                if s is not None and not s.conn.secret_stream.stream.closed:
+                    s.conn.close()
+        for session, msgs in blind.drain_output():
+            s = self._sessions.get(session)
+            if s is None:
+                continue
+            try:
+                for m in msgs:
+                    s.conn.secret_stream.send(m)
+            except SecretStreamError:
+                pass
+
+    def _peer(self, session: BlindRelaySession) -> str:
+        s = self._sessions.get(session)
+        return s.peer if s is not None else "?"
+
+    def _link(self, ev: PairingMatched) -> None:
+        """Two raw streams, each learning its peer's address from its first packet, relayed both ways."""
+        streams = []
+        for link in ev.links:
+            remote_id = link.remote_stream_id
+
+            def firewall(stream: UDXStream, sock: UDXSocket, addr: Address, remote_id: int = remote_id) -> bool:
+                stream.connect(sock, remote_id, addr)
+                return False  # accept: the packet that taught us the address is forwarded at once
+
+            stream = self.udx.create_stream(link.stream_id, firewall=firewall, framed=True)
+            stream.on_close = lambda err, sid=link.stream_id: self._on_relay_stream_closed(sid, err)
+            self._streams[link.stream_id] = stream
+            streams.append(stream)
+        a, b = streams
+        a.relay_to(b)
+        b.relay_to(a)
+        log.debug("pair matched", extra={"token": ev.token.hex()[:16], "streams": [s.id for s in streams]})
+        if self.blind.stats.pairings_active > self.config.limits.max_active_pairs:
+            self.limit_counters.hit(LIMIT_ACTIVE_PAIRS)
+            a.destroy()
+
+    def _on_relay_stream_closed(self, stream_id: int, err: Any) -> None:
+        self._streams.pop(stream_id, None)
+        if err is not None and getattr(err, "code", None) not in (None, "ECONNRESET"):
+            self.blind.stream_error(stream_id)
+        self.blind.stream_closed(stream_id)
+        self._pump()
+
+    def _tick(self) -> None:
+        """Once a second: expire pending pairings older than the timeout."""
+        self.blind.expire(time.monotonic())
+        self._pump()
+        if not self._closed:
+            self._ticker = asyncio.get_running_loop().call_later(1.0, self._tick)
+
+    # -- stats -----------------------------------------------------------------------------
 
     def snapshot(self) -> dict[str, Any]:
         """The `/stats` document (interfaces.md); `/metrics` is rendered from the same dict."""
-        t = self.traffic
+        traffic = Traffic()
+        for sock in self.udx.sockets:
+            st = sock.stats
+            traffic.relayed_bytes += st.relayed_bytes
+            traffic.relayed_packets += st.relayed_packets
+            traffic.dropped_packets += st.dropped_packets
+            traffic.received_bytes += st.received_bytes
+            traffic.sent_bytes += st.sent_bytes
+            traffic.received_packets += st.received_packets
+            traffic.sent_packets += st.sent_packets
         with self._proc.oneshot():
             mem = self._proc.memory_info().rss
             cpu = self._proc.cpu_times()
-        stats = self.relay_stats()
+        b = self.blind.stats
+        rejected = self.limit_counters.snapshot()
+        rejected[LIMIT_PENDING_PER_SESSION] += b.pairings_refused_session_limit
+        rejected[LIMIT_PENDING_TOTAL] += b.pairings_refused_total_limit
+        rejected[LIMIT_PENDING_TIMEOUT] += b.pairings_timed_out
+        if self.node is not None:
+            dht = self.node.stats()
+        else:
+            dht = {
+                "bootstrapped": False,
+                "firewalled": True,
+                "public_host": None,
+                "public_port": None,
+                "last_announce": None,
+                "nodes": 0,
+            }
         return {
             "key": self.key,
             "version": relay.__version__,
@@ -168,35 +385,22 @@ class RelayApp:
             "storage": str(self.config.storage),
             "host": self.config.host,
             "port": self.port,
-            "dht": dict(self.dht_view),
-            **stats,
+            "dht": dht,
+            **b.as_dict(),
             "traffic": {
-                "relayed_bytes": t.relayed_bytes,
-                "relayed_packets": t.relayed_packets,
-                "dropped_packets": t.dropped_packets,
-                "received_bytes": t.received_bytes,
-                "sent_bytes": t.sent_bytes,
-                "received_packets": t.received_packets,
-                "sent_packets": t.sent_packets,
+                "relayed_bytes": traffic.relayed_bytes,
+                "relayed_packets": traffic.relayed_packets,
+                "dropped_packets": traffic.dropped_packets,
+                "received_bytes": traffic.received_bytes,
+                "sent_bytes": traffic.sent_bytes,
+                "received_packets": traffic.received_packets,
+                "sent_packets": traffic.sent_packets,
             },
             "memory": {"rss_bytes": mem},
             "cpu_seconds": round(cpu.user + cpu.system, 3),
-            "limits": {"config": self.config.limits.as_dict(), "rejected": self.limit_counters.snapshot()},
+            "limits": {"config": self.config.limits.as_dict(), "rejected": rejected},
             "allow_list": None if self.config.allow is None else len(self.config.allow),
         }
-
-
-def bind_udp(host: str, port: int) -> socket.socket:
-    """Bind the relay's UDP socket ourselves, so a busy port gives a real errno and a clear line."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_DGRAM)
-    try:
-        sock.bind((host, port))
-    except OSError as e:
-        sock.close()
-        raise RelayStartError(_bind_error(host, port, e)) from e
-    sock.setblocking(False)
-    return sock
 
 
 def _bind_error(host: str, port: int, e: OSError) -> str:
@@ -207,12 +411,3 @@ def _bind_error(host: str, port: int, e: OSError) -> str:
     if e.errno == errno.EADDRNOTAVAIL:
         return f"cannot bind {host}:{port}: {host} is not an address of this machine (check --host)"
     return f"cannot bind UDP {host}:{port}: {e.strerror or e}"
-
-
-async def run_until_signalled(app: RelayApp, stop: asyncio.Event) -> None:
-    """Wait for SIGINT/SIGTERM (set by the CLI on `stop`), then close cleanly."""
-    try:
-        await stop.wait()
-    finally:
-        with contextlib.suppress(Exception):
-            await app.close()

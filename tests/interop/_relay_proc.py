@@ -62,8 +62,9 @@ class RelayProcess:
             "--metrics",
             metrics or "off",
         ]
-        if bootstrap:
-            self.argv += ["--bootstrap", bootstrap]
+        if not bootstrap:
+            raise ValueError("tests must give the relay a loopback --bootstrap (never the public DHT)")
+        self.argv += ["--bootstrap", bootstrap]
         self.argv += list(args)
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         self.proc: subprocess.Popen[str] | None = None

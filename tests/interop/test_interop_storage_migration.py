@@ -9,12 +9,14 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from relay.keys import encode_id
 from relay.service.storage import PRIMARY_KEY_FILE, load_primary_key, relay_key_pair
+from tests.interop._relay_net import Testnet
 from tests.interop._relay_proc import RelayProcess
 
 pytestmark = pytest.mark.interop
@@ -33,20 +35,26 @@ def node_corestore_key(node: str, storage: Path, *extra: str) -> str:
     return json.loads(out)["key"]
 
 
-def relay_prints(storage: Path) -> str:
-    with RelayProcess(storage) as r:
+@pytest.fixture(scope="module")
+def testnet(node: str) -> Iterator[Testnet]:
+    with Testnet(node, size=3) as tn:
+        yield tn
+
+
+def relay_prints(storage: Path, testnet: Testnet) -> str:
+    with RelayProcess(storage, bootstrap=testnet.bootstrap) as r:
         r.start()
         assert r.key is not None, r.stderr
         assert r.terminate(signal.SIGTERM) == 0
         return r.key
 
 
-def test_interop_storage_node_corestore_store_gives_the_node_key(node: str, tmp_path: Path) -> None:
+def test_interop_storage_node_corestore_store_gives_the_node_key(node: str, tmp_path: Path, testnet: Testnet) -> None:
     storage = tmp_path / "corestore"
     node_key = node_corestore_key(node, storage)
     assert (storage / "db" / "CURRENT").exists()
     before = sorted(p.name for p in (storage / "db").iterdir())
-    assert relay_prints(storage) == node_key
+    assert relay_prints(storage, testnet) == node_key
     # the live directory is only read (through a copy): no sidecar, no new key file
     assert sorted(p.name for p in (storage / "db").iterdir()) == before
     assert not (storage / PRIMARY_KEY_FILE).exists()
@@ -62,10 +70,12 @@ def test_interop_storage_unclosed_node_store_wal_only(node: str, tmp_path: Path)
     assert encode_id(relay_key_pair(pk.key).public_key) == node_key
 
 
-def test_interop_storage_python_store_opens_in_node_with_the_same_key(node: str, tmp_path: Path) -> None:
+def test_interop_storage_python_store_opens_in_node_with_the_same_key(
+    node: str, tmp_path: Path, testnet: Testnet
+) -> None:
     """Our new-storage layout is corestore 6's primary-key file, which corestore 7 migrates: moving back works."""
     storage = tmp_path / "corestore"
-    ours = relay_prints(storage)
+    ours = relay_prints(storage, testnet)
     assert node_corestore_key(node, storage) == ours
     assert (storage / "db" / "CURRENT").exists()  # Node migrated it into RocksDB
-    assert relay_prints(storage) == ours  # and we read the migrated store too
+    assert relay_prints(storage, testnet) == ours  # and we read the migrated store too

@@ -60,7 +60,7 @@ async def app(tmp_path: Path):
     kp = key_pair(b"\x07" * 32)
     cfg = RelayConfig(storage=tmp_path, key_pair=kp, host="127.0.0.1", port=0, metrics=("127.0.0.1", 0))
     a = RelayApp(cfg)
-    await a.start()
+    await a.bind()  # socket + metrics only: no DHT in unit tests
     yield a
     await a.close()
 
@@ -132,7 +132,7 @@ async def test_unknown_paths_and_methods(app: RelayApp) -> None:
 async def test_busy_udp_port_is_a_start_error(app: RelayApp, tmp_path: Path) -> None:
     cfg = RelayConfig(storage=tmp_path, key_pair=key_pair(), host="127.0.0.1", port=app.port, metrics=None)
     with pytest.raises(RelayStartError, match="already in use"):
-        await RelayApp(cfg).start()
+        await RelayApp(cfg).bind()
 
 
 def test_parse_address() -> None:

@@ -1,0 +1,120 @@
+// Real hyperdht peers that connect through a blind relay and echo data, reporting what happened.
+// usage: node js/relay_peers.js '<json options>'
+//   { bootstrap: [{host, port}] | ["host:port"], relay: <z32|hex key>, relayPort: <int>,
+//     mode: "client" | "server" | "both" | "upgrade", pairs: 1, bytes: 200000, timeout: 30000,
+//     seed: <hex32, optional: fixed key pair for the peers, to test the allow-list> }
+// Prints one JSON line per pair: {i, ok, relayed, clientRemotePort, serverRemotePort, setupMs, echoMs, error}
+// then {"done": true, ok, relayed, failed}. Exit code 0 iff every pair echoed intact.
+const DHT = require('hyperdht')
+const crypto = require('hypercore-crypto')
+const id = require('hypercore-id-encoding')
+const b4a = require('b4a')
+
+const opts = JSON.parse(process.argv[2])
+const bootstrap = opts.bootstrap.map((b) => typeof b === 'string' ? b : `${b.host}:${b.port}`)
+const relayKey = id.decode(opts.relay)
+const mode = opts.mode || 'client'
+const pairs = opts.pairs || 1
+const bytes = opts.bytes === undefined ? 200000 : opts.bytes
+const timeout = opts.timeout || 30000
+
+function withTimeout (p, ms, what) {
+  let t
+  return Promise.race([p, new Promise((resolve, reject) => { t = setTimeout(() => reject(new Error('timeout: ' + what)), ms) })])
+    .finally(() => clearTimeout(t))
+}
+
+async function main () {
+  const peerKeyPair = opts.seed ? DHT.keyPair(b4a.from(opts.seed, 'hex')) : undefined
+  const serverNode = new DHT({ bootstrap, quickFirewall: false, ephemeral: true, host: '127.0.0.1', port: [0, 0], keyPair: peerKeyPair })
+  const clientNode = new DHT({ bootstrap, quickFirewall: false, ephemeral: true, host: '127.0.0.1', port: [0, 0], keyPair: peerKeyPair })
+  await serverNode.fullyBootstrapped()
+  await clientNode.fullyBootstrapped()
+
+  // Per mode: who asks for the relay, and what keeps the peers from finding each other directly.
+  // Punching is disabled on the server (and LAN addresses not shared) wherever the relayed path
+  // must be the one that carries the data; "upgrade" leaves hyperdht's defaults on.
+  const modes = {
+    client: { server: { holepunch: false, shareLocalAddress: false }, client: { relayThrough: relayKey, holepunch: () => false } },
+    server: { server: { holepunch: false, shareLocalAddress: false, relayThrough: relayKey }, client: {} },
+    both: { server: { holepunch: false, shareLocalAddress: false, relayThrough: relayKey }, client: { relayThrough: relayKey } },
+    upgrade: { server: { shareLocalAddress: false }, client: { relayThrough: relayKey } }
+  }
+  const relayPorts = opts.relayPorts || [opts.relayPort]
+  const cfg = modes[mode]
+
+  let failed = 0
+  let relayedCount = 0
+  let okCount = 0
+
+  async function runPair (i) {
+    const rec = { i, ok: false, relayed: false }
+    const serverSocketP = new Promise((resolve) => {
+      rec.server = serverNode.createServer(cfg.server, (socket) => {
+        socket.on('error', () => {})
+        socket.pipe(socket) // echo
+        resolve(socket)
+      })
+    })
+    await rec.server.listen(crypto.keyPair())
+    const t0 = process.hrtime.bigint()
+    const socket = clientNode.connect(rec.server.publicKey, { localConnection: false, fastOpen: false, ...cfg.client })
+    socket.on('error', (err) => { rec.error = rec.error || err.message })
+    try {
+      await withTimeout(new Promise((resolve, reject) => { socket.once('open', resolve); socket.once('close', () => reject(new Error(rec.error || 'closed before open'))) }), timeout, 'open')
+      rec.setupMs = Number(process.hrtime.bigint() - t0) / 1e6
+      const serverSocket = await withTimeout(serverSocketP, timeout, 'server socket')
+      rec.clientRemotePort = socket.rawStream.remotePort
+      rec.serverRemotePort = serverSocket.rawStream.remotePort
+      rec.relayed = relayPorts.includes(rec.clientRemotePort) && relayPorts.includes(rec.serverRemotePort)
+      const payload = crypto.randomBytes(bytes)
+      const t1 = process.hrtime.bigint()
+      const got = []
+      let n = 0
+      const echoed = new Promise((resolve, reject) => {
+        socket.on('data', (d) => { got.push(d); n += d.length; if (n >= bytes) resolve() })
+        socket.once('close', () => reject(new Error('closed during echo')))
+      })
+      if (bytes > 0) socket.write(payload)
+      if (bytes > 0) await withTimeout(echoed, timeout, 'echo')
+      rec.echoMs = Number(process.hrtime.bigint() - t1) / 1e6
+      rec.ok = b4a.equals(b4a.concat(got), payload)
+      if (mode === 'upgrade') {
+        // the default path: relayed first, then the peers find each other directly
+        const direct = () => !relayPorts.includes(socket.rawStream.remotePort)
+        await withTimeout(new Promise((resolve) => {
+          if (direct()) return resolve()
+          const iv = setInterval(() => { if (direct()) { clearInterval(iv); resolve() } }, 20)
+        }), timeout, 'upgrade to direct')
+        rec.upgradedRemotePort = socket.rawStream.remotePort
+        socket.removeAllListeners('data')
+        const again = crypto.randomBytes(1000)
+        const back = new Promise((resolve) => {
+          const acc = []
+          let m = 0
+          socket.on('data', (d) => { acc.push(d); m += d.length; if (m >= 1000) resolve(b4a.concat(acc)) })
+        })
+        socket.write(again)
+        rec.okAfterUpgrade = b4a.equals(await withTimeout(back, timeout, 'echo after upgrade'), again)
+        rec.ok = rec.ok && rec.okAfterUpgrade
+      }
+    } catch (err) {
+      rec.error = err.message
+      rec.ok = false
+    }
+    socket.destroy()
+    await rec.server.close().catch(() => {})
+    delete rec.server
+    if (rec.ok) okCount++; else failed++
+    if (rec.relayed) relayedCount++
+    process.stdout.write(JSON.stringify(rec) + '\n')
+  }
+
+  await Promise.all(Array.from({ length: pairs }, (_, i) => runPair(i)))
+  process.stdout.write(JSON.stringify({ done: true, ok: okCount, relayed: relayedCount, failed }) + '\n')
+  await clientNode.destroy()
+  await serverNode.destroy()
+  process.exit(failed ? 1 : 0)
+}
+
+main().catch((err) => { console.error(err); process.exit(2) })

@@ -1,0 +1,71 @@
+"""The `blind-relay` process as operators meet it, listening on a loopback testnet: output, runtime file, signals."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.interop._relay_net import Testnet
+from tests.interop._relay_proc import RelayProcess
+
+pytestmark = [pytest.mark.interop, pytest.mark.timeout(180)]
+
+Z32 = set("ybndrfg8ejkmcpqxot1uwisza345h769")
+
+
+@pytest.fixture(scope="module")
+def testnet(node: str) -> Iterator[Testnet]:
+    with Testnet(node, size=4) as tn:
+        yield tn
+
+
+def test_interop_relay_cli_prints_two_lines_writes_runtime_exits_0(tmp_path: Path, testnet: Testnet) -> None:
+    storage = tmp_path / "store"
+    with RelayProcess(storage, bootstrap=testnet.bootstrap) as r:
+        r.start()
+        assert r.proc is not None and r.proc.poll() is None, r.stderr
+        assert r.stdout_lines[0] == f"Using corestore storage at {storage.resolve()}"
+        key = r.stdout_lines[1].removeprefix("Server listening on ")
+        assert len(key) == 52 and set(key) <= Z32
+        rt = r.runtime
+        assert rt is not None
+        assert rt["key"] == key and rt["pid"] == r.proc.pid and rt["host"] == "127.0.0.1"
+        assert isinstance(rt["port"], int) and rt["port"] > 0
+        assert rt["metrics"].startswith("http://127.0.0.1:")
+        assert isinstance(rt["started_at"], int) and isinstance(rt["version"], str)
+        # the UDP port is really held by the relay
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s, pytest.raises(OSError):
+            s.bind(("127.0.0.1", rt["port"]))
+        assert r.terminate(signal.SIGTERM) == 0
+        assert not (storage / "relay-runtime.json").exists()
+        assert "Traceback" not in r.stderr
+        assert len(r.stdout_lines) == 2
+
+
+def test_interop_relay_cli_sigint_and_same_storage_same_key(tmp_path: Path, testnet: Testnet) -> None:
+    keys = []
+    for _ in range(2):
+        with RelayProcess(tmp_path / "s", bootstrap=testnet.bootstrap) as r:
+            r.start()
+            keys.append(r.key)
+            assert r.terminate(signal.SIGINT) == 0, r.stderr
+    assert keys[0] == keys[1] and keys[0] is not None
+    with RelayProcess(tmp_path / "other", bootstrap=testnet.bootstrap) as r:
+        r.start()
+        assert r.key != keys[0]
+
+
+def test_interop_relay_cli_json_logs(tmp_path: Path, testnet: Testnet) -> None:
+    with RelayProcess(tmp_path / "s", "--log-format", "json", bootstrap=testnet.bootstrap) as r:
+        r.start()
+        assert r.terminate() == 0
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert lines, "no log lines"
+    objs = [json.loads(ln) for ln in lines]
+    assert any(o["msg"] == "relay listening" and o["port"] == r.port for o in objs)
+    assert all({"ts", "level", "logger", "msg"} <= o.keys() for o in objs)
