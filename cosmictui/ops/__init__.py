@@ -46,7 +46,7 @@ progress    WizardProgress(deployment, current_step, completed, relay_storage, r
 sandbox     create_sandbox(root=None, *, relay_port, metrics_port, bootstrap, seed_jobs,
             start_dht=True) -> Sandbox(root, deployment, bin_dir, relay_storage, settings,
             env_path, state_path, .close(), .stop_dht()). Without `bootstrap` the sandbox starts
-            a private 3-node DHT on 127.0.0.1 (`sandbox_dht`, detached) because the relay needs a
+            a private 5-node DHT on 127.0.0.1 (`sandbox_dht`, detached) because the relay needs a
             DHT to start; call Sandbox.close() in test teardown (it also exits by itself 15 min
             after the last relay on the sandbox storage stopped). ensure_dht(root, storage),
             stop_dht(root), set_failure(sandbox, task, message|None), sandbox_state(sandbox).

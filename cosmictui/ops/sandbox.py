@@ -118,7 +118,7 @@ def create_sandbox(
     """Create (or reuse) a sandbox under `root` (default: a new temp dir).
 
     The relay binds 127.0.0.1 on a free port. Unless `bootstrap` names DHT nodes, the sandbox
-    runs a private three-node DHT on 127.0.0.1 (`sandbox_dht`, detached; started here when
+    runs a private five-node DHT on 127.0.0.1 (`sandbox_dht`, detached; started here when
     `start_dht`, else by `ensure_dht`), so the demo never needs the internet. Call
     `Sandbox.close()` to stop it and the relay; it also exits by itself once no relay has run on
     the sandbox storage for 15 minutes or the sandbox directory is removed.

@@ -1,8 +1,9 @@
-"""A private DHT of three nodes on 127.0.0.1 for the demo sandbox.
+"""A private DHT of five nodes on 127.0.0.1 for the demo sandbox.
 
 The relay joins a DHT before it listens (it refuses to start when no bootstrap node answers),
 and the demo must work offline, so the sandbox runs its own small network, like hyperdht's
-`testnet`: one node that bootstraps from nobody, two more that join it. Each is a
+`testnet`: one node that bootstraps from nobody, four more that join it (five, because the
+relay's firewall probe asks five nodes; with fewer it sometimes calls itself firewalled). Each is a
 `relay.dht.DHTNode` made *persistent* (id = H(its address), id sent in replies), which the
 relay's node never is. They answer dht-rpc (PING, FIND_NODE…); they do not store announces,
 which the demo does not need.
@@ -47,7 +48,7 @@ async def _persistent_node(bootstrap: list[str], port: int) -> DHTNode:
     return node
 
 
-async def run(port: int, ready: Path, watch: Path | None, idle_exit: float, count: int = 3) -> None:
+async def run(port: int, ready: Path, watch: Path | None, idle_exit: float, count: int = 5) -> None:
     from cosmictui.ops.relayproc import attach
 
     first = await _persistent_node([], port)
@@ -87,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, default=0, help="UDP port of the bootstrap node (taken: any port)")
     p.add_argument("--watch", type=Path, default=None, help="relay storage directory to watch")
     p.add_argument("--idle-exit", type=float, default=900.0, help="exit after this long without a relay")
-    p.add_argument("--nodes", type=int, default=3)
+    p.add_argument("--nodes", type=int, default=5)
     args = p.parse_args(argv)
     asyncio.run(run(args.port, args.ready, args.watch, args.idle_exit, args.nodes))
     return 0
