@@ -72,10 +72,12 @@ async def gather_checks(
     except RunnerError as e:
         runner = None
         unreachable = CheckResult("Deployment host reachable", "fail", f"{e.host}: {e.what}", e.fix)
-    results = await run_checks(settings, runner)
+    relay_runs = attach(settings.relay_storage) is not None
+    # Without a running relay the PING from the deployment host cannot be answered: don't wait long.
+    results = await run_checks(settings, runner, ping_timeout=3.0 if relay_runs else 0.5)
     if unreachable is not None:
         results.append(unreachable)
-    if attach(settings.relay_storage) is None:
+    if not relay_runs:
         results = [
             CheckResult(r.name, "warn", "not yet: the relay is not running (step 2 starts it and checks this)", "")
             if r.name.startswith(RELAY_REACH_PREFIX) and r.status == "fail"

@@ -17,6 +17,7 @@ from textual.widgets import Input, Static
 
 from cosmictui.ops import relayproc
 from cosmictui.ops.checks import CheckResult
+from cosmictui.ops.envfile import EnvFileError, decode_text, read_relays
 from cosmictui.ops.relayproc import RelayProcError, RelayRuntime
 from cosmictui.ops.runner import RunnerError
 from cosmictui.ops.wizard_steps import RELAY_REACH_PREFIX, relay_reach_checks
@@ -124,43 +125,70 @@ class RelayStep(Step):
 
     # -- actions ----------------------------------------------------------------------------------
 
-    def _key_warning(self, storage: str) -> str | None:
-        """Loud warning text when using `storage` gives a key other than the one in use."""
-        parts: list[str] = []
-        ops_warning = relayproc.key_change_warning(storage, self.ctx.progress.relay_storage)
-        if ops_warning:
-            parts.append(ops_warning)
-        known = self.ctx.relay_key
-        new_key = relayproc.read_key(storage)
-        if known and new_key != known:
-            parts.append(
-                f"The deployment was set up with relay key\n  {known}\n"
-                + (
-                    f"but this storage has key\n  {new_key}"
-                    if new_key
-                    else "but this storage has no key yet: a NEW key will be made"
-                )
-                + ".\nJobs created with the old key will not reach this relay until the .env is updated and the "
-                "worker restarted."
-            )
-        return "\n\n".join(parts) or None
+    async def _key_warning(self, storage: str) -> str | None:
+        """Loud warning text when using `storage` gives a key other than the one in use.
 
-    def action_start(self) -> None:
-        if self.busy:
-            return
+        Compares with the storage used last time, the keys the deployment's .env lists, and
+        (outside the demo sandbox, which is self-contained) other relays running on this host.
+        """
+        configured: tuple[str, ...] = ()
+        try:
+            runner = await self.ctx.deployment()
+            text = decode_text(await runner.read_file(runner.resolve(self.ctx.settings.env_path)))
+            configured = read_relays(text, self.ctx.settings.env_var)
+        except (RunnerError, EnvFileError):
+            pass  # step 3 explains a missing or broken .env; here it only means "no keys known"
+        running = None if self.ctx.demo is not None else relayproc.running_relays()
+        return relayproc.key_change_warning(storage, self.ctx.progress.relay_storage, configured, running)
+
+    def _inputs(self) -> tuple[str, int] | None:
         storage, port = self._storage(), self._port()
         if not storage:
             self.status.set("Enter a storage directory first.", "error")
-            return
+            return None
         if port is None:
             self.status.set("The UDP port must be a number from 1 to 65535.", "error")
+            return None
+        return storage, port
+
+    def action_start(self) -> None:
+        if not self.busy and (inputs := self._inputs()):
+            self.confirm_then("start", *inputs)
+
+    def action_attach(self) -> None:
+        if self.busy:
             return
-        warning = self._key_warning(storage)
-        if warning:
-            self.app.push_screen(
-                ConfirmScreen("This changes the relay key", warning, yes="Start anyway", danger=True),
-                lambda ok: self.start(storage, port) if ok else self.status.set("Not started: key unchanged.", "info"),
+        if self.runtime is not None and self.runtime.storage == self._abs():
+            self.check_reach("Attached to")  # already attached: check again
+            return
+        if inputs := self._inputs():
+            self.confirm_then("attach", *inputs)
+
+    @work(exclusive=True, group="relay", exit_on_error=False)
+    async def confirm_then(self, what: str, storage: str, port: int) -> None:
+        """Warn loudly before anything that would change the key; then start or attach."""
+        if what == "attach" and relayproc.attach(storage) is None:
+            self.status.set(
+                f"No relay is running with storage {self._abs()} (no live relay-runtime.json). Press s to start it.",
+                "error",
             )
+            return
+        self.status.set("Checking that this keeps the relay key …", "busy")
+        warning = await self._key_warning(storage)
+        if warning:
+            verb = "Start anyway" if what == "start" else "Attach anyway"
+            ok = await self.app.push_screen_wait(
+                ConfirmScreen("This changes the relay key", warning, yes=verb, danger=True)
+            )
+            if not ok:
+                self.status.set("Nothing started or attached: the relay key is unchanged.", "info")
+                return
+        if what == "attach":
+            rt = relayproc.attach(storage)
+            if rt is None:
+                self.status.set("The relay stopped meanwhile. Press s to start it.", "error")
+                return
+            self._attached(rt, "Attached to")
         else:
             self.start(storage, port)
 
@@ -185,29 +213,6 @@ class RelayStep(Step):
             self.busy = False
         self.ctx.end_local(entry, 0, f"Server listening on {rt.key} (pid {rt.pid})")
         self._attached(rt, "Started")
-
-    def action_attach(self) -> None:
-        if self.busy:
-            return
-        storage = self._storage()
-        if not storage:
-            self.status.set("Enter a storage directory first.", "error")
-            return
-        rt = relayproc.attach(storage)
-        if rt is None:
-            self.status.set(
-                f"No relay is running with storage {self._abs()} (no live relay-runtime.json). Press s to start it.",
-                "error",
-            )
-            return
-        warning = self._key_warning(storage)
-        if warning:
-            self.app.push_screen(
-                ConfirmScreen("This changes the relay key", warning, yes="Attach anyway", danger=True),
-                lambda ok: self._attached(rt, "Attached to") if ok else self.status.set("Not attached.", "info"),
-            )
-        else:
-            self._attached(rt, "Attached to")
 
     def _attached(self, rt: RelayRuntime, verb: str) -> None:
         self.runtime = rt
