@@ -45,17 +45,17 @@ received empty messages are dropped, as in JS.
 from __future__ import annotations
 
 import os
-import struct
 from collections import deque
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from nacl._sodium import ffi, lib  # PyNaCl's own cffi handle: lets the hot path skip copies
 from nacl.bindings import (
     crypto_secretbox_easy,
     crypto_secretbox_open_easy,
     crypto_secretstream_xchacha20poly1305_init_pull,
     crypto_secretstream_xchacha20poly1305_init_push,
+    crypto_secretstream_xchacha20poly1305_pull,
+    crypto_secretstream_xchacha20poly1305_push,
     crypto_secretstream_xchacha20poly1305_state,
     sodium_increment,
 )
@@ -89,13 +89,13 @@ KEYBYTES = 32
 IDHEADERBYTES = 32 + HEADERBYTES
 MAX_FRAME = (1 << 24) - 1
 MAX_MESSAGE = MAX_FRAME - ABYTES
-_TAG_MESSAGE = 0
 _HEADER_PREFIX = IDHEADERBYTES.to_bytes(3, "little")
 
-_push = lib.crypto_secretstream_xchacha20poly1305_push
-_pull = lib.crypto_secretstream_xchacha20poly1305_pull
-_NULL = ffi.NULL
-_U32_PACK_INTO = struct.Struct("<I").pack_into
+# Only PyNaCl's public bindings: they take and return `bytes` (one copy of each frame in and
+# out), which costs little next to the cipher and cannot break with a PyNaCl release or leave
+# C views of our buffers alive. The tag is not checked, as in JS (every frame is a MESSAGE).
+_push = crypto_secretstream_xchacha20poly1305_push
+_pull = crypto_secretstream_xchacha20poly1305_pull
 
 
 class SecretStreamError(Exception):
@@ -188,7 +188,7 @@ class SecretStream:
         self._started = False
         self._now = 0.0
 
-        self._out: list[bytes | bytearray] = []
+        self._out: list[bytes] = []
         self._pending: list[bytes] = []  # app messages queued before our header is out
         self._events: deque[Event] = deque()
 
@@ -198,9 +198,6 @@ class SecretStream:
 
         self._push_state: crypto_secretstream_xchacha20poly1305_state | None = None
         self._pull_state: crypto_secretstream_xchacha20poly1305_state | None = None
-        self._plainbuf = ffi.new("unsigned char[]", 4096)
-        self._plainbuf_size = 4096
-        self._tag = ffi.new("unsigned char *")
 
         self._send_key: bytes | None = None
         self._recv_key: bytes | None = None
@@ -299,36 +296,26 @@ class SecretStream:
             raise SecretStreamError(f"cannot send on a closed stream ({self.error or 'closed'})")
         if self.local_ended:
             raise SecretStreamError("cannot send after end()")
-        n = len(message)
+        n = message.nbytes if isinstance(message, memoryview) else len(message)
         if n > MAX_MESSAGE:
             raise SecretStreamError(
                 f"Message is too large for an atomic write. Max size is {MAX_FRAME} bytes (got {n + ABYTES})"
             )
+        if type(message) is not bytes:
+            message = bytes(message)  # also flattens memoryviews of wider items to their bytes
         if now is not None:
             self._now = now
         if self._push_state is None:
-            self._pending.append(bytes(message))
+            self._pending.append(message)
             return
         self._encrypt(message, n)
 
-    def _encrypt(self, message: bytes | bytearray | memoryview, n: int) -> None:
-        # one allocation per frame: length prefix and ciphertext are written in place
+    def _encrypt(self, message: bytes, n: int) -> None:
+        # prefix and ciphertext stay two pieces: `data_to_send` joins them in its single copy
         clen = n + ABYTES
-        frame = bytearray(3 + clen)
-        _U32_PACK_INTO(frame, 0, clen)  # byte 3 (zero) is overwritten by the ciphertext
-        rc = _push(
-            self._push_state.statebuf,  # type: ignore[union-attr]
-            ffi.from_buffer(frame) + 3,
-            _NULL,
-            message if type(message) is bytes else ffi.from_buffer(message),
-            n,
-            _NULL,
-            0,
-            _TAG_MESSAGE,
-        )
-        if rc != 0:
-            raise SecretStreamError("libsodium refused to encrypt the message")
-        self._out.append(frame)
+        out = self._out
+        out.append(clen.to_bytes(3, "little"))
+        out.append(_push(self._push_state, message))  # type: ignore[arg-type]
         self.raw_bytes_written += 3 + clen
         self._last_write = self._now
 
@@ -346,7 +333,7 @@ class SecretStream:
             return b""
         self._out = []
         if len(out) == 1:
-            return bytes(out[0])
+            return out[0]
         return b"".join(out)
 
     # --- input ------------------------------------------------------------------------------
@@ -372,7 +359,6 @@ class SecretStream:
         size = len(view)
         pos = 0
         partial = self._partial
-        base = None  # C pointer to `data`, made once per chunk for the in-place fast path
         while pos < size and not self.closed:
             if partial:
                 # finish the frame we were collecting
@@ -404,33 +390,26 @@ class SecretStream:
                 partial += view[pos:size]
                 self._need = end - size
                 return
-            if self._phase != _OPEN or length < ABYTES:
-                base = None  # never hold the C view across code that may raise (see below)
+            if self._phase == _OPEN and length >= ABYTES:
+                # the common case: a whole encrypted message inside this chunk, copied once
+                self._decrypt(view[pos + 3 : end].tobytes())
+                self.raw_bytes_read += length + 3
+            else:
                 self._frame(view[pos + 3 : end])
-                pos = end
-                continue
-            # fast path: an encrypted message entirely inside this chunk, decrypted in place
-            mlen = length - ABYTES
-            if mlen > self._plainbuf_size:
-                self._grow_plainbuf(mlen)
-            if base is None:
-                base = ffi.from_buffer(view)
-            if _pull(self._pull_state.statebuf, self._plainbuf, _NULL, self._tag, base + pos + 3, length, _NULL, 0):  # type: ignore[union-attr]
-                # drop the C view first: if a traceback kept it in a GC cycle together with
-                # the exported memoryview, CPython's collector could clear the memoryview
-                # before cffi releases its buffer, and crash
-                del base
-                raise SecretStreamError(
-                    f"message {length}-byte frame failed authentication (tampered, reordered or wrong keys)"
-                )
-            self.raw_bytes_read += length + 3
-            if mlen or not self.filter_empty:
-                self._events.append(Message(ffi.buffer(self._plainbuf, mlen)[:]))
             pos = end
 
-    def _grow_plainbuf(self, mlen: int) -> None:
-        self._plainbuf_size = max(mlen, self._plainbuf_size * 2)
-        self._plainbuf = ffi.new("unsigned char[]", self._plainbuf_size)
+    def _decrypt(self, ciphertext: bytes) -> None:
+        """Open one message frame (at least ABYTES long) and queue its `Message`."""
+        try:
+            plain = _pull(self._pull_state, ciphertext)[0]  # type: ignore[arg-type]
+        except CryptoError:
+            plain = None
+        if plain is None:  # raised here, outside the `except`: no chained library traceback
+            raise SecretStreamError(
+                f"message {len(ciphertext)}-byte frame failed authentication (tampered, reordered or wrong keys)"
+            )
+        if plain or not self.filter_empty:
+            self._events.append(Message(plain))
 
     def _frame(self, body: memoryview) -> None:
         n = len(body)
@@ -439,26 +418,7 @@ class SecretStream:
         if phase == _OPEN:
             if n < ABYTES:
                 raise SecretStreamError(f"Invalid message received: {n}-byte frame is shorter than {ABYTES}")
-            mlen = n - ABYTES
-            if mlen > self._plainbuf_size:
-                self._grow_plainbuf(mlen)
-            rc = _pull(
-                self._pull_state.statebuf,  # type: ignore[union-attr]
-                self._plainbuf,
-                _NULL,
-                self._tag,
-                ffi.from_buffer(body),
-                n,
-                _NULL,
-                0,
-            )
-            if rc != 0:
-                raise SecretStreamError(
-                    f"message {n}-byte frame failed authentication (tampered, reordered or wrong keys)"
-                )
-            if mlen == 0 and self.filter_empty:
-                return
-            self._events.append(Message(ffi.buffer(self._plainbuf, mlen)[:]))
+            self._decrypt(body.tobytes())
         elif phase == _HEADER:
             if n != IDHEADERBYTES:
                 raise SecretStreamError(f"Invalid header message received: {n} bytes, expected {IDHEADERBYTES}")
@@ -607,7 +567,11 @@ class SecretStream:
             return
         self.closed = True
         if error is not None:
-            error.__traceback__ = None  # no frames (and their buffers) kept alive by the error
+            # the message says it all; a traceback or chained library error would pin the
+            # reader's frames, and with them the caller's receive buffer, for as long as
+            # anyone holds `stream.error` (and put them in GC cycles with the stream)
+            error.__traceback__ = None
+            error.__cause__ = error.__context__ = None
         self.error = error
         self._phase = _CLOSED
         self._noise = None

@@ -222,6 +222,21 @@ def test_many_frames_in_one_chunk_and_memoryview_input() -> None:
     assert _messages(res) == [str(i).encode() for i in range(50)]
 
 
+def test_send_takes_any_bytes_like_message_whole() -> None:
+    """bytearray and memoryviews (also of wider items, sliced) arrive byte for byte."""
+    from array import array
+
+    ini, res = _handoff_pair()
+    _run(ini, res)
+    wide = array("H", [1, 2, 0xFFFF])
+    msgs = [bytearray(b"ba"), memoryview(b"0123456789")[2:5], memoryview(wide)]
+    for m in msgs:
+        ini.send(m)
+    res.receive_data(ini.data_to_send(), 0.0)
+    assert _messages(res) == [b"ba", b"234", wide.tobytes()]
+    assert ini.raw_bytes_written == res.raw_bytes_read
+
+
 def _opened_pair() -> tuple[SecretStream, SecretStream]:
     ini, res = SecretStream(True), SecretStream(False)
     _run(ini, res)
@@ -253,23 +268,40 @@ def test_tampered_frame_destroys_with_clear_error() -> None:
 
 
 def test_errors_mid_chunk_leave_no_dangling_buffers_for_the_collector() -> None:
-    """Regression: an error raised while a C view of the chunk was alive crashed a later GC."""
+    """Regression (d0ca4be): an error while decrypting must not keep a view of the chunk alive.
+
+    The cffi version crashed a later GC when the error's traceback kept a C view of the
+    received chunk in a cycle with the stream. Now: after a failed decrypt the caller's buffer
+    has no export left (it can be resized: neither the stream, its error, nor a traceback
+    holds a view of it), and collecting streams caught in cycles is safe. Covers the
+    whole-frame-in-chunk path (bad MAC), a too-short frame, and a bad MAC on a frame that
+    arrived split across two chunks (the partial-frame path).
+    """
     import gc
 
-    for tamper in ("mac", "short"):
+    for tamper in ("mac", "short", "split"):
         for _ in range(10):
             ini, res = _opened_pair()
             ini.send(b"ok" * 10)
             ini.send(b"bad" * 10)
             wire = bytearray(ini.data_to_send())
-            if tamper == "mac":
-                wire[-5] ^= 1
-            else:
+            if tamper == "short":
                 wire += b"\x02\x00\x00ab"
-            res.receive_data(memoryview(wire), 0.0)
-            assert isinstance(res.error, SecretStreamError)
+            else:
+                wire[-5] ^= 1
+            chunk = memoryview(wire)
+            if tamper == "split":
+                cut = len(wire) - 10
+                res.receive_data(chunk[:cut], 0.0)
+                res.receive_data(chunk[cut:], 0.0)
+            else:
+                res.receive_data(chunk, 0.0)
+            assert isinstance(res.error, SecretStreamError), tamper
+            assert _messages(res)[0] == b"ok" * 10
+            chunk.release()
+            wire += b"x"  # BufferError if anything still views the chunk
             res.self_ref = res  # type: ignore[attr-defined]  # put the stream in a cycle
-            del ini, res, wire
+            del ini, res, wire, chunk
         gc.collect()
 
 
