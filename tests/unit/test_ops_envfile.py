@@ -172,7 +172,7 @@ def env_files(draw: st.DrawFn) -> str:
     return out
 
 
-@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(env_files(), st.lists(st.sampled_from([K1, K2, K3]), min_size=1), st.sampled_from(["merge", "replace"]))
 def test_property_other_content_survives_byte_for_byte(text: str, keys: list[str], mode: str) -> None:
     plan = plan_relays(text, keys, mode=mode)  # type: ignore[arg-type]
