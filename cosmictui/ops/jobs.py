@@ -211,6 +211,13 @@ _UNITS |= {"d": 86400, "day": 86400, "w": 604800, "week": 604800, "y": 31536000,
 
 def parse_when(value: str, now: datetime) -> datetime | None:
     """A timestamp (ISO 8601, unix seconds/ms) or an age (`5m`, `3d4h`, `5 minutes ago`); None if unreadable."""
+    try:
+        return _parse_when(value, now)
+    except (OverflowError, OSError, ValueError):  # absurd numbers: out of datetime's range
+        return None
+
+
+def _parse_when(value: str, now: datetime) -> datetime | None:
     v = value.strip().strip('"')
     low = v.lower()
     if not v or low in ("-", "<none>", "n/a", "none", "never", "null", "unknown"):

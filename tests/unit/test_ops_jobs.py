@@ -161,7 +161,8 @@ def test_parse_when_variants() -> None:
     assert parse_when("2 days, 3 hours ago", NOW) == NOW - timedelta(days=2, hours=3)
     assert parse_when("1796000000000", NOW) == datetime.fromtimestamp(1_796_000_000, UTC)
     assert parse_when("2026-11-29T14:00:00+01:00", NOW) == datetime(2026, 11, 29, 13, 0, tzinfo=UTC)
-    for unknown in ("<none>", "-", "soon", "5 parsecs"):
+    absurd = ("99999999999999999999", "1" + "0" * 30 + " days", "9" * 400 + "s", "10000000000 years")
+    for unknown in ("<none>", "-", "soon", "5 parsecs", *absurd):
         assert parse_when(unknown, NOW) is None
 
 
@@ -181,3 +182,39 @@ def test_stuck_and_before_restart() -> None:
     assert views["new"].age == 60.0
     assert views["old"].stuck and views["stale"].stuck and not views["fine"].stuck
     assert format_age(3 * 86400 + 4 * 3600) == "3d4h" and format_age(59) == "59s"
+
+
+cell_text = st.text("abcdefghijklmnopqrstuvwxyz0123456789-. :", max_size=14).map(str.strip)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.tuples(job_ids, st.sampled_from(["Creating", "Starting", "Running"]), cell_text), max_size=6),
+    st.sampled_from(["unicode", "ascii"]),
+)
+def test_property_box_tables_round_trip(rows: list[tuple[str, str, str]], style: str) -> None:
+    header = ("Job ID", "Status", "Name")
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
+    v, h, c = ("│", "─", "┼") if style == "unicode" else ("|", "-", "+")
+
+    def line(cells: tuple[str, ...]) -> str:
+        return v + v.join(f" {x.ljust(w)} " for x, w in zip(cells, widths, strict=True)) + v
+
+    rule = c + c.join(h * (w + 2) for w in widths) + c
+    out = "\n".join([rule, line(header), rule, *(line(r) for r in rows), rule]) + "\n"
+    jobs = parse_jobs(out, NOW)
+    assert [(j.id, j.status, j.fields["name"]) for j in jobs] == rows
+
+
+numbers_with_units = st.builds(
+    lambda n, unit: f"{n}{unit}",
+    st.one_of(st.integers(0, 10**40), st.floats(allow_nan=True, allow_infinity=True)),
+    st.sampled_from(["", "s", "m", "h", " days", " years ago", "ms", "d4h", "Z"]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.text(max_size=40), numbers_with_units))
+def test_property_parse_when_never_raises(text: str) -> None:
+    when = parse_when(text, NOW)
+    assert when is None or when.tzinfo is not None
