@@ -94,6 +94,8 @@ def read_runtime(storage: str) -> RelayRuntime | None:
 
 def pid_alive(pid: int) -> bool:
     """True if the process exists and is not a zombie (our own exited child is reaped here)."""
+    if pid <= 0:  # 0 and negatives address process groups, never one relay
+        return False
     child = _children.get(pid)
     if child is not None and child.poll() is not None:
         del _children[pid]

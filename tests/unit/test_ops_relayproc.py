@@ -115,6 +115,7 @@ def test_stale_runtime_file(tmp_path: Path) -> None:
     status = relay_status(str(storage))
     assert not status.running and status.stale_runtime and status.runtime is not None
     assert attach(str(storage)) is None
+    assert not pid_alive(0) and not pid_alive(-1) and pid_alive(os.getpid())
     runtime_path(str(storage)).write_text("{not json")
     assert read_runtime(str(storage)) is None
 
