@@ -107,7 +107,7 @@ class WizardScreen(Screen[None]):
         for i, s in enumerate(self.steps):
             if i == self.index:
                 states.append("busy" if s.busy else "current")
-            elif s.done:
+            elif s.done or self.ctx.progress.is_done(s.STEP_ID):
                 states.append("done")
             else:
                 states.append("pending")

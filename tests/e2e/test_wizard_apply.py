@@ -54,6 +54,15 @@ async def test_wizard_apply_runs_both_streams_output_and_records_restart(tmp_pat
         assert app.screen.ctx.restarted_at is not None
         await pilot.press("n")
         assert app.screen.index == 4
+        restarted_at = app.screen.ctx.restarted_at
+    # A rerun resumes where the operator left off, with the restart time it recorded.
+    app = make_app(settings)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        assert app.screen.index == 4 and app.screen.ctx.restarted_at == restarted_at
+        assert [n.message for n in app._notifications] == ["Resumed at step 5: Verify"]
+        marks = [str(i.render())[0] for i in app.screen.query("StepItem")]
+        assert marks == ["✔", "✔", "✔", "✔", "▶", "·"]
     calls = (d / "calls.log").read_text().splitlines()
     assert calls == [
         f"task apply-wrk-server-k8s-nvidia-common-config in {d}",
