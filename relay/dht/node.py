@@ -30,10 +30,12 @@ from .messages import (
     Holepunch,
     Internal,
     Mode,
+    PeerRecord,
     encode_address,
     hash32,
     node_id,
 )
+from .persistent import Forward, Persistent
 from .query import Candidate, Query
 from .rpc import (
     CLIENT,
@@ -256,6 +258,7 @@ class DHTNode:
         firewalled: bool | None = None,
         client_socket: DatagramSocket | None = None,
         udx: Any = None,
+        ephemeral: bool | None = True,
         concurrency: int = 10,
     ) -> None:
         self.bootstrap_nodes = [parse_node(b) for b in (BOOTSTRAP_NODES if bootstrap is None else bootstrap)]
@@ -270,10 +273,16 @@ class DHTNode:
         self.udx = udx  # relay.udx.UDX: when set, sockets we bind are UDXSockets sharing its streams
         self._owned: list[Any] = []
         self._detect_firewall = firewalled is None
+        # True: never store for others (default: a relay owes the DHT nothing, dht.md C3.5);
+        # False: become persistent at bootstrap; None: adaptive, after ~20 stable minutes as Node
+        self._force_persistent = ephemeral is False
+        self._adaptive = ephemeral is None
+        self.persistent: Persistent | None = None
         self.bootstrapped = False
         self.destroyed = False
         self.last_announce: float | None = None
         self.internal_errors = 0  # bugs caught at the datagram boundary (tests assert 0)
+        self.stats_relayed = 0  # handshakes we routed for others (persistent mode)
         self.on_request: Callable[[IncomingRequest], bool] | None = None
         # target -> server (HyperDHTServer): PEER_HANDSHAKE / PEER_HOLEPUNCH for our keys
         self.servers: dict[bytes, Any] = {}
@@ -386,7 +395,7 @@ class DHTNode:
 
     async def _bootstrap(self) -> None:
         self._resolved_bootstrap = await self._resolve_bootstrap()
-        first = self.firewalled and self._detect_firewall
+        first = self.firewalled and self._detect_firewall and not self._force_persistent
         test_nat = False
 
         def ondata(reply: Reply) -> None:
@@ -402,8 +411,10 @@ class DHTNode:
             self._request_cb(reply.peer.address, Internal.PING_NAT, internal=True, value=self._port_value(), replied=ok)
 
         await self._background_query(self.table.id, on_data=ondata)
-        if test_nat and await self._update_network_state():
-            # as dht-rpc: one more walk, now from the server socket others can reach
+        if (test_nat or self._force_persistent) and await self._update_network_state(
+            only_firewall=not self._force_persistent
+        ):
+            # as dht-rpc: one more walk, now from the server socket (and with our id if persistent)
             await self._background_query(self.table.id)
         self.bootstrapped = True
         log.info(
@@ -822,13 +833,15 @@ class DHTNode:
         self._last_tick = now
         if not self.bootstrapped:
             return
-        if self._detect_firewall and self.firewalled:
+        if self.persistent is not None and self._loop is not None:
+            self.persistent.tick(self._loop.time())
+        if (self._adaptive and self.rpc.ephemeral) or (self._detect_firewall and self.firewalled):
             self._stable_ticks -= 1
             if self._stable_ticks <= 0:
                 self._stable_ticks = MORE_STABLE_TICKS
                 if self._last_host != self.nat.host:
                     self._last_host = self.nat.host
-                    self._spawn(self._update_network_state())
+                    self._spawn(self._update_network_state(only_firewall=not self._adaptive))
         if self._tick & 7 == 0:
             self._ping_some()
         self._refresh_ticks -= 1
@@ -838,25 +851,63 @@ class DHTNode:
 
     # ------------------------------------------------------------------ reachability
 
-    async def _update_network_state(self) -> bool:
-        """Firewall check only (we stay ephemeral): if enough nodes reach our server port
-        from a host they also see, requests move to the server socket."""
-        if not self.firewalled:
+    async def _update_network_state(self, only_firewall: bool = True) -> bool:
+        """The reachability check (dht-rpc `_updateNetworkState`). If enough nodes reach our
+        server port from a host they also see, requests move to the server socket; unless
+        `only_firewall`, the node also becomes persistent: id = H(public ip:port), table
+        rebuilt around it, storage on."""
+        if not self.rpc.ephemeral:
+            return False
+        if only_firewall and not self.firewalled:
             return False
         host, port = self.nat.host, self.nat.port
+        if not only_firewall:
+            self._stable_ticks = MORE_STABLE_TICKS
+            self._last_host = host
         if host is None or port == 0:
             return False
-        sampler = NatSampler()
-        if await self._check_if_firewalled(sampler):
+        sampler = NatSampler() if self.firewalled else self.nat
+        if self.firewalled and await self._check_if_firewalled(sampler):
             return False
         self.rpc.firewalled = False
-        if host != self.nat.host or port != self.nat.port:
+        if not self.rpc.ephemeral or host != self.nat.host or port != self.nat.port:
             return False
         if sampler.host != host or sampler.port == 0:
             return False
-        self._none_persistent_samples = []
-        self.nat = sampler
+        if sampler is not self.nat:
+            self._none_persistent_samples = []
+            self.nat = sampler
+        if not only_firewall:
+            self._become_persistent(node_id((sampler.host, sampler.port)))
         return True
+
+    def _become_persistent(self, id_: bytes) -> None:
+        self.rpc.ephemeral = False
+        if id_ != self.table.id:
+            old = list(self.table)
+            self.table = self.rpc.table = RoutingTable(id_)
+            for n in old:
+                if n.id == id_:
+                    continue
+                if self.table.add(n) is not True:
+                    self._nodes.pop(n.id, None)
+            if self.bootstrapped:
+                self.refresh()
+        self.persistent = Persistent(id_)
+        for target, server in self.servers.items():
+            self.persistent.forwards.retain(target, Forward(None, PeerRecord(server.public_key).encode()))
+        log.info("dht node is persistent with id %s", id_.hex()[:16])
+
+    def register_server(self, target: bytes, server: Any) -> None:
+        """A HyperDHTServer listening here: handshakes for `target` go to it."""
+        self.servers[target] = server
+        if self.persistent is not None:
+            self.persistent.forwards.retain(target, Forward(None, PeerRecord(server.public_key).encode()))
+
+    def unregister_server(self, target: bytes) -> None:
+        self.servers.pop(target, None)
+        if self.persistent is not None:
+            self.persistent.forwards.delete(target)
 
     async def _check_if_firewalled(self, sampler: NatSampler) -> bool:
         nodes: list[Address] = [n.address for n in reversed(self._nodes.values())][:5]
@@ -926,6 +977,16 @@ class DHTNode:
         if req.command in (Command.PEER_HANDSHAKE, Command.PEER_HOLEPUNCH):
             self._route(inc)
             return
+        if self.persistent is not None and not self.rpc.ephemeral:
+            if req.command == Command.PLUGIN:
+                return  # no plugins registered: hyperdht drops these
+            if Command.FIND_PEER <= req.command <= Command.IMMUTABLE_GET:
+                ans = self.persistent.handle(
+                    req.command, req.target, req.token, req.value, inc.peer.address, time.time()
+                )
+                if ans is not None:
+                    self.rpc.reply(inc, ans.value, error=ans.error, token=ans.token, closer_nodes=ans.closer_nodes)
+                return
         handled = False
         if self.on_request is not None:
             handled = self.on_request(inc)
@@ -933,31 +994,41 @@ class DHTNode:
             self.rpc.reply(inc, error=ErrorCode.UNKNOWN_COMMAND, closer_nodes=req.target is not None)
 
     def _route(self, inc: IncomingRequest) -> None:
-        """hyperdht's Router: our own targets go to their server; for others we only help
-        routing (we keep no forward entries, being ephemeral) (`hyperdht/lib/router.js`)."""
+        """hyperdht's Router: our own targets go to their server; others are relayed to the
+        address that announced them (persistent only) or answered with closer nodes."""
         req = inc.request
         if req.value is None:
             return
         server = self.servers.get(req.target) if req.target is not None else None
+        relay: Address | None = None
+        if server is None and req.target is not None and self.persistent is not None:
+            fwd_entry = self.persistent.forwards.get(req.target)
+            relay = fwd_entry.relay if fwd_entry is not None else None
         try:
             if req.command == Command.PEER_HANDSHAKE:
                 hs = Handshake.decode(req.value)
                 if server is not None:
                     server.on_peer_handshake(inc, hs)
                 elif hs.mode == Mode.FROM_CLIENT and hs.noise:
-                    if hs.relay_address is None:
-                        self.rpc.reply(inc, token=False, closer_nodes=True)
+                    to = hs.relay_address or relay
+                    if to is None:
+                        self.rpc.reply(inc, token=False, closer_nodes=True)  # help the client route
                     else:
                         fwd = Handshake(Mode.FROM_RELAY, hs.noise, inc.peer.address)
-                        self.rpc.relay(inc, fwd.encode(), hs.relay_address)
+                        self.rpc.relay(inc, fwd.encode(), to)
+                        self.stats_relayed += 1
+                elif hs.mode == Mode.FROM_RELAY and relay is not None and hs.noise:
+                    second = Handshake(Mode.FROM_SECOND_RELAY, hs.noise, hs.peer_address, inc.peer.address)
+                    self.rpc.relay(inc, second.encode(), relay)
+                    self.stats_relayed += 1
                 elif hs.mode == Mode.FROM_SERVER and hs.peer_address and hs.noise:
                     back = Handshake(Mode.REPLY, hs.noise, inc.peer.address)
                     self.rpc.reply(inc, back.encode(), token=False, closer_nodes=False, to=hs.peer_address)
             else:
                 hp = Holepunch.decode(req.value)
-                if hp.mode == Mode.FROM_CLIENT and hp.peer_address:
+                if hp.mode == Mode.FROM_CLIENT and (hp.peer_address or relay):
                     fwd_hp = Holepunch(Mode.FROM_RELAY, hp.id, hp.payload, inc.peer.address)
-                    self.rpc.relay(inc, fwd_hp.encode(), hp.peer_address)
+                    self.rpc.relay(inc, fwd_hp.encode(), hp.peer_address or relay)  # type: ignore[arg-type]
                 elif hp.mode == Mode.FROM_RELAY and server is not None and hp.peer_address:
                     server.on_peer_holepunch(inc, hp)
                 elif hp.mode == Mode.FROM_SERVER and hp.peer_address:

@@ -104,7 +104,7 @@ class HyperDHTServer:
         if self.node.udx is None:
             raise DHTError("the node needs a relay.udx.UDX to open streams", "NO_UDX")
         await self.node.bind()
-        self.node.servers[self.target] = self
+        self.node.register_server(self.target, self)
         self.listening = True
         if self.announcer is not None:
             await self.announcer.start()
@@ -118,7 +118,7 @@ class HyperDHTServer:
         if self.closed:
             return
         self.closed = True
-        self.node.servers.pop(self.target, None)
+        self.node.unregister_server(self.target)
         if self._timer:
             self._timer.cancel()
         for t in list(self._tasks):

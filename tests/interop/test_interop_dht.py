@@ -231,3 +231,49 @@ async def test_interop_dht_reannounces_when_announce_nodes_die(node: str) -> Non
         res = await tn.call("connect", key=server.public_key.hex(), message="still here")
         assert res["ok"] and res["echo"] == "still here", res
         await server.close()
+
+
+async def test_interop_dht_persistent_python_node_serves_storage_for_node_peers(node: str) -> None:
+    # ephemeral=False: after the reachability check the node sends its id and stores for others
+    async with NodeTestnet.start(node, size=3) as tn:
+        udx = UDX()
+        py = DHTNode(bootstrap=tn.bootstrap, host="127.0.0.1", port=0, udx=udx, ephemeral=False)
+        try:
+            await asyncio.wait_for(py.bootstrap(), 30)
+            port = py.local_address()[1]
+            assert py.persistent is not None and py.id == node_id(("127.0.0.1", port))
+            pong = await tn.call("ping", host="127.0.0.1", port=port)
+            assert pong["ok"] and pong["nodeId"] == py.id.hex()  # Node validated our id
+
+            # a Node server announces; with 2 persistent Node nodes around, we are an announce node
+            served = await tn.call("serve")
+            key = bytes.fromhex(served["key"])
+            fwd = py.persistent.forwards.get(hash32(key))
+            assert fwd is not None and fwd.record[:32] == key and fwd.relay in tn.node_addresses
+            found = await tn.call("findPeer", key=key.hex())
+            assert ("127.0.0.1", port) in {(f["from"]["host"], f["from"]["port"]) for f in found["found"]}
+            res = await tn.call("connect", key=key.hex(), message="via the dht")
+            assert res["ok"] and res["echo"] == "via the dht", res
+
+            # immutable, mutable and topic records written by Node land here and are read back
+            imm = await tn.call("immutablePut", value="an immutable value")
+            assert imm["ok"] and py.persistent.immutables.get(bytes.fromhex(imm["hash"])) == b"an immutable value"
+            got = await tn.call("immutableGet", hash=imm["hash"])
+            assert got["value"] == "an immutable value"
+            mut = await tn.call("mutablePut", value="v1", seq=3)
+            assert mut["ok"], mut
+            stored = py.persistent.mutables.get(hash32(bytes.fromhex(mut["publicKey"])))
+            assert stored is not None and b"v1" in stored
+            got = await tn.call("mutableGet", publicKey=mut["publicKey"])
+            assert got["value"] == "v1" and got["seq"] == 3
+            topic = hash32(b"a topic").hex()
+            ann = await tn.call("announceTopic", topic=topic)
+            assert ann["ok"], ann
+            assert py.persistent.records.get(bytes.fromhex(topic), 20)
+            look = await tn.call("lookupTopic", topic=topic)
+            ours = [f for f in look["found"] if (f["from"]["host"], f["from"]["port"]) == ("127.0.0.1", port)]
+            assert ours and ours[0]["peers"] == [ann["publicKey"]]
+            assert py.internal_errors == 0
+        finally:
+            await py.close()
+            udx.close()

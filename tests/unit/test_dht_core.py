@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 
+import nacl.bindings
+import nacl.exceptions
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -14,10 +16,12 @@ from relay.dht.handshake import HandshakeResponder, open_payload, seal_payload
 from relay.dht.messages import (
     NS_ANNOUNCE,
     Announce,
+    Command,
     DHTError,
     ErrorCode,
     Handshake,
     HolepunchPayload,
+    LookupReply,
     Mode,
     NoisePayload,
     PayloadError,
@@ -30,6 +34,7 @@ from relay.dht.messages import (
     hash32,
     node_id,
 )
+from relay.dht.persistent import Answer, GenerationCache, Persistent, mutable_signable
 from relay.dht.query import Query
 from relay.dht.rpc import (
     CLIENT,
@@ -43,6 +48,7 @@ from relay.dht.rpc import (
     ResponseReceived,
 )
 from relay.dht.table import NatSampler, Node, RoutingTable, prefix_length, xor_compare
+from relay.encoding import Reader, Writer
 from relay.keys import key_pair
 from relay.noise import NoiseHandshake
 from tests.vectors import load
@@ -509,3 +515,72 @@ def test_query_always_terminates_and_never_asks_twice(data: st.DataObject) -> No
     ids = [r.peer.id for r in q.closest_replies]
     assert all(i is not None for i in ids) and len(ids) <= q.k
     assert ids == sorted(ids, key=lambda i: bytes(a ^ b for a, b in zip(target, i or b"", strict=True)))
+
+
+# ------------------------------------------------------------------------- persistent storage
+
+
+def test_persistent_announce_find_unannounce_with_vector_values() -> None:
+    a = V["announce"]
+    target, token = bytes.fromhex(a["target"]), bytes.fromhex(a["token"])
+    store = Persistent(bytes.fromhex(a["nodeIdOfB"]))
+    src = addr(INPUTS["addrS"])
+    now = 1_800_000_000.0
+    # the real announce value S sent to B is accepted; B now relays handshakes for the key to S
+    ans = store.handle(Command.ANNOUNCE, target, token, bytes.fromhex(a["announceValue"]), src, now)
+    assert ans is not None and ans.value is None and not ans.token and not ans.closer_nodes
+    fwd = store.forwards.get(target)
+    assert fwd is not None and fwd.relay == src and fwd.record.hex() == V["findPeer"]["peerRecordValue"]
+    found = store.handle(Command.FIND_PEER, target, None, None, ("1.1.1.1", 1), now)
+    assert found is not None and found.value is not None and found.value.hex() == V["findPeer"]["peerRecordValue"]
+    look = store.handle(Command.LOOKUP, target, None, None, ("1.1.1.1", 1), now)
+    assert look is not None and LookupReply.decode(look.value or b"").peers == [PeerRecord.decode(fwd.record)]
+    # the same value at another node (other id) or with another token is dropped silently
+    assert (
+        Persistent(os.urandom(32)).handle(Command.ANNOUNCE, target, token, bytes.fromhex(a["announceValue"]), src, now)
+        is None
+    )
+    assert store.handle(Command.ANNOUNCE, target, os.urandom(32), bytes.fromhex(a["announceValue"]), src, now) is None
+    assert store.handle(Command.ANNOUNCE, target, None, bytes.fromhex(a["announceValue"]), src, now) is None
+    un = store.handle(Command.UNANNOUNCE, target, token, bytes.fromhex(a["unannounce"]["value"]), src, now)
+    assert un is not None and store.forwards.get(target) is None
+    assert store.handle(Command.FIND_PEER, target, None, None, src, now) == Answer(None)
+
+
+def test_persistent_mutable_immutable_and_expiry() -> None:
+    store = Persistent(os.urandom(32), max_age=30.0)
+    kp = key_pair()
+    target = hash32(kp.public_key)
+
+    def put(seq: int, value: bytes) -> Answer | None:
+        sig = nacl.bindings.crypto_sign(mutable_signable(seq, value), kp.secret_key)[:64]
+        req = Writer().fixed32(kp.public_key).uint(seq).buffer(value).fixed64(sig).getvalue()
+        return store.handle(Command.MUTABLE_PUT, target, b"t" * 32, req, ("1.1.1.1", 1), 0.0)
+
+    assert put(2, b"two") == Answer(None)
+    assert put(2, b"other") == Answer(error=ErrorCode.SEQ_REUSED, token=False)
+    assert put(1, b"one") == Answer(error=ErrorCode.SEQ_TOO_LOW, token=False)
+    got = store.handle(Command.MUTABLE_GET, target, None, Writer().uint(0).getvalue(), ("1.1.1.1", 1), 0.0)
+    assert got is not None and got.value is not None and Reader(got.value).uint() == 2
+    newer = store.handle(Command.MUTABLE_GET, target, None, Writer().uint(3).getvalue(), ("1.1.1.1", 1), 0.0)
+    assert newer == Answer(None)
+    forged = Writer().fixed32(kp.public_key).uint(9).buffer(b"x").fixed64(b"\0" * 64).getvalue()
+    assert store.handle(Command.MUTABLE_PUT, target, b"t" * 32, forged, ("1.1.1.1", 1), 0.0) is None
+
+    blob = b"immutable"
+    assert store.handle(Command.IMMUTABLE_PUT, hash32(blob), b"t" * 32, blob, ("1.1.1.1", 1), 0.0) == Answer(None)
+    assert store.handle(Command.IMMUTABLE_PUT, os.urandom(32), b"t" * 32, blob, ("1.1.1.1", 1), 0.0) is None
+    assert store.handle(Command.IMMUTABLE_GET, hash32(blob), None, None, ("1.1.1.1", 1), 0.0) == Answer(blob)
+
+    # xache expiry: written/read entries survive one GC, untouched ones die at the second
+    c: GenerationCache[str, int] = GenerationCache(max_age=30.0)
+    c.tick(0.0)
+    c.set("a", 1)
+    c.set("b", 2)
+    c.tick(20.0)  # GC 1 (every 2/3 of max age)
+    assert c.get("a") == 1  # read: back to the young generation
+    c.tick(40.0)  # GC 2
+    assert c.get("a") == 1 and c.get("b") is None
+    # garbage never raises
+    for cmd in range(2, 10):
+        assert store.handle(cmd, target, b"t" * 32, b"\xff\xff", ("1.1.1.1", 1), 0.0) in (None, Answer(None))

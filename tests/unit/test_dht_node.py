@@ -11,7 +11,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from relay.dht import DHTError, DHTNode, HyperDHTServer
-from relay.dht.messages import Command, Handshake, Holepunch, Internal, Mode, Request, Response, decode_message
+from relay.dht.messages import (
+    Command,
+    Handshake,
+    Holepunch,
+    Internal,
+    Mode,
+    Request,
+    Response,
+    decode_message,
+    hash32,
+    node_id,
+)
 from relay.dht.node import parse_node
 from relay.keys import key_pair
 from relay.udx import UDX
@@ -30,6 +41,8 @@ class Loopback:
             self.udx = UDX()
             self.node = DHTNode(bootstrap=[], host="127.0.0.1", port=0, udx=self.udx, firewalled=False)
             await self.node.bind()
+            # persistent, so the storage commands (announce, mutable/immutable put...) are fuzzed too
+            self.node._become_persistent(node_id(self.node.local_address()))
             self.server = HyperDHTServer(self.node, key_pair(), lambda conn: None, announce=False)
             await self.server.listen()
 
@@ -69,7 +82,7 @@ def loopback() -> Iterator[Loopback]:
     lb.close()
 
 
-def frames(target: bytes) -> st.SearchStrategy[bytes]:
+def frames(target: bytes, token: bytes) -> st.SearchStrategy[bytes]:
     """Random bytes, random RPC-looking frames, and well-framed garbage aimed at our server."""
     raw = st.binary(max_size=300)
     rpc = st.tuples(st.sampled_from([b"\x03", b"\x13"]), st.binary(max_size=200)).map(lambda t: t[0] + t[1])
@@ -96,14 +109,26 @@ def frames(target: bytes) -> st.SearchStrategy[bytes]:
             tid=3, to=("127.0.0.1", 1), command=t[0], internal=True, target=b"\x01" * 32 if t[2] else None, value=t[1]
         ).encode()
     )
-    return st.one_of(raw, rpc, handshake, holepunch, internal)
+    storage = st.tuples(st.integers(2, 11), st.booleans(), st.binary(max_size=160), st.booleans()).map(
+        lambda t: Request(
+            tid=4,
+            to=("127.0.0.1", 1),
+            command=t[0],
+            target=target if t[3] else hash32(t[2]),
+            token=token if t[1] else None,
+            value=t[2],
+        ).encode()
+    )
+    return st.one_of(raw, rpc, handshake, holepunch, internal, storage)
 
 
 def test_random_datagrams_never_break_the_node_loop(loopback: Loopback) -> None:
     assert loopback.node is not None and loopback.server is not None
     node, target = loopback.node, loopback.server.target
 
-    @given(st.lists(st.tuples(frames(target), st.integers(1, 65535)), max_size=20))
+    token = node.rpc.token("127.0.0.1", 1)  # valid for 7.5 s or more: the fuzzing is faster
+
+    @given(st.lists(st.tuples(frames(target, token), st.integers(1, 65535)), max_size=20))
     @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     def feed(datagrams: list[tuple[bytes, int]]) -> None:
         for data, port in datagrams:
@@ -113,6 +138,7 @@ def test_random_datagrams_never_break_the_node_loop(loopback: Loopback) -> None:
     feed()
     # nothing reached the catch-all at the datagram boundary, and the node still answers
     assert node.internal_errors == 0
+    assert node.persistent is not None and node.id is not None
     res = loopback.ping()
     assert res.tid == 99 and res.error == 0
 

@@ -65,6 +65,36 @@ async function main () {
       const res = await nodes[1].request({ command, target: target ? b4a.from(target, 'hex') : null }, { host, port })
       return { error: res.error, closerNodes: (res.closerNodes || []).length }
     },
+    // storage commands from a testnet node (they reach every persistent node near the target)
+    async immutablePut ({ value }) {
+      const { hash, closestNodes } = await nodes[1].immutablePut(b4a.from(value))
+      return { hash: b4a.toString(hash, 'hex'), closestNodes: closestNodes.map((n) => ({ host: n.host, port: n.port })) }
+    },
+    async immutableGet ({ hash }) {
+      const res = await nodes[nodes.length - 1].immutableGet(b4a.from(hash, 'hex'))
+      return { value: res ? b4a.toString(res.value) : null, from: res ? { host: res.from.host, port: res.from.port } : null }
+    },
+    async mutablePut ({ value, seq = 0 }) {
+      const keyPair = DHT.keyPair(b4a.alloc(32, 7))
+      const res = await nodes[1].mutablePut(keyPair, b4a.from(value), { seq })
+      return { publicKey: b4a.toString(res.publicKey, 'hex'), seq: res.seq }
+    },
+    async mutableGet ({ publicKey }) {
+      const res = await nodes[nodes.length - 1].mutableGet(b4a.from(publicKey, 'hex'))
+      return { value: res ? b4a.toString(res.value) : null, seq: res ? res.seq : null }
+    },
+    async announceTopic ({ topic }) {
+      const keyPair = DHT.keyPair()
+      await nodes[1].announce(b4a.from(topic, 'hex'), keyPair).finished()
+      return { publicKey: b4a.toString(keyPair.publicKey, 'hex') }
+    },
+    async lookupTopic ({ topic }) {
+      const found = []
+      for await (const data of nodes[nodes.length - 1].lookup(b4a.from(topic, 'hex'))) {
+        found.push({ from: { host: data.from.host, port: data.from.port }, peers: data.peers.map((p) => b4a.toString(p.publicKey, 'hex')) })
+      }
+      return { found }
+    },
     // stop the testnet nodes at these ports (to see announce nodes go away)
     async kill ({ ports }) {
       for (const n of nodes) {
