@@ -13,6 +13,9 @@ Layers (sans-IO cores, one asyncio runtime):
   tokens; datagrams and `now` in, datagrams and events out.
 - `relay.dht.query` — `Query`: the iterative walk (dht-rpc `lib/query.js`).
 - `relay.dht.handshake` — `HandshakeResponder`: Noise IK responder + dedup by message 1.
+- `relay.dht.persistent` — `Persistent`: what a persistent node stores for others
+  (announce records, forwards, mutable/immutable values; xache-style expiry).
+- `relay.dht.announcer` — `AnnounceState` (sans-IO decisions) + `Announcer` (driver).
 - `relay.dht.node`, `.announcer`, `.server`, `.connection` — the asyncio runtime.
 
 Public asyncio API (stable)::
@@ -24,7 +27,9 @@ Public asyncio API (stable)::
     node = DHTNode(bootstrap=["127.0.0.1:49737"],   # default: the public hyperdht nodes
                    host="0.0.0.0", port=49737,      # the server socket (UDX + dht-rpc share it)
                    udx=udx,                         # sockets are bound as udx.create_socket(...)
-                   firewalled=None)                 # None: detect with PING_NAT; False: "I am public"
+                   firewalled=None,                 # None: detect with PING_NAT; False: "I am public"
+                   ephemeral=True)                  # True: never store for others (default);
+    #   False: become persistent at bootstrap if reachable; None: adaptive, as Node (~20 min)
     #   or DHTNode(socket=existing_udx_socket, udx=udx, ...) to use an already bound socket.
     await node.bootstrap()                          # raises DHTError("BIND_FAILED") if the port is taken;
     #   bootstrap(require_reply=True) also raises DHTError("BOOTSTRAP_FAILED") when no node answered
@@ -57,10 +62,10 @@ Other node calls: `await node.ping((host, port))`, `await node.find_node(target)
 `await node.find_peer(public_key)` (returns a finished `Query`: `.closest_replies`,
 `.replies`), `await node.request(addr, command, target=..., value=..., token=...)`.
 
-What is not done: the node stays ephemeral (never sends its id, stores no records for
-others, as dht.md C3.5 allows), and PEER_HOLEPUNCH rounds are decrypted but left
-unanswered, as a Node server with `holepunch: false` does — a relay has to be reachable on
-its UDP port (a firewalled relay is still reached by peers on the same host/LAN).
+What is not done: holepunching. PEER_HOLEPUNCH rounds for our server are decrypted but
+left unanswered, as a Node server with `holepunch: false` does — a relay has to be
+reachable on its UDP port (a firewalled relay is still reached by peers on the same
+host/LAN). Relaying holepunch messages for others (persistent mode) works.
 """
 
 from __future__ import annotations

@@ -282,7 +282,7 @@ class DHTNode:
         self.destroyed = False
         self.last_announce: float | None = None
         self.internal_errors = 0  # bugs caught at the datagram boundary (tests assert 0)
-        self.stats_relayed = 0  # handshakes we routed for others (persistent mode)
+        self.stats_relayed = 0  # handshake messages we routed for others (either direction)
         self.on_request: Callable[[IncomingRequest], bool] | None = None
         # target -> server (HyperDHTServer): PEER_HANDSHAKE / PEER_HOLEPUNCH for our keys
         self.servers: dict[bytes, Any] = {}
@@ -1024,6 +1024,7 @@ class DHTNode:
                 elif hs.mode == Mode.FROM_SERVER and hs.peer_address and hs.noise:
                     back = Handshake(Mode.REPLY, hs.noise, inc.peer.address)
                     self.rpc.reply(inc, back.encode(), token=False, closer_nodes=False, to=hs.peer_address)
+                    self.stats_relayed += 1
             else:
                 hp = Holepunch.decode(req.value)
                 if hp.mode == Mode.FROM_CLIENT and (hp.peer_address or relay):

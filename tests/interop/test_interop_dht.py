@@ -254,6 +254,12 @@ async def test_interop_dht_persistent_python_node_serves_storage_for_node_peers(
             assert ("127.0.0.1", port) in {(f["from"]["host"], f["from"]["port"]) for f in found["found"]}
             res = await tn.call("connect", key=key.hex(), message="via the dht")
             assert res["ok"] and res["echo"] == "via the dht", res
+            # a client told to start at our node: we relay its handshake to the Node server and back
+            relayed_before = py.stats_relayed
+            me = [{"host": "127.0.0.1", "port": port}]
+            res = await tn.call("connect", key=key.hex(), message="through python", relayAddresses=me)
+            assert res["ok"] and res["echo"] == "through python", res
+            assert py.stats_relayed >= relayed_before + 2  # FROM_CLIENT out, FROM_SERVER back as REPLY
 
             # immutable, mutable and topic records written by Node land here and are read back
             imm = await tn.call("immutablePut", value="an immutable value")

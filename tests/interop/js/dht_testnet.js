@@ -113,10 +113,11 @@ async function main () {
     },
     // hyperdht client connect + echo over the secret stream
     // client: reuse a named DHT client (its relay-address cache makes a reconnect go direct)
-    async connect ({ key, message, timeoutMs: timeout = 20000, keepOpen = false, client: name = null }) {
+    // relayAddresses: DHT nodes to send the handshake to first (hyperdht connect option)
+    async connect ({ key, message, timeoutMs: timeout = 20000, keepOpen = false, client: name = null, relayAddresses = null }) {
       const dht = client(name)
       const started = process.hrtime.bigint()
-      const socket = dht.connect(b4a.from(key, 'hex'))
+      const socket = dht.connect(b4a.from(key, 'hex'), relayAddresses ? { relayAddresses } : {})
       const msg = b4a.from(message || 'hello')
       const result = await new Promise((resolve, reject) => {
         const timer = setTimeout(() => reject(new Error('connect timeout')), timeout)
