@@ -1,0 +1,222 @@
+"""Blind forwarding: relay.udx's relay_to (Python) against udx-native's relayTo (Node), one run.
+
+Two udx-native endpoints A and D (tests/interop/js/udx_peer.js) connect to a relay process
+set up as blind-relay does it (two raw streams, firewall-connect on the first packet,
+relay_to both ways). A sends `--mb` MB to D through the relay (with `--both`, D sends the same
+back at the same time). Rounds alternate Node / Python. Reported per relay: forwarded MB/s
+(payload bytes / wall time), the relay process's CPU seconds (user+sys, psutil) per GB of
+payload and per forwarded packet, and the Python/Node ratios.
+
+    python benchmarks/udx_forward.py --mb 256 --rounds 3 [--both] [--profile]
+
+`--profile` adds one Python round under cProfile and prints where the relay's time goes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import pstats
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+INTEROP = ROOT / "tests" / "interop"
+PEER_JS = INTEROP / "js" / "udx_peer.js"
+NODE_RELAY_JS = ROOT / "benchmarks" / "js" / "udx_relay.js"
+PY_RELAY = ROOT / "benchmarks" / "udx_relay_py.py"
+MB = 1 << 20
+
+
+class Proc:
+    """A child speaking JSON lines."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        self.queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.task = asyncio.ensure_future(self._read())
+
+    @classmethod
+    async def start(cls, *argv: str) -> Proc:
+        env = dict(os.environ, NODE_PATH=str(INTEROP / "node_modules"))
+        p = await asyncio.create_subprocess_exec(
+            *argv, cwd=INTEROP, env=env, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
+        )
+        return cls(p)
+
+    async def _read(self) -> None:
+        assert self.proc.stdout is not None
+        async for line in self.proc.stdout:
+            self.queue.put_nowait(json.loads(line))
+
+    async def expect(self, event: str, timeout: float = 120) -> dict[str, Any]:
+        async with asyncio.timeout(timeout):
+            while True:
+                ev = await self.queue.get()
+                if ev.get("event") == event:
+                    return ev
+
+    def send(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write((line + "\n").encode())
+
+    def cmd(self, **msg: Any) -> None:
+        self.send(json.dumps(msg))
+
+    async def stop(self) -> None:
+        if self.proc.returncode is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            try:
+                await asyncio.wait_for(self.proc.wait(), 10)
+            except TimeoutError:
+                self.proc.kill()
+                await self.proc.wait()
+        self.task.cancel()
+
+
+@dataclass
+class Result:
+    relay: str
+    seconds: float
+    cpu: float
+    payload: int
+    packets: int
+
+    @property
+    def mb_s(self) -> float:
+        return self.payload / MB / self.seconds
+
+    @property
+    def cpu_per_gb(self) -> float:
+        return self.cpu / (self.payload / 1e9)
+
+    @property
+    def us_per_packet(self) -> float:
+        return self.cpu / max(self.packets, 1) * 1e6
+
+
+async def one_round(kind: str, size: int, both: bool, profile: str | None = None) -> Result:
+    a = await Proc.start("node", str(PEER_JS))
+    d = await Proc.start("node", str(PEER_JS))
+    ra, rd = await a.expect("ready"), await d.expect("ready")
+    if kind == "node":
+        relay = await Proc.start("node", str(NODE_RELAY_JS), str(ra["id"]), str(rd["id"]))
+    else:
+        extra = ["--profile", profile] if profile else []
+        relay = await Proc.start(sys.executable, str(PY_RELAY), str(ra["id"]), str(rd["id"]), *extra)
+    try:
+        info = await relay.expect("ready")
+        a.cmd(cmd="connect", remote_id=info["rb"], port=info["port"])
+        d.cmd(cmd="connect", remote_id=info["rc"], port=info["port"])
+        await a.expect("connected")
+        await d.expect("connected")
+        # like secret-stream's header frames: both ends speak first, so the relay learns both
+        # (the first one may reach a relay stream whose partner is unknown yet: udx-native drops it)
+        got_a = asyncio.ensure_future(a.expect("message"))
+        got_d = asyncio.ensure_future(d.expect("message"))
+        while not (got_a.done() and got_d.done()):
+            a.cmd(cmd="message", hex="00")
+            d.cmd(cmd="message", hex="00")
+            await asyncio.wait([got_a, got_d], timeout=0.05, return_when=asyncio.ALL_COMPLETED)
+        ps = psutil.Process(relay.proc.pid)
+        c0 = ps.cpu_times()
+        p0 = await packets_sent(a, d)
+        t0 = time.perf_counter()
+        a.cmd(cmd="send", bytes=size, end=False)
+        if both:
+            d.cmd(cmd="send", bytes=size, end=False)
+        await a.expect("sent", 600)
+        a.cmd(cmd="end")
+        if both:
+            await d.expect("sent", 600)
+            d.cmd(cmd="end")
+        got = await d.expect("data_end", 600)
+        if both:
+            await a.expect("data_end", 600)
+        t1 = time.perf_counter()
+        c1 = ps.cpu_times()
+        p1 = await packets_sent(a, d)
+        assert got["bytes"] == size
+        cpu = (c1.user - c0.user) + (c1.system - c0.system)
+        packets = p1 - p0  # every packet either endpoint sent crossed the relay
+        return Result(kind, t1 - t0, cpu, size * (2 if both else 1), packets)
+    finally:
+        for p in (a, d, relay):
+            await p.stop()
+
+
+async def packets_sent(*peers: Proc) -> int:
+    total = 0
+    for p in peers:
+        p.cmd(cmd="stats")
+        total += (await p.expect("stats"))["packetsTransmitted"]
+    return total
+
+
+def print_profile(path: str) -> None:
+    st = pstats.Stats(path)
+    st.sort_stats("tottime")
+    total = sum(v[2] for v in st.stats.values())  # type: ignore[attr-defined]
+    print(f"\nPython relay profile (cProfile, tottime; total {total:.2f} s):")
+    rows = sorted(st.stats.items(), key=lambda kv: kv[1][2], reverse=True)[:12]  # type: ignore[attr-defined]
+    for (file, line, fn), (_cc, nc, tt, _ct, _callers) in rows:
+        where = f"{Path(file).name}:{line}" if line else file
+        print(f"  {tt:7.3f} s  {100 * tt / total:5.1f}%  {nc:>9}  {fn}  ({where})")
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--mb", type=int, default=256)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--both", action="store_true", help="send in both directions at once")
+    ap.add_argument("--profile", action="store_true")
+    args = ap.parse_args()
+    size = args.mb * MB
+    results: dict[str, list[Result]] = {"node": [], "python": []}
+    for r in range(args.rounds):
+        for kind in ("node", "python"):
+            res = await one_round(kind, size, args.both)
+            results[kind].append(res)
+            print(
+                f"round {r + 1} {kind:6}: {res.mb_s:7.1f} MB/s  cpu {res.cpu:6.2f} s  "
+                f"{res.cpu_per_gb:5.2f} cpu-s/GB  {res.packets} pkts  {res.us_per_packet:5.2f} us/pkt",
+                flush=True,
+            )
+    med = {
+        k: (
+            statistics.median(x.mb_s for x in v),
+            statistics.median(x.cpu_per_gb for x in v),
+            statistics.median(x.us_per_packet for x in v),
+        )
+        for k, v in results.items()
+    }
+    direction = "both ways" if args.both else "one way"
+    print(f"\n{args.mb} MB {direction}, median of {args.rounds} rounds, relay on 127.0.0.1, {os.cpu_count()} cores")
+    print("| forwarder | MB/s | CPU-s per GB | CPU µs per packet |")
+    print("|---|---:|---:|---:|")
+    for k, label in (("node", "Node udx-native relayTo"), ("python", "Python relay.udx relay_to")):
+        print(f"| {label} | {med[k][0]:.1f} | {med[k][1]:.2f} | {med[k][2]:.2f} |")
+    print(
+        f"| ratio Python/Node | {med['python'][0] / med['node'][0]:.2f} | "
+        f"{med['python'][1] / med['node'][1]:.2f} | {med['python'][2] / med['node'][2]:.2f} |"
+    )
+    if args.profile:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = str(Path(tmp) / "relay.prof")
+            res = await one_round("python", size, args.both, profile=path)
+            print(f"\nprofiled round: {res.mb_s:.1f} MB/s, {res.cpu_per_gb:.2f} cpu-s/GB (profiler overhead included)")
+            print_profile(path)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,78 @@
+"""The Python side of benchmarks/udx_forward.py: relay.udx's relay_to, set up as blind-relay does it.
+
+Run as its own process (so its CPU time is measured alone):
+    python benchmarks/udx_relay_py.py <peer A id> <peer D id> [--profile FILE] [--loop uvloop|asyncio]
+Prints {"event": "ready", "port", "rb", "rc"}; reads "stats" / EOF on stdin.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from relay.udx import UDX, UDXSocket, UDXStream
+
+
+def firewall_for(peer_id: int):  # type: ignore[no-untyped-def]
+    def firewall(stream: UDXStream, socket: UDXSocket, addr: tuple[str, int]) -> bool:
+        stream.connect(socket, peer_id, addr)
+        return False
+
+    return firewall
+
+
+async def main(a_id: int, d_id: int) -> None:
+    udx = UDX()
+    sock = await udx.create_socket("127.0.0.1", 0)
+    rb = udx.create_stream(firewall=firewall_for(a_id))
+    rc = udx.create_stream(firewall=firewall_for(d_id))
+    rb.relay_to(rc)
+    rc.relay_to(rb)
+    print(json.dumps({"event": "ready", "port": sock.port, "rb": rb.id, "rc": rc.id}), flush=True)
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    while line := await reader.readline():
+        if line.strip() == b"stats":
+            st = sock.stats
+            out = {
+                "event": "stats",
+                "received_packets": st.received_packets,
+                "received_bytes": st.received_bytes,
+                "sent_packets": st.sent_packets,
+                "sent_bytes": st.sent_bytes,
+                "relayed_packets": st.relayed_packets,
+                "dropped_packets": st.dropped_packets,
+            }
+            print(json.dumps(out), flush=True)
+    udx.close()
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("a_id", type=int)
+    ap.add_argument("d_id", type=int)
+    ap.add_argument("--profile")
+    ap.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop")
+    args = ap.parse_args()
+    factory = None
+    if args.loop == "uvloop":
+        import uvloop
+
+        factory = uvloop.new_event_loop
+    prof = cProfile.Profile() if args.profile else None
+    if prof is not None:
+        prof.enable()
+    try:
+        with asyncio.Runner(loop_factory=factory) as runner:
+            runner.run(main(args.a_id, args.d_id))
+    finally:
+        if prof is not None:
+            prof.disable()
+            prof.dump_stats(args.profile)
