@@ -231,3 +231,43 @@ def test_interop_relay_allow_list(node: str, testnet: Testnet, tmp_path: Path) -
         m = metrics(r)
         assert m["blind_relay_limit_rejections_total{limit=not_allowed}"] >= 1
         assert m["blind_relay_pairings_matched"] == 1
+
+
+def test_interop_relay_pending_caps_and_timeout(node: str, testnet: Testnet, tmp_path: Path) -> None:
+    """--max-pending 100 holds against 4 sessions x 50 requests; --pending-timeout 1 then empties it."""
+    args = ("--max-pending", "100", "--pending-timeout", "1")
+    with RelayProcess(tmp_path / "store", *args, bootstrap=testnet.bootstrap) as r:
+        r.start()
+        assert r.key is not None, r.stderr
+        opts = {"bootstrap": testnet.bootstrap.split(","), "relay": r.key, "sessions": 4, "pairs": 50, "hold": True}
+        flood = subprocess.Popen(
+            ["node", "js/relay_flood.js", json.dumps(opts)],
+            cwd=INTEROP,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert flood.stdout is not None
+            assert json.loads(flood.stdout.readline()) == {"sent": 200, "sessions": 4}
+            total = "blind_relay_limit_rejections_total{limit=pending_total}"
+            timed_out = "blind_relay_limit_rejections_total{limit=pending_timeout}"
+            # every request is either held (at most 100 at once) or refused by the total cap, and
+            # held ones expire after a second while the sessions stay open
+            wait_until(lambda: metrics(r)["blind_relay_pairings_requested"] + metrics(r)[total] >= 200)
+            m = metrics(r)
+            assert m["blind_relay_pairings_requested"] + m[total] == 200
+            assert m[total] > 0 and m["blind_relay_pairings_pending"] <= 100
+            wait_until(lambda: metrics(r)["blind_relay_pairings_pending"] == 0)
+            m = metrics(r)
+            assert m[timed_out] == m["blind_relay_pairings_requested"]
+            assert m["blind_relay_pairings_cancelled"] == m["blind_relay_pairings_requested"]
+            assert m["blind_relay_sessions_closed"] == 0  # the sessions were not punished, only their requests
+        finally:
+            if flood.stdin is not None:
+                flood.stdin.close()
+            try:
+                flood.wait(20)
+            except subprocess.TimeoutExpired:
+                flood.kill()
+                flood.wait(10)

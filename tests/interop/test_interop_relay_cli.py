@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import socket
@@ -69,3 +70,20 @@ def test_interop_relay_cli_json_logs(tmp_path: Path, testnet: Testnet) -> None:
     objs = [json.loads(ln) for ln in lines]
     assert any(o["msg"] == "relay listening" and o["port"] == r.port for o in objs)
     assert all({"ts", "level", "logger", "msg"} <= o.keys() for o in objs)
+
+
+async def test_interop_relay_cli_sigterm_unannounces_the_key(node: str, tmp_path: Path) -> None:
+    """While listening a Node findPeer finds the relay key; after SIGTERM (exit 0) it is gone."""
+    from relay.keys import decode_id
+    from tests.interop._dht_testnet import NodeTestnet
+
+    async with NodeTestnet.start(node, size=5) as tn:
+        with RelayProcess(tmp_path / "s", bootstrap=",".join(tn.bootstrap)) as r:
+            await asyncio.to_thread(r.start)
+            assert r.key is not None, r.stderr
+            key_hex = decode_id(r.key).hex()
+            found = await tn.call("findPeer", key=key_hex)
+            assert found["ok"] and {f["publicKey"] for f in found["found"]} == {key_hex}, found
+            assert await asyncio.to_thread(r.terminate, signal.SIGTERM) == 0, r.stderr
+        gone = await tn.call("findPeer", key=key_hex)
+        assert gone["ok"] and gone["found"] == [], gone
