@@ -56,10 +56,10 @@ RATE_SOURCES: dict[str, str] = {
     "cpu_seconds": "process_cpu_seconds_total",
 }
 
-# What counts as "something happened" for the adaptive refresh: traffic and pairing state.
+# What counts as "something happened" for the adaptive refresh: relaying and pairing state. Raw
+# UDP counters are left out on purpose: a relay on the DHT always has some ping/announce chatter,
+# and that alone should not keep the monitor at full speed.
 ACTIVITY = (
-    "blind_relay_udp_received_packets_total",
-    "blind_relay_udp_sent_packets_total",
     "blind_relay_relayed_packets_total",
     "blind_relay_sessions_opened",
     "blind_relay_sessions_closed",

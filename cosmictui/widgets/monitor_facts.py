@@ -9,7 +9,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
@@ -51,11 +50,33 @@ def _int(v: Any) -> str:
     return "–" if v is None else f"{int(v)}"
 
 
+class _Rows:
+    """Label/value lines as one Text: a Rich Table laid out the same thing at several times the
+    cost, and this panel is redrawn on every refresh."""
+
+    LABEL = 10
+
+    def __init__(self) -> None:
+        self.lines: list[Text] = []
+
+    @property
+    def row_count(self) -> int:
+        return len(self.lines)
+
+    def add_row(self, label: str, value: Text | str) -> None:
+        line = Text(f"{label:<{self.LABEL}} ", style="bold", no_wrap=True, end="")
+        line.append_text(value if isinstance(value, Text) else Text(value))
+        self.lines.append(line)
+
+    def to_text(self) -> Text:
+        return Text("\n", no_wrap=True, overflow="ellipsis").join(self.lines)
+
+
 class RelayFacts(Static):
     """Numbers for one relay; `show(watch)` after each poll."""
 
     DEFAULT_CSS = """
-    RelayFacts { width: 100%; height: auto; }
+    RelayFacts { width: 100%; height: auto; text-wrap: nowrap; text-overflow: ellipsis; }
     """
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
@@ -71,13 +92,11 @@ class RelayFacts(Static):
         table = self.render_facts(watch, key_width, roomy, time.time() if now is None else now)
         rows = table.row_count
         # same number of rows: same size, so skip the layout pass (it would repaint every widget)
-        self.update(table, layout=rows != self._rows)
+        self.update(table.to_text(), layout=rows != self._rows)
         self._rows = rows
 
-    def render_facts(self, w: RelayWatch, key_width: int, roomy: bool, now: float) -> Table:
-        t = Table.grid(padding=(0, 1), expand=True)
-        t.add_column(style="bold", no_wrap=True, width=10)
-        t.add_column(no_wrap=True, overflow="ellipsis", ratio=1)
+    def render_facts(self, w: RelayWatch, key_width: int, roomy: bool, now: float) -> _Rows:
+        t = _Rows()
         badge = Text(f" {STATE_BADGE[w.state]} ", style=self._style(STATE_STYLE[w.state]))
         since = time.strftime("%H:%M:%S", time.localtime(w.since))
         t.add_row("relay", Text.assemble(badge, f" since {since}"))
