@@ -37,6 +37,7 @@ from .messages import (
 )
 from .persistent import Forward, Persistent
 from .query import Candidate, Query
+from .router import Relay, Respond, Route, route_handshake, route_holepunch
 from .rpc import (
     CLIENT,
     DEFAULT_RETRIES,
@@ -1009,34 +1010,30 @@ class DHTNode:
                 hs = Handshake.decode(req.value)
                 if server is not None:
                     server.on_peer_handshake(inc, hs)
-                elif hs.mode == Mode.FROM_CLIENT and hs.noise:
-                    to = hs.relay_address or relay
-                    if to is None:
-                        self.rpc.reply(inc, token=False, closer_nodes=True)  # help the client route
-                    else:
-                        fwd = Handshake(Mode.FROM_RELAY, hs.noise, inc.peer.address)
-                        self.rpc.relay(inc, fwd.encode(), to)
-                        self.stats_relayed += 1
-                elif hs.mode == Mode.FROM_RELAY and relay is not None and hs.noise:
-                    second = Handshake(Mode.FROM_SECOND_RELAY, hs.noise, hs.peer_address, inc.peer.address)
-                    self.rpc.relay(inc, second.encode(), relay)
-                    self.stats_relayed += 1
-                elif hs.mode == Mode.FROM_SERVER and hs.peer_address and hs.noise:
-                    back = Handshake(Mode.REPLY, hs.noise, inc.peer.address)
-                    self.rpc.reply(inc, back.encode(), token=False, closer_nodes=False, to=hs.peer_address)
-                    self.stats_relayed += 1
+                    return
+                self.apply_route(inc, route_handshake(hs, inc.peer.address, relay))
             else:
                 hp = Holepunch.decode(req.value)
-                if hp.mode == Mode.FROM_CLIENT and (hp.peer_address or relay):
-                    fwd_hp = Holepunch(Mode.FROM_RELAY, hp.id, hp.payload, inc.peer.address)
-                    self.rpc.relay(inc, fwd_hp.encode(), hp.peer_address or relay)  # type: ignore[arg-type]
-                elif hp.mode == Mode.FROM_RELAY and server is not None and hp.peer_address:
-                    server.on_peer_holepunch(inc, hp)
-                elif hp.mode == Mode.FROM_SERVER and hp.peer_address:
-                    back_hp = Holepunch(Mode.REPLY, hp.id, hp.payload, inc.peer.address)
-                    self.rpc.reply(inc, back_hp.encode(), token=False, closer_nodes=False, to=hp.peer_address)
+                if server is not None and hp.mode == Mode.FROM_RELAY:
+                    if hp.peer_address is not None:
+                        server.on_peer_holepunch(inc, hp)
+                    return
+                self.apply_route(inc, route_holepunch(hp, inc.peer.address, relay))
         except DHTError as e:
             log.debug("dropping %s from %s: %s", Command(req.command).name, inc.peer.address, e)
+
+    def apply_route(
+        self, inc: IncomingRequest, route: Route, socket: str | None = None, *, for_others: bool = True
+    ) -> None:
+        """Carry out a router decision: a same-tid relay request, or a response."""
+        if isinstance(route, Relay):
+            self.rpc.relay(inc, route.value, route.to, socket)
+            self.stats_relayed += for_others
+        elif isinstance(route, Respond):
+            self.rpc.reply(inc, route.value, token=False, closer_nodes=route.closer_nodes, to=route.to, socket=socket)
+            if route.value is not None:
+                self.stats_relayed += for_others
+        self._flush()
 
     def _on_delayed_ping(self, inc: IncomingRequest) -> None:
         v = inc.request.value

@@ -29,12 +29,12 @@ from .messages import (
     Firewall,
     Handshake,
     Holepunch,
-    Mode,
     NoisePayload,
     PayloadError,
     hash32,
 )
 from .node import DHTNode
+from .router import server_handshake_reply
 from .rpc import SERVER, IncomingRequest
 
 log = logging.getLogger("relay.dht")
@@ -148,12 +148,9 @@ class HyperDHTServer:
             self._reply_first(a, inc)
         if a.reply is None:
             return
-        if hs.mode == Mode.FROM_CLIENT:
-            self.node.reply(inc, Handshake(Mode.REPLY, a.reply).encode(), token=False, closer_nodes=False)
-        elif hs.mode == Mode.FROM_RELAY:
-            self.node.relay(inc, Handshake(Mode.FROM_SERVER, a.reply, hs.peer_address).encode(), inc.peer.address)
-        elif hs.mode == Mode.FROM_SECOND_RELAY and hs.relay_address:
-            self.node.relay(inc, Handshake(Mode.FROM_SERVER, a.reply, hs.peer_address).encode(), hs.relay_address)
+        route = server_handshake_reply(hs, a.reply, inc.peer.address)
+        if route is not None:
+            self.node.apply_route(inc, route, for_others=False)
         self._arm_timer()
 
     def _reply_first(self, a: Attempt, inc: IncomingRequest) -> None:

@@ -20,6 +20,7 @@ from relay.dht.messages import (
     DHTError,
     ErrorCode,
     Handshake,
+    Holepunch,
     HolepunchPayload,
     LookupReply,
     Mode,
@@ -36,6 +37,8 @@ from relay.dht.messages import (
 )
 from relay.dht.persistent import Answer, GenerationCache, Persistent, mutable_signable
 from relay.dht.query import Query
+from relay.dht.router import Relay as RouterRelay
+from relay.dht.router import Respond, route_handshake, route_holepunch, server_handshake_reply
 from relay.dht.rpc import (
     CLIENT,
     RPC,
@@ -584,3 +587,75 @@ def test_persistent_mutable_immutable_and_expiry() -> None:
     # garbage never raises
     for cmd in range(2, 10):
         assert store.handle(cmd, target, b"t" * 32, b"\xff\xff", ("1.1.1.1", 1), 0.0) in (None, Answer(None))
+
+
+# ------------------------------------------------------------------------- router (vector chain)
+
+
+def node_b_rpc() -> RPC:
+    """Node B of the vectors: persistent, its id, answering from its server socket."""
+    rpc = RPC(RoutingTable(node_id(addr(INPUTS["addrB"]))), firewalled=False)
+    rpc.ephemeral = False
+    return rpc
+
+
+def test_router_reproduces_the_relayed_handshake_chain_byte_for_byte() -> None:
+    ph = V["peerHandshake"]
+    client, server = addr(INPUTS["clientAddress"]), addr(INPUTS["addrS"])
+    rpc = node_b_rpc()
+    # step 1 -> 2: B holds the forward entry (relay = S) and relays the client's message 1
+    rpc.receive(bytes.fromhex(ph["step1_client_to_B_FROM_CLIENT"]["datagram"]), client, SERVER, 0.0)
+    ev = rpc.next_event()
+    assert isinstance(ev, RequestReceived)
+    route = route_handshake(Handshake.decode(ev.incoming.value or b""), client, server)
+    assert isinstance(route, RouterRelay) and route.to == server
+    rpc.relay(ev.incoming, route.value, route.to)
+    ((_, data, to),) = rpc.datagrams_to_send()
+    assert to == server and data.hex() == ph["step2_B_to_S_FROM_RELAY"]["datagram"]
+    # step 3 -> 4: S's FROM_SERVER comes back; B answers the client's pending request
+    rpc.receive(bytes.fromhex(ph["step3_S_to_B_FROM_SERVER"]["datagram"]), server, SERVER, 0.0)
+    ev = rpc.next_event()
+    assert isinstance(ev, RequestReceived)
+    route = route_handshake(Handshake.decode(ev.incoming.value or b""), server, None)
+    assert isinstance(route, Respond) and route.to == client
+    rpc.reply(ev.incoming, route.value, token=False, closer_nodes=route.closer_nodes, to=route.to)
+    ((_, data, to),) = rpc.datagrams_to_send()
+    assert to == client and data.hex() == ph["step4_B_to_C_REPLY"]["datagram"]
+
+
+def test_server_reply_routes_by_mode() -> None:
+    ph = V["peerHandshake"]
+    msg2 = bytes.fromhex(V["noiseIK"]["message2"])
+    client, b = addr(INPUTS["clientAddress"]), addr(INPUTS["addrB"])
+    step2 = decode_message(bytes.fromhex(ph["step2_B_to_S_FROM_RELAY"]["datagram"]))
+    route = server_handshake_reply(Handshake.decode(step2.value or b""), msg2, b)
+    step3 = decode_message(bytes.fromhex(ph["step3_S_to_B_FROM_SERVER"]["datagram"]))
+    assert route == RouterRelay(step3.value or b"", b)
+    direct = decode_message(bytes.fromhex(ph["direct_C_to_S_FROM_CLIENT"]["datagram"]))
+    reply = decode_message(bytes.fromhex(ph["direct_S_to_C_REPLY"]["datagram"]))
+    assert server_handshake_reply(Handshake.decode(direct.value or b""), msg2, client) == Respond(reply.value)
+    second = Handshake(Mode.FROM_SECOND_RELAY, b"m1", client, ("198.51.100.21", 49737))
+    assert server_handshake_reply(second, msg2, b) == RouterRelay(
+        Handshake(Mode.FROM_SERVER, msg2, client).encode(), ("198.51.100.21", 49737)
+    )
+    assert server_handshake_reply(Handshake(Mode.REPLY, b"x"), msg2, b) is None
+
+
+def test_router_edge_cases() -> None:
+    c, n = ("203.0.113.9", 41000), ("198.51.100.21", 49737)
+    # no record and no hint: answer with closer nodes so the client keeps walking
+    assert route_handshake(Handshake(Mode.FROM_CLIENT, b"m1"), c, None) == Respond(None, closer_nodes=True)
+    assert route_handshake(Handshake(Mode.FROM_CLIENT, b""), c, n) is None
+    assert route_handshake(Handshake(Mode.FROM_RELAY, b"m1", c), n, None) is None
+    fwd = route_handshake(Handshake(Mode.FROM_RELAY, b"m1", c), n, ("192.0.2.44", 49737))
+    assert fwd == RouterRelay(Handshake(Mode.FROM_SECOND_RELAY, b"m1", c, n).encode(), ("192.0.2.44", 49737))
+    assert route_handshake(Handshake(Mode.FROM_SERVER, b"m2"), n, None) is None
+    assert route_handshake(Handshake(Mode.REPLY, b"m2", c), n, None) is None
+    hp = V["holepunch"]
+    from_client = Holepunch.decode(bytes.fromhex(hp["holepunchMessage_FROM_CLIENT"]))
+    relayed = route_holepunch(from_client, c, None)
+    assert relayed is not None and isinstance(relayed, RouterRelay)
+    assert Holepunch.decode(relayed.value).mode == Mode.FROM_RELAY and relayed.to == from_client.peer_address
+    assert route_holepunch(Holepunch(Mode.FROM_CLIENT, 0, b"p"), c, None) is None
+    back = route_holepunch(Holepunch(Mode.FROM_SERVER, 0, b"p", c), n, None)
+    assert back == Respond(Holepunch(Mode.REPLY, 0, b"p", n).encode(), to=c)
