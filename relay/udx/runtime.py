@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from . import mmsg
 from .packet import DESTROY, U32, UDXError
 from .stream import DataReceived, EndReceived, MessageReceived, StreamClosed, StreamCore, StreamStats
 
@@ -32,6 +33,8 @@ DatagramHandler = Callable[[bytes, Address], None]
 
 BUFFER_SIZE = 2048  # libudx truncates longer datagrams to this, so do we
 RECV_BATCH = 128
+RECV_BATCH_MMSG = 64
+RECV_ROUNDS = 4
 SEND_QUEUE_MAX = 4096
 LINGER = 3.0
 #: Packets held for a relay partner that has not connected yet. libudx drops them (the
@@ -93,8 +96,10 @@ class UDX:
         *,
         on_datagram: DatagramHandler | None = None,
         reuse_port: bool = False,
+        use_mmsg: bool | None = None,
     ) -> UDXSocket:
-        sock = UDXSocket(self, host, port, on_datagram=on_datagram, reuse_port=reuse_port)
+        """Bind a UDP socket; `use_mmsg` None = batch syscalls on Linux unless UDX_NO_MMSG=1."""
+        sock = UDXSocket(self, host, port, on_datagram=on_datagram, reuse_port=reuse_port, use_mmsg=use_mmsg)
         self.sockets.append(sock)
         return sock
 
@@ -116,6 +121,7 @@ class UDXSocket:
         *,
         on_datagram: DatagramHandler | None = None,
         reuse_port: bool = False,
+        use_mmsg: bool | None = None,
     ) -> None:
         self.udx = udx
         self.loop = asyncio.get_running_loop()
@@ -148,7 +154,14 @@ class UDXSocket:
         self._dirty: set[UDXStream] = set()
         self._flush_scheduled = False
         self.closed = False
-        self.loop.add_reader(sock.fileno(), self._on_readable)
+        self._mmsg: mmsg.BatchIO | None = None
+        if use_mmsg is None:
+            use_mmsg = mmsg.available() and os.environ.get("UDX_NO_MMSG") != "1"
+        if use_mmsg:
+            self._mmsg = mmsg.BatchIO(sock.fileno(), family, RECV_BATCH_MMSG, BUFFER_SIZE)
+            self.loop.add_reader(sock.fileno(), self._on_readable_mmsg)
+        else:
+            self.loop.add_reader(sock.fileno(), self._on_readable)
 
     @property
     def address(self) -> Address:
@@ -222,13 +235,13 @@ class UDXSocket:
     # --- receiving (hot path) -------------------------------------------------------------
 
     def _on_readable(self) -> None:
+        """Portable reader: one `recvfrom_into` per datagram into a reused buffer."""
         recv_into = self._sock.recvfrom_into
         buf = self._buf
         mv = self._mv
         streams = self.udx.streams
         st = self.stats
         v6 = self.family == _socket.AF_INET6
-        now = 0.0
         for _ in range(RECV_BATCH):
             try:
                 n, addr = recv_into(buf)
@@ -241,64 +254,155 @@ class UDXSocket:
             if v6:
                 addr = _v4(addr)
             try:
+                # fast path: a connected relay stream whose partner is connected on this socket
                 if n >= 20 and buf[0] == 0xFF and buf[1] == 0x01:
                     s = streams.get(_u32.unpack_from(buf, 4)[0])
-                    if s is not None and not s.closed:
-                        if s._socket is not self and not self._pass_firewall(s, addr):
-                            st.dropped_packets += 1
-                            continue
+                    if s is not None and s._socket is self and not s.closed:
                         t = s._relay
-                        if t is not None:
-                            dst = t._remote_addr
-                            if dst is not None:
-                                buf[4:8] = t._remote_id_le
-                                out = t._socket
-                                if out is self and not self._sendq:
-                                    try:
-                                        self._sock.sendto(mv[:n], dst)
-                                        st.sent_packets += 1
-                                        st.sent_bytes += n
-                                    except BlockingIOError:
-                                        self._sendq.append((bytes(mv[:n]), dst))
-                                        self.loop.add_writer(self._sock.fileno(), self._on_writable)
-                                    except OSError:
-                                        st.send_errors += 1
-                                else:
-                                    out._sendto(mv[:n], dst)
-                                st.relayed_packets += 1
-                                st.relayed_bytes += n
-                            elif len(t._early) < EARLY_PACKETS:
-                                t._early.append((bytes(mv[:n]), self))  # partner not connected yet: hold
-                            else:
-                                st.dropped_packets += 1
-                            if buf[2] & DESTROY:
-                                s._on_relayed_destroy()
+                        if t is not None and t._socket is self and not self._sendq and not buf[2] & DESTROY:
+                            buf[4:8] = t._remote_id_le
+                            try:
+                                self._sock.sendto(mv[:n], t._remote_addr)  # type: ignore[arg-type]
+                                st.sent_packets += 1
+                                st.sent_bytes += n
+                            except BlockingIOError:
+                                self._sendq.append((bytes(mv[:n]), t._remote_addr))  # type: ignore[arg-type]
+                                self.loop.add_writer(self._sock.fileno(), self._on_writable)
+                            except OSError:
+                                st.send_errors += 1
+                            st.relayed_packets += 1
+                            st.relayed_bytes += n
                             continue
-                        if now == 0.0:
-                            now = time.monotonic()
-                        if s._core.receive(bytes(mv[:n]), now):
-                            s._after_input()
-                        else:
-                            st.dropped_packets += 1
-                        continue
-                    if s is not None and s._core.lingering:
-                        if now == 0.0:
-                            now = time.monotonic()
-                        s._core.receive(bytes(mv[:n]), now)
-                        s._after_input()
-                        continue
-                cb = self.on_datagram
-                if cb is None:
-                    st.dropped_packets += 1
-                    continue
-                st.foreign_packets += 1
-                cb(bytes(mv[:n]), addr)
+                self._handle(mv[:n], n, addr)
             except Exception:
                 st.callback_errors += 1
                 st.dropped_packets += 1
                 log.exception("udx: error while handling a datagram from %s", addr)
         if self._dirty:
             self._flush_dirty()
+
+    def _on_readable_mmsg(self) -> None:
+        """Linux reader: `recvmmsg` a batch, forward relay packets with one `sendmmsg`.
+
+        Per forwarded packet this does one dict lookup, one in-place id store and two
+        `pack_into` calls; counters are summed per batch.
+        """
+        io = self._mmsg
+        assert io is not None
+        streams = self.udx.streams
+        st = self.stats
+        mv = io.mv
+        u32 = io.u32
+        lens = io.lens
+        size = io.size
+        words = size >> 2
+        siov = io.siov
+        shdr = io.shdr
+        rbuf_addr = io.rbuf_addr
+        pack_iov = mmsg.IOV.pack_into
+        pack_name = mmsg.HDR_NAME.pack_into
+        for _ in range(RECV_ROUNDS):
+            count = io.recv()
+            if count == 0:
+                break
+            if count < 0:
+                continue
+            targets: list[UDXStream] = []
+            rx_bytes = 0
+            fw_bytes = 0
+            for i in range(count):
+                n = lens[i * 16 + 14]
+                base = i * size
+                rx_bytes += n
+                if n >= 20 and mv[base] == 0xFF and mv[base + 1] == 0x01 and not mv[base + 2] & DESTROY:
+                    s = streams.get(u32[i * words + 1])
+                    if s is not None:
+                        fast = s._fast
+                        if fast is not None and fast[4] is self:
+                            u32[i * words + 1] = fast[0]
+                            j = len(targets)
+                            pack_iov(siov, j * 16, rbuf_addr + base, n)
+                            pack_name(shdr, j * mmsg.HDR_SIZE, fast[1], fast[2])
+                            targets.append(fast[3])
+                            fw_bytes += n
+                            continue
+                try:
+                    self._handle(mv[base : base + n], n, io.address(i))
+                except Exception:
+                    st.callback_errors += 1
+                    st.dropped_packets += 1
+                    log.exception("udx: error while handling a datagram")
+            st.received_packets += count
+            st.received_bytes += rx_bytes
+            if targets:
+                st.relayed_packets += len(targets)
+                st.relayed_bytes += fw_bytes
+                self._flush_batch(io, targets, fw_bytes)
+            if count < io.batch:
+                break
+        if self._dirty:
+            self._flush_dirty()
+
+    def _flush_batch(self, io: mmsg.BatchIO, targets: list[UDXStream], nbytes: int) -> None:
+        st = self.stats
+        sent, failed, rest = io.flush(len(targets))
+        st.sent_packets += sent
+        st.sent_bytes += nbytes
+        st.send_errors += failed
+        if rest:  # the socket buffer is full: keep the rest in order in the send queue
+            if not self._sendq:
+                self.loop.add_writer(self._sock.fileno(), self._on_writable)
+            for k, d in rest:
+                t = targets[k]
+                st.sent_bytes -= len(d)
+                if len(self._sendq) < SEND_QUEUE_MAX and t._remote_addr is not None:
+                    self._sendq.append((d, t._remote_addr))
+                else:
+                    st.send_errors += 1
+            for t in set(targets):
+                t._invalidate_fast()  # back to the queued path until the queue drains
+
+    def _handle(self, buf: memoryview, n: int, addr: Address) -> None:
+        """Everything but the relay fast path: firewall, relaying, streams, foreign datagrams."""
+        st = self.stats
+        if n >= 20 and buf[0] == 0xFF and buf[1] == 0x01:
+            s = self.udx.streams.get(_u32.unpack_from(buf, 4)[0])
+            if s is not None and not s.closed:
+                if s._socket is not self and not self._pass_firewall(s, addr):
+                    st.dropped_packets += 1
+                    return
+                t = s._relay
+                if t is not None:
+                    dst = t._remote_addr
+                    if dst is not None and t._socket is not None:
+                        buf[4:8] = t._remote_id_le
+                        t._socket._sendto(buf, dst)
+                        st.relayed_packets += 1
+                        st.relayed_bytes += n
+                        if s._socket is self and t._socket is self and self._mmsg is not None and not self._sendq:
+                            s._fast = (t._core.remote_id, t._sa_addr, t._sa_len, t, self)
+                    elif len(t._early) < EARLY_PACKETS:
+                        t._early.append((bytes(buf), self))  # partner not connected yet: hold
+                    else:
+                        st.dropped_packets += 1
+                    if buf[2] & DESTROY:
+                        s._on_relayed_destroy()
+                    return
+                if s._core.receive(bytes(buf), time.monotonic()):
+                    s._after_input()
+                else:
+                    st.dropped_packets += 1
+                return
+            if s is not None and s._core.lingering:
+                s._core.receive(bytes(buf), time.monotonic())
+                s._after_input()
+                return
+        cb = self.on_datagram
+        if cb is None:
+            st.dropped_packets += 1
+            return
+        st.foreign_packets += 1
+        cb(bytes(buf), addr)
 
     def _pass_firewall(self, s: UDXStream, addr: Address) -> bool:
         fw = s._firewall
@@ -358,6 +462,12 @@ class UDXStream:
         self._relay: UDXStream | None = None
         self._relayed_from: list[UDXStream] = []
         self._early: list[tuple[bytes, UDXSocket]] = []
+        self._sa = bytearray()
+        self._sa_addr = 0
+        self._sa_len = 0
+        #: (partner's remote id, sockaddr pointer, sockaddr length, partner, socket) while both
+        #: relay streams sit on one batching socket: the forwarding fast path reads only this
+        self._fast: tuple[int, int, int, UDXStream, UDXSocket] | None = None
         self.closed = False
         self._finished = False
         self.error: UDXError | None = None
@@ -433,6 +543,7 @@ class UDXStream:
         self._socket = socket
         self._remote_addr = (addr[0], addr[1])
         self._remote_id_le = _u32.pack(remote_id & U32)
+        self._set_sockaddr()
         self._core.connect(remote_id, ipv6=":" in addr[0], ack=ack)
         socket._mark_dirty(self)
         if self._early:
@@ -455,7 +566,23 @@ class UDXStream:
         self._socket = socket
         self._remote_addr = (addr[0], addr[1])
         self._remote_id_le = _u32.pack(remote_id & U32)
+        self._set_sockaddr()
         self._core.change_remote(remote_id, ipv6=":" in addr[0])
+
+    def _invalidate_fast(self) -> None:
+        self._fast = None
+        for p in self._relayed_from:
+            p._fast = None
+
+    def _set_sockaddr(self) -> None:
+        """The destination as a C sockaddr, for the batched relay path."""
+        self._invalidate_fast()
+        sock, addr = self._socket, self._remote_addr
+        if sock is None or addr is None or sock._mmsg is None:
+            return
+        self._sa = mmsg.sockaddr(sock.family, addr[0], addr[1])
+        self._sa_addr = mmsg._address(self._sa)
+        self._sa_len = len(self._sa)
 
     def relay_to(self, destination: UDXStream) -> None:
         """Forward every packet this stream receives to `destination`'s peer, id rewritten."""
@@ -652,6 +779,7 @@ class UDXStream:
         if self._finished:
             return
         self._finished = True
+        self._invalidate_fast()
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
