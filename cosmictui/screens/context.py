@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -74,6 +75,7 @@ class WizardContext:
         demo: Any = None,
         open_runner: RunnerFactory = _open_runner,
         save: bool = True,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
         self.demo = demo
@@ -82,6 +84,7 @@ class WizardContext:
         self._runner_lock = asyncio.Lock()
         self.local = LocalRunner(str(Path.cwd()), env=settings.command_env or None)
         self._save = save
+        self._clock = clock
         self.progress = progress_mod.load_progress(settings.deployment)
         self.relay_key: str | None = self.progress.relay_key
         self.relay_storage: str = self.progress.relay_storage or settings.relay_storage
@@ -199,4 +202,8 @@ class WizardContext:
             progress_mod.save_progress(p)
 
     def now(self) -> float:
-        return time.time()
+        """Wall-clock time; injectable so layout snapshots of job ages are reproducible."""
+        return self._clock()
+
+    def now_dt(self) -> datetime:
+        return datetime.fromtimestamp(self._clock(), UTC)

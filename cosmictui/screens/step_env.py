@@ -57,8 +57,7 @@ class EnvStep(Step):
     def on_enter(self) -> None:
         var = self.ctx.settings.env_var
         self.query_one("#env-intro", Static).update(
-            f"Sets [b]{var}[/b] in the deployment's {self.ctx.settings.env_path}. Every other line stays "
-            "byte for byte; a timestamped backup is written first."
+            f"Sets [b]{var}[/b]. Every other line stays byte for byte; a timestamped backup is made first."
         )
         if not self.written:
             self.load()
@@ -118,9 +117,11 @@ class EnvStep(Step):
             self.busy = False
         self.plan = plan
         self.query_one("#env-summary", Static).update(
-            f"File:   {path}\nRelays: {len(plan.old_keys)} now → {len(plan.new_keys)} after ({self.mode})"
+            f"Relays: {len(plan.old_keys)} now → {len(plan.new_keys)} after ({self.mode}). The change:"
         )
-        self.query_one(DiffView).show_diff(plan.diff)
+        diff = self.query_one(DiffView)
+        diff.border_title = path
+        diff.show_diff(plan.diff)
         if not plan.changed:
             self.written = True
             self.mark_done()
@@ -176,7 +177,7 @@ class EnvStep(Step):
             return
         self.written = True
         self.query_one("#env-summary", Static).update(
-            f"File:   {path}\nBackup: {backup or '(none)'}\nRelays: {', '.join(keys)}"
+            f"Wrote:  {path}\nBackup: {backup or '(none)'}\nRelays: {len(keys)} ({self.mode})"
         )
         self.mark_done()
         self.status.set("Wrote the .env. Press n to apply it and restart the worker.", "ok")

@@ -62,7 +62,7 @@ class RecoverStep(Step):
             self.status.set(f"{result.cmd} exited {result.exit_code}. {hint}", "error")
             return None
         try:
-            return parse_jobs(result.output, datetime.now(UTC))
+            return parse_jobs(result.output, self.ctx.now_dt())
         except JobsFormatError as e:
             self.status.set(f"Cannot read the jobs list ({e.reason}). Raw output:\n{e.raw}", "error")
             return None
@@ -74,7 +74,7 @@ class RecoverStep(Step):
             return
         s = self.ctx.settings
         restart = datetime.fromtimestamp(self.ctx.restarted_at, UTC) if self.ctx.restarted_at else None
-        views = view_jobs(jobs, datetime.now(UTC), restart, s.stuck_after, s.stale_after)
+        views = view_jobs(jobs, self.ctx.now_dt(), restart, s.stuck_after, s.stale_after)
         stuck = [v for v in views if v.stuck or (v.before_restart and v.job.status.lower() in ("creating", "starting"))]
         self.views = {v.job.id: v for v in stuck}
         sel = self.query_one(SelectionList)
@@ -148,7 +148,7 @@ class RecoverStep(Step):
             before = await self._list()
             if before is None:
                 return
-            since = datetime.now(UTC)
+            since = self.ctx.now_dt()
             for job, delete, create in plan:
                 for cmd, doing in ((delete, f"delete job {job.id}"), (create, f"recreate job {job.id}")):
                     self.status.set(f"Running {cmd} …", "busy")

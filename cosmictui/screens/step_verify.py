@@ -116,7 +116,7 @@ class VerifyStep(Step):
             hint = command_failure_hint(result.cmd, result.exit_code, result.output)
             self.status.set(f"{result.cmd} exited {result.exit_code}. {hint} Press r to retry.", "error")
             return
-        now = datetime.now(UTC)
+        now = self.ctx.now_dt()
         try:
             jobs = parse_jobs(result.output, now)
         except JobsFormatError as e:
