@@ -327,7 +327,7 @@ class UDXSocket:
                             fw_bytes += n
                             continue
                 try:
-                    self._handle(mv[base : base + n], n, io.address(i))
+                    self._handle(mv[base : base + n], n, i)
                 except Exception:
                     st.callback_errors += 1
                     st.dropped_packets += 1
@@ -362,15 +362,21 @@ class UDXSocket:
             for t in set(targets):
                 t._invalidate_fast()  # back to the queued path until the queue drains
 
-    def _handle(self, buf: memoryview, n: int, addr: Address) -> None:
-        """Everything but the relay fast path: firewall, relaying, streams, foreign datagrams."""
+    def _handle(self, buf: memoryview, n: int, addr: Address | int) -> None:
+        """Everything but the relay fast path: firewall, relaying, streams, foreign datagrams.
+
+        `addr` is the source, or its index in the recvmmsg batch (decoded only when needed).
+        """
         st = self.stats
         if n >= 20 and buf[0] == 0xFF and buf[1] == 0x01:
             s = self.udx.streams.get(_u32.unpack_from(buf, 4)[0])
             if s is not None and not s.closed:
-                if s._socket is not self and not self._pass_firewall(s, addr):
-                    st.dropped_packets += 1
-                    return
+                if s._socket is not self:
+                    if isinstance(addr, int):
+                        addr = self._mmsg.address(addr)  # type: ignore[union-attr]
+                    if not self._pass_firewall(s, addr):
+                        st.dropped_packets += 1
+                        return
                 t = s._relay
                 if t is not None:
                     dst = t._remote_addr
@@ -402,6 +408,8 @@ class UDXSocket:
             st.dropped_packets += 1
             return
         st.foreign_packets += 1
+        if isinstance(addr, int):
+            addr = self._mmsg.address(addr)  # type: ignore[union-attr]
         cb(bytes(buf), addr)
 
     def _pass_firewall(self, s: UDXStream, addr: Address) -> bool:

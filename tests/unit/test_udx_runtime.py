@@ -18,6 +18,12 @@ from relay.udx.packet import DEFAULT_RWND
 LOOP = "127.0.0.1"
 
 
+@pytest.fixture(params=[True, False], ids=["mmsg", "portable"])
+def batched(request: pytest.FixtureRequest) -> bool:
+    """Run socket-level tests on both readers: recvmmsg/sendmmsg batches and per-datagram."""
+    return bool(request.param)
+
+
 async def wait_for(cond, timeout: float = 20.0) -> None:  # type: ignore[no-untyped-def]
     """Wait for a condition driven by socket traffic; the timeout is only a safety net."""
     async with asyncio.timeout(timeout):
@@ -25,9 +31,9 @@ async def wait_for(cond, timeout: float = 20.0) -> None:  # type: ignore[no-unty
             await asyncio.sleep(0.001)
 
 
-async def connected_pair(udx_a: UDX, udx_b: UDX):  # type: ignore[no-untyped-def]
-    sa = await udx_a.create_socket(LOOP, 0)
-    sb = await udx_b.create_socket(LOOP, 0)
+async def connected_pair(udx_a: UDX, udx_b: UDX, batched: bool = True):  # type: ignore[no-untyped-def]
+    sa = await udx_a.create_socket(LOOP, 0, use_mmsg=batched)
+    sb = await udx_b.create_socket(LOOP, 0, use_mmsg=batched)
     a = udx_a.create_stream()
     b = udx_b.create_stream()
     a.connect(sa, b.id, (LOOP, sb.port))
@@ -35,9 +41,9 @@ async def connected_pair(udx_a: UDX, udx_b: UDX):  # type: ignore[no-untyped-def
     return sa, sb, a, b
 
 
-async def test_udx_python_streams_transfer_and_close_over_loopback() -> None:
+async def test_udx_python_streams_transfer_and_close_over_loopback(batched: bool) -> None:
     udx_a, udx_b = UDX(), UDX()
-    _, _, a, b = await connected_pair(udx_a, udx_b)
+    _, _, a, b = await connected_pair(udx_a, udx_b, batched)
     payload = os.urandom(3_000_000)
     got = bytearray()
 
@@ -59,10 +65,10 @@ async def test_udx_python_streams_transfer_and_close_over_loopback() -> None:
     udx_b.close()
 
 
-async def test_udx_socket_hands_foreign_datagrams_to_on_datagram() -> None:
+async def test_udx_socket_hands_foreign_datagrams_to_on_datagram(batched: bool) -> None:
     seen: list[tuple[bytes, tuple[str, int]]] = []
     udx = UDX()
-    sock = await udx.create_socket(LOOP, 0, on_datagram=lambda d, a: seen.append((d, a)))
+    sock = await udx.create_socket(LOOP, 0, on_datagram=lambda d, a: seen.append((d, a)), use_mmsg=batched)
     s = udx.create_stream()
     raw = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     raw.bind((LOOP, 0))
@@ -110,10 +116,10 @@ def _u32(v: int) -> bytes:
     return struct.pack("<I", v)
 
 
-async def test_udx_relay_rewrites_only_the_stream_id_and_learns_addresses_by_firewall() -> None:
+async def test_udx_relay_rewrites_only_the_stream_id_and_learns_addresses_by_firewall(batched: bool) -> None:
     """Two raw endpoints talk through relay_to; every forwarded datagram differs only in bytes 4..7."""
     udx = UDX()
-    sock = await udx.create_socket(LOOP, 0)
+    sock = await udx.create_socket(LOOP, 0, use_mmsg=batched)
     ea = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     ed = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     for e in (ea, ed):
@@ -202,11 +208,11 @@ async def test_udx_relay_local_destroy_closes_partner_and_sends_nothing() -> Non
     udx.close()
 
 
-async def test_udx_socket_survives_100k_bad_datagrams_and_counts_them() -> None:
+async def test_udx_socket_survives_100k_bad_datagrams_and_counts_them(batched: bool) -> None:
     """Random and damaged datagrams never raise out of the loop, are all counted as dropped, and
     memory stays flat; the live stream still works afterwards."""
     udx_a, udx_b = UDX(), UDX()
-    _sa, sb, a, b = await connected_pair(udx_a, udx_b)
+    _sa, sb, a, b = await connected_pair(udx_a, udx_b, batched)
     a.write(b"before")
     assert await asyncio.wait_for(b.read(), 10) == b"before"
     await a.flush()
