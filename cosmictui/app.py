@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 from textual.app import App
 from textual.binding import Binding
 
-from cosmictui.ops.config import ConfigError, Settings, load_settings
+from cosmictui.ops.config import ConfigError, load_settings
 from cosmictui.screens.context import WizardContext
 from cosmictui.screens.wizard import WizardScreen
 
@@ -49,15 +49,19 @@ class WizardApp(App[int]):
 
 
 def make_context(deployment: str | None, demo: bool, config: str | None, **overrides: Any) -> WizardContext:
-    """Settings for a real deployment, or a fresh demo sandbox when none is given."""
-    if demo or deployment is None:
-        from cosmictui.ops.sandbox import create_sandbox
+    """Settings for a real deployment, or a fresh demo sandbox when none is given.
 
-        sandbox = create_sandbox()
-        settings: Settings = sandbox.settings.with_overrides(**overrides)
-        return WizardContext(settings, demo=sandbox)
-    settings = load_settings(config, deployment=deployment, **overrides)
-    return WizardContext(settings)
+    A deployment counts as given on the command line or in the config file.
+    """
+    if not demo:
+        settings = load_settings(config, deployment=deployment, **overrides)
+        from_config = settings.config_path is not None and settings.deployment not in ("", ".")
+        if deployment is not None or from_config:
+            return WizardContext(settings)
+    from cosmictui.ops.sandbox import create_sandbox
+
+    sandbox = create_sandbox()
+    return WizardContext(sandbox.settings.with_overrides(**overrides), demo=sandbox)
 
 
 def main_wizard(deployment: str | None, demo: bool, config: str | None) -> int:
