@@ -38,7 +38,9 @@ async function main () {
     client: { server: { holepunch: false, shareLocalAddress: false }, client: { relayThrough: relayKey, holepunch: () => false } },
     server: { server: { holepunch: false, shareLocalAddress: false, relayThrough: relayKey }, client: {} },
     both: { server: { holepunch: false, shareLocalAddress: false, relayThrough: relayKey }, client: { relayThrough: relayKey } },
-    upgrade: { server: { shareLocalAddress: false }, client: { relayThrough: relayKey } }
+    upgrade: { server: { shareLocalAddress: false }, client: { relayThrough: relayKey } },
+    'upgrade-server': { server: { shareLocalAddress: false, relayThrough: relayKey }, client: {} },
+    'upgrade-both': { server: { shareLocalAddress: false, relayThrough: relayKey }, client: { relayThrough: relayKey } }
   }
   const relayPorts = opts.relayPorts || [opts.relayPort]
   const cfg = modes[mode]
@@ -79,7 +81,7 @@ async function main () {
       if (bytes > 0) await withTimeout(echoed, timeout, 'echo')
       rec.echoMs = Number(process.hrtime.bigint() - t1) / 1e6
       rec.ok = b4a.equals(b4a.concat(got), payload)
-      if (mode === 'upgrade') {
+      if (mode.startsWith('upgrade')) {
         // the default path: relayed first, then the peers find each other directly
         const direct = () => !relayPorts.includes(socket.rawStream.remotePort)
         await withTimeout(new Promise((resolve) => {
