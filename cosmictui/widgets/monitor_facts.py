@@ -64,7 +64,8 @@ class _Rows:
         return len(self.lines)
 
     def add_row(self, label: str, value: Text | str) -> None:
-        line = Text(f"{label:<{self.LABEL}} ", style="bold", no_wrap=True, end="")
+        line = Text(no_wrap=True, end="")
+        line.append(f"{label:<{self.LABEL}} ", style="bold")  # the label only: values stay regular
         line.append_text(value if isinstance(value, Text) else Text(value))
         self.lines.append(line)
 
@@ -161,6 +162,26 @@ class RelayFacts(Static):
             t.add_row("announced", f"{when} · {_int(dht.get('nodes'))} nodes")
         else:
             t.add_row("dht", "–")
+        if roomy and s is not None:
+            # a tall pane has room for the totals since the relay started
+            t.add_row("", "")
+            relayed = g("blind_relay_relayed_bytes_total")
+            t.add_row("total", f"{human_bytes(relayed)} relayed in {_int(g('blind_relay_relayed_packets_total'))} pkts")
+            t.add_row("", f"{_int(g('blind_relay_dropped_packets_total'))} packets dropped")
+            matched_total, cancelled_total = g("blind_relay_pairings_matched"), g("blind_relay_pairings_cancelled")
+            t.add_row("", f"{_int(matched_total)} pairs matched, {_int(cancelled_total)} cancelled")
+            t.add_row(
+                "",
+                f"{_int(g('blind_relay_sessions_accepted'))} sessions, {_int(g('blind_relay_streams_opened'))} streams",
+            )
+            rejected = g("blind_relay_limit_rejections_total")
+            if rejected is not None:
+                t.add_row("limits", f"{int(rejected)} requests refused by limits")
+            version, storage = s.stat("version"), s.stat("storage")
+            if storage:
+                t.add_row("storage", str(storage))
+            if version:
+                t.add_row("version", str(version))
         return t
 
     def _style(self, style: str) -> str:
