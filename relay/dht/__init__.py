@@ -16,6 +16,8 @@ Layers (sans-IO cores, one asyncio runtime):
 - `relay.dht.persistent` — `Persistent`: what a persistent node stores for others
   (announce records, forwards, mutable/immutable values; xache-style expiry).
 - `relay.dht.announcer` — `AnnounceState` (sans-IO decisions) + `Announcer` (driver).
+- `relay.dht.router` — where PEER_HANDSHAKE / PEER_HOLEPUNCH go next (pure functions).
+- `relay.dht.holepunch` — `NatAnalyzer`, `PunchState`: server-side holepunch decisions.
 - `relay.dht.node`, `.announcer`, `.server`, `.connection` — the asyncio runtime.
 
 Public asyncio API (stable)::
@@ -62,10 +64,11 @@ Other node calls: `await node.ping((host, port))`, `await node.find_node(target)
 `await node.find_peer(public_key)` (returns a finished `Query`: `.closest_replies`,
 `.replies`), `await node.request(addr, command, target=..., value=..., token=...)`.
 
-What is not done: holepunching. PEER_HOLEPUNCH rounds for our server are decrypted but
-left unanswered, as a Node server with `holepunch: false` does — a relay has to be
-reachable on its UDP port (a firewalled relay is still reached by peers on the same
-host/LAN). Relaying holepunch messages for others (persistent mode) works.
+Holepunching: when the node cannot claim OPEN, each connection attempt gets its own
+puncher socket (its NAT mapping sampled from DHT nodes, `relay.dht.holepunch`), the routed
+reply leaves from it, and client probes are echoed / client rounds answered as hyperdht's
+server does. Only consistent NATs are punched; random NATs (birthday sockets) are refused
+with an abort. `HyperDHTServer(..., holepunch=False)` disables it (silence, as Node).
 """
 
 from __future__ import annotations

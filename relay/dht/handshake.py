@@ -222,8 +222,6 @@ class HandshakeResponder:
         msg = open_payload(a.holepunch_secret, payload)
         if msg is None:
             return None
-        if msg.round >= a.round:
-            a.round = msg.round
         return a, msg
 
 

@@ -287,6 +287,7 @@ class DHTNode:
         self.on_request: Callable[[IncomingRequest], bool] | None = None
         # target -> server (HyperDHTServer): PEER_HANDSHAKE / PEER_HOLEPUNCH for our keys
         self.servers: dict[bytes, Any] = {}
+        self._extra_sockets: dict[str, tuple[Any, Callable[[bytes, Address], None] | None]] = {}
         self.on_datagram: Callable[[str, bytes, Address], None] | None = None
         self._nodes: dict[bytes, Node] = {}  # insertion order = least recently seen first
         self._tick = 100 - int.from_bytes(os.urandom(1), "little") % 50
@@ -336,9 +337,22 @@ class DHTNode:
         return sock.address
 
     def socket_for(self, name: str) -> DatagramSocket:
-        sock = self.server_socket if name == SERVER else self.client_socket
+        if name == SERVER:
+            sock = self.server_socket
+        elif name == CLIENT:
+            sock = self.client_socket
+        else:
+            sock = self._extra_sockets[name][0]
         assert sock is not None, "node is not bound"
         return sock
+
+    def add_socket(self, name: str, sock: Any, on_probe: Callable[[bytes, Address], None] | None = None) -> None:
+        """Speak dht-rpc on another socket too (a holepuncher's); 1-byte probes go to `on_probe`."""
+        self._extra_sockets[name] = (sock, on_probe)
+        sock.on_datagram = lambda data, addr: self._on_datagram(name, data, addr)
+
+    def remove_socket(self, name: str) -> None:
+        self._extra_sockets.pop(name, None)
 
     def nodes(self) -> list[Address]:
         return [n.address for n in self._nodes.values()]
@@ -484,7 +498,10 @@ class DHTNode:
         if socket == SERVER and self._probe is not None:
             self._probe.hosts.add(addr[0])
         if len(data) < 2 or data[0] not in (0x03, 0x13):
-            if self.on_datagram is not None:
+            extra = self._extra_sockets.get(socket)
+            if extra is not None and extra[1] is not None and len(data) == 1:
+                extra[1](data, addr)
+            elif self.on_datagram is not None:
                 self.on_datagram(socket, data, addr)
             return
         try:

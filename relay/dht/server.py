@@ -5,8 +5,8 @@ router, announces it (`Announcer`), answers PEER_HANDSHAKE through the sans-IO
 `HandshakeResponder`, creates the raw UDX stream advertised in the reply and connects it
 when the client's first UDX packet arrives (or at once when the client is reachable or
 the handshake came direct), then hands a `Connection` with a running secret stream to
-`on_connection`. PEER_HOLEPUNCH rounds are decrypted but not answered, as by a Node server
-with `holepunch: false`: a relay must be publicly reachable.
+`on_connection`. When we cannot claim OPEN, a per-attempt puncher socket answers the
+client's PEER_HOLEPUNCH rounds and echoes its probes (consistent NATs only).
 """
 
 from __future__ import annotations
@@ -15,29 +15,38 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import os
 from collections.abc import Callable
 from typing import Any
 
 import psutil
 
+from relay.udx import UDXSocket
+
 from .announcer import Announcer, SigningKeyPair
 from .connection import KEEP_ALIVE, Connection, responder_secret_stream, start_secret_stream
-from .handshake import Attempt, HandshakeResponder
+from .handshake import PASSIVE_CONNECT_TIMEOUT, Attempt, HandshakeResponder, address_token, seal_payload
+from .holepunch import HOLEPUNCH, MIN_SAMPLES, PROBE_INTERVAL, NatAnalyzer, PunchState
 from .messages import (
     Address,
     DHTError,
     Firewall,
     Handshake,
     Holepunch,
+    HolepunchPayload,
+    Internal,
+    Mode,
     NoisePayload,
     PayloadError,
     hash32,
 )
 from .node import DHTNode
-from .router import server_handshake_reply
+from .router import Relay, Respond, server_handshake_reply
 from .rpc import SERVER, IncomingRequest
 
 log = logging.getLogger("relay.dht")
+
+MAX_PUNCHERS = 64
 
 ConnectionHandler = Callable[[Connection], Any]
 FirewallHook = Callable[[bytes, NoisePayload, Address], bool]
@@ -57,6 +66,32 @@ def local_addresses(bound: Address) -> list[Address]:
     return out or [("127.0.0.1", port)]
 
 
+class _Puncher:
+    """One attempt's holepunch socket (registered with the node under `name`)."""
+
+    def __init__(self, name: str, socket: Any, state: PunchState) -> None:
+        self.name = name
+        self.socket = socket
+        self.state = state
+        self.local_secret = os.urandom(32)
+        self.pinged: set[Address] = set()
+        self.closed = False
+        self._analyzed = asyncio.Event()
+
+    def probe(self, addr: Address) -> None:
+        if not self.closed:
+            self.socket.send(HOLEPUNCH, addr)
+
+    def wake(self) -> None:
+        self._analyzed.set()
+
+    async def analyzed(self, timeout: float) -> None:
+        if self.state.nat.done:
+            return
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._analyzed.wait(), timeout)
+
+
 class HyperDHTServer:
     """Accepts hyperdht connections for one key pair on a `DHTNode` built with a `UDX`."""
 
@@ -70,6 +105,7 @@ class HyperDHTServer:
         keep_alive: float = KEEP_ALIVE,
         share_local_address: bool = True,
         announce: bool = True,
+        holepunch: bool = True,
     ) -> None:
         self.node = node
         self.key_pair = key_pair
@@ -77,6 +113,7 @@ class HyperDHTServer:
         self.on_connection = on_connection
         self.keep_alive = keep_alive
         self.share_local_address = share_local_address
+        self.holepunch = holepunch  # punch (consistent NATs) when we cannot claim OPEN
         self.responder = HandshakeResponder(key_pair, firewall=firewall)
         self.announcer = Announcer(node, key_pair, self.target) if announce else None
         self.listening = False
@@ -86,6 +123,7 @@ class HyperDHTServer:
         self._streams: dict[bytes, Any] = {}  # attempt key -> UDX stream
         self._timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._punchers = 0
 
     @property
     def public_key(self) -> bytes:
@@ -126,6 +164,8 @@ class HyperDHTServer:
         if self.announcer is not None and self.listening:
             with contextlib.suppress(Exception):
                 await self.announcer.stop()
+        for a in list(self.responder.attempts.values()):
+            self._destroy_puncher(a)
         for s in list(self._streams.values()):
             s.destroy()
         self._streams.clear()
@@ -150,7 +190,10 @@ class HyperDHTServer:
             return
         route = server_handshake_reply(hs, a.reply, inc.peer.address)
         if route is not None:
-            self.node.apply_route(inc, route, for_others=False)
+            # relayed replies leave from the puncher's socket: the client learns its mapping
+            punch = a.extra.get("punch")
+            sock = punch.name if punch is not None and not isinstance(route, Respond) else None
+            self.node.apply_route(inc, route, sock, for_others=False)
         self._arm_timer()
 
     def _reply_first(self, a: Attempt, inc: IncomingRequest) -> None:
@@ -175,6 +218,8 @@ class HyperDHTServer:
             # The client is reachable (or talked to us directly): connect now, as hyperdht does.
             sock = self.node.socket_for(inc.socket if a.direct else self.node.rpc.socket)
             self._connect(a, stream, sock, a.client_address)
+        elif self.node.remote_address() is None and self.holepunch:
+            self._setup_puncher(a)
 
     def _on_first_packet(self, a: Attempt, stream: Any, sock: Any, addr: Address) -> bool:
         """UDX firewall hook: the first packet for our stream id teaches the client's address."""
@@ -222,6 +267,20 @@ class HyperDHTServer:
                 prev_close(err)
 
         stream.on_close = on_close
+        punch: _Puncher | None = a.extra.get("punch")
+        if punch is not None:
+            punch.state.connected = True
+            if sock is punch.socket:
+                a.extra["punch_socket_in_use"] = True
+
+                def close_punch_socket(err: Any, prev: Any = stream.on_close) -> None:
+                    if prev is not None:
+                        prev(err)
+                    self.node.remove_socket(punch.name)
+                    punch.socket.close()
+
+                stream.on_close = close_punch_socket
+            self._destroy_puncher(a)
         if inspect.isawaitable(res):
             t = asyncio.ensure_future(res)
             self._tasks.add(t)
@@ -230,14 +289,157 @@ class HyperDHTServer:
     # ------------------------------------------------------------------ holepunch
 
     def on_peer_holepunch(self, inc: IncomingRequest, hp: Holepunch) -> None:
-        """We do not punch: a relay has to be reachable. Rounds for a live attempt are
-        decrypted and counted, then left unanswered, exactly what a Node server created with
-        `holepunch: false` does (`server.js` `_onpeerholepunch` → `_abort` without a payload →
-        no reply); the client's other paths (OPEN address, same-host shortcut) are unaffected."""
+        """A client's holepunch round, relayed to us by one of the DHT nodes."""
         if self.closed or hp.peer_address is None:
             return
-        if self.responder.holepunch(hp.id, hp.payload) is not None:
-            self.stats["holepunches"] += 1
+        found = self.responder.holepunch(hp.id, hp.payload)
+        if found is None:
+            return
+        a, msg = found
+        punch: _Puncher | None = a.extra.get("punch")
+        if punch is None or a.holepunch_secret is None:
+            return  # OPEN or not punching: silence, as a Node server without a puncher
+        self.stats["holepunches"] += 1
+        self._spawn(self._holepunch_round(inc, hp.peer_address, a, punch, msg))
+
+    async def _holepunch_round(
+        self, inc: IncomingRequest, peer: Address, a: Attempt, p: _Puncher, msg: HolepunchPayload
+    ) -> None:
+        """hyperdht `server.js` `_onpeerholepunch`, consistent NATs only."""
+        secret = a.holepunch_secret
+        assert secret is not None
+        if msg.error != PayloadError.NONE:
+            a.round = max(a.round, msg.round)
+            self._send_holepunch(inc, peer, p, secret, self._abort_payload(a))
+            self._destroy_puncher(a)
+            return
+        token = address_token(p.local_secret, peer[0])
+        via_announce_node = self.announcer is not None and self.announcer.is_relay(inc.peer.address)
+        echoed = via_announce_node and msg.remote_token == token
+        if inc.socket == p.name:
+            p.state.nat.add(inc.request.to, inc.peer.address)
+        if msg.round >= a.round:
+            a.round = msg.round
+            p.state.update_remote(msg.punching, msg.firewall, msg.addresses, peer[0] if echoed else None)
+        await p.analyzed(5.0)
+        if p.closed or self.closed:
+            return
+        st = p.state
+        if not st.stable():
+            self._send_holepunch(inc, peer, p, secret, self._abort_payload(a))
+            self._destroy_puncher(a)
+            return
+        nat = st.nat
+        if nat.firewall == Firewall.CONSISTENT and msg.remote_address and msg.remote_address in (nat.addresses or []):
+            p.probe(peer)  # fast mode: the client already opened a session towards us
+        if st.remote_holepunching:
+            if not st.can_punch():
+                self._send_holepunch(inc, peer, p, secret, self._abort_payload(a))
+                self._destroy_puncher(a)
+                return
+            if not st.punching:
+                st.punching = True
+                a.deadline = self.node._now() + PASSIVE_CONNECT_TIMEOUT
+                self._spawn(self._consistent_probe(a, p))
+        if nat.firewall != Firewall.UNKNOWN:
+            nat.freeze()
+        reply = HolepunchPayload(
+            error=PayloadError.NONE,
+            firewall=nat.firewall,
+            round=a.round,
+            connected=st.connected,
+            punching=st.punching,
+            addresses=nat.addresses,
+            token=token if via_announce_node else None,
+            remote_token=msg.token,
+        )
+        self._send_holepunch(inc, peer, p, secret, reply)
+
+    def _send_holepunch(
+        self, inc: IncomingRequest, peer: Address, p: _Puncher, secret: bytes, payload: HolepunchPayload
+    ) -> None:
+        value = Holepunch(Mode.FROM_SERVER, 0, seal_payload(secret, payload), peer).encode()
+        self.node.apply_route(inc, Relay(value, inc.peer.address), p.name if not p.closed else None, for_others=False)
+
+    @staticmethod
+    def _abort_payload(a: Attempt) -> HolepunchPayload:
+        return HolepunchPayload(error=PayloadError.ABORTED, firewall=Firewall.UNKNOWN, round=a.round)
+
+    async def _consistent_probe(self, a: Attempt, p: _Puncher) -> None:
+        await asyncio.sleep(PROBE_INTERVAL)  # the server side lets the client go first
+        while p.state.more_tries() and not p.closed and not a.connected:
+            for addr in p.state.probe_targets():
+                p.probe(addr)
+            await asyncio.sleep(PROBE_INTERVAL)
+        if not a.connected:
+            self._destroy_puncher(a)
+
+    def _setup_puncher(self, a: Attempt) -> None:
+        """A fresh socket whose NAT mapping the client will punch to (hyperdht Holepuncher)."""
+        if self._punchers >= MAX_PUNCHERS:
+            return  # each puncher is a socket: bounded, whatever the handshake rate
+        host = self.node.local_address()[0]
+        try:
+            # UDXSocket binds synchronously; udx.create_socket is only async by signature
+            sock = UDXSocket(self.node.udx, host, 0)
+        except OSError as e:
+            log.warning("cannot open a holepunch socket: %s", e)
+            return
+        self.node.udx.sockets.append(sock)
+        self._punchers += 1
+        p = _Puncher(f"punch:{a.slot}:{id(a)}", sock, PunchState(NatAnalyzer(firewalled=True)))
+        a.extra["punch"] = p
+        self.node.add_socket(p.name, sock, on_probe=lambda data, addr: self._on_probe(a, p, addr))
+        self._spawn(self._sample_nat(p))
+
+    async def _sample_nat(self, p: _Puncher) -> None:
+        """PING a few DHT nodes from the puncher socket; their replies say how our NAT maps it."""
+        nodes = self.node.nodes()[::-1]
+        if len(nodes) >= 8:
+            nodes = nodes[5:]  # as hyperdht: skip the most recent ones
+        for _ in range(2):
+            batch = [n for n in nodes if n not in p.pinged][: max(0, MIN_SAMPLES - p.state.nat.sampled)]
+            p.pinged.update(batch)
+            replies = await asyncio.gather(
+                *(self.node.request(n, Internal.PING, internal=True, socket=p.name, retries=0) for n in batch),
+                return_exceptions=True,
+            )
+            for r in replies:
+                if not isinstance(r, BaseException):
+                    p.state.nat.add(r.to, r.peer.address)
+            if p.state.nat.done or p.closed:
+                break
+        p.state.nat.give_up()
+        p.wake()
+
+    def _on_probe(self, a: Attempt, p: _Puncher, addr: Address) -> None:
+        """A client's 1-byte probe reached our puncher: echo it (the client connects on it)."""
+        if not p.closed and not a.connected:
+            p.probe(addr)
+
+    def _destroy_puncher(self, a: Attempt) -> None:
+        p: _Puncher | None = a.extra.get("punch")
+        if p is None or p.closed:
+            return
+        p.closed = True
+        self._punchers -= 1
+        p.wake()
+        p.state.punching = False
+        if a.connected and a.extra.get("punch_socket_in_use"):
+            return  # the stream lives on this socket now; it is closed with the stream
+        self.node.remove_socket(p.name)
+        p.socket.close()
+
+    def _spawn(self, coro: Any) -> None:
+        t = asyncio.ensure_future(coro)
+        self._tasks.add(t)
+
+        def done(t: asyncio.Task[Any]) -> None:
+            self._tasks.discard(t)
+            if not t.cancelled() and t.exception() is not None:
+                log.warning("holepunch task failed: %r", t.exception())
+
+        t.add_done_callback(done)
 
     # ------------------------------------------------------------------ timers
 
@@ -258,6 +460,8 @@ class HyperDHTServer:
             if s is not None and not a.connected:
                 self.stats["timeouts"] += 1
                 s.destroy()
+            if not a.connected:
+                self._destroy_puncher(a)
         self._arm_timer()
 
 

@@ -283,3 +283,41 @@ async def test_interop_dht_persistent_python_node_serves_storage_for_node_peers(
         finally:
             await py.close()
             udx.close()
+
+
+async def test_interop_dht_firewalled_server_holepunches_with_a_firewalled_node_client(node: str) -> None:
+    # neither side claims OPEN and the client's same-host shortcut is off: only a holepunch
+    # through our puncher socket (its mapping sampled from DHT nodes, probes echoed) connects
+    async with NodeTestnet.start(node, size=5) as tn:
+        udx = UDX()
+        py = DHTNode(bootstrap=tn.bootstrap, host="127.0.0.1", port=0, udx=udx, firewalled=True)
+        try:
+            await asyncio.wait_for(py.bootstrap(), 30)
+            conns: list[tuple[Connection, int]] = []
+
+            async def on_connection(conn: Connection) -> None:
+                conns.append((conn, conn.stream.socket.port))
+                await echo(conn)
+
+            server = HyperDHTServer(py, key_pair(), on_connection)
+            await asyncio.wait_for(server.listen(), 30)
+            res = await tn.call(
+                "connect",
+                key=server.public_key.hex(),
+                message="punched through",
+                dhtOpts={"quickFirewall": False},
+                connectOpts={"localConnection": False},
+                timeoutMs=30000,
+            )
+            assert res["ok"] and res["echo"] == "punched through", res
+            assert res["clientFirewalled"]
+            ((conn, port),) = conns
+            assert conn.stream.socket not in (py.server_socket, py.client_socket)  # made for this client
+            assert res["rawStream"]["remotePort"] == port
+            assert server.stats["holepunches"] >= 1
+            # the punch socket goes away with its stream (the client closed it)
+            await wait_until(lambda: conn.stream.socket.closed)
+            await server.close()
+        finally:
+            await py.close()
+            udx.close()

@@ -13,12 +13,14 @@ from hypothesis import strategies as st
 
 from relay.dht.announcer import AnnounceState, sign_announce
 from relay.dht.handshake import HandshakeResponder, open_payload, seal_payload
+from relay.dht.holepunch import NatAnalyzer, PunchState
 from relay.dht.messages import (
     NS_ANNOUNCE,
     Announce,
     Command,
     DHTError,
     ErrorCode,
+    Firewall,
     Handshake,
     Holepunch,
     HolepunchPayload,
@@ -659,3 +661,50 @@ def test_router_edge_cases() -> None:
     assert route_holepunch(Holepunch(Mode.FROM_CLIENT, 0, b"p"), c, None) is None
     back = route_holepunch(Holepunch(Mode.FROM_SERVER, 0, b"p", c), n, None)
     assert back == Respond(Holepunch(Mode.REPLY, 0, b"p", n).encode(), to=c)
+
+
+# ------------------------------------------------------------------------- holepunch state
+
+
+def test_nat_analyzer_classifies_like_hyperdht() -> None:
+    nat = NatAnalyzer()
+    nat.add(("1.2.3.4", 5000), ("10.0.0.1", 1))
+    nat.add(("1.2.3.4", 5000), ("10.0.0.1", 1))  # one sample per responder
+    nat.add(("1.2.3.4", 5000), ("10.0.0.2", 1))
+    assert nat.sampled == 2 and nat.firewall == Firewall.UNKNOWN and not nat.done
+    nat.add(("1.2.3.4", 5000), ("10.0.0.3", 1))
+    assert nat.firewall == Firewall.CONSISTENT and nat.addresses == [("1.2.3.4", 5000)] and nat.done
+    rnd = NatAnalyzer()
+    for i in range(3):
+        rnd.add(("1.2.3.4", 6000 + i), (f"10.0.0.{i}", 1))
+    assert rnd.firewall == Firewall.RANDOM and rnd.addresses == [("1.2.3.4", 0)]
+    two = NatAnalyzer()  # two hosts each seen twice (multi-homed, consistent per host)
+    for i, mapped in enumerate([("1.1.1.1", 1), ("2.2.2.2", 2), ("1.1.1.1", 1), ("2.2.2.2", 2)]):
+        two.add(mapped, (f"10.0.0.{i}", 1))
+    assert two.firewall == Firewall.CONSISTENT and set(two.addresses or []) == {("1.1.1.1", 1), ("2.2.2.2", 2)}
+    frozen = NatAnalyzer()
+    frozen.freeze()
+    for i in range(4):
+        frozen.add(("1.2.3.4", 1), (f"10.0.0.{i}", 1))
+    assert frozen.firewall == Firewall.UNKNOWN and frozen.done  # frozen: no reclassification
+
+
+def test_punch_state_decisions() -> None:
+    nat = NatAnalyzer()
+    for i in range(3):
+        nat.add(("1.2.3.4", 5000), (f"10.0.0.{i}", 1))
+    st_ = PunchState(nat)
+    st_.update_remote(True, Firewall.CONSISTENT, [("5.6.7.8", 1), ("5.6.7.9", 2)], verified="5.6.7.8")
+    assert st_.stable() and st_.can_punch() and st_.remote_holepunching
+    st_.punching = True
+    rounds = []
+    while st_.more_tries():
+        rounds.append(st_.probe_targets())
+    assert len(rounds) == 10
+    assert all(("5.6.7.8", 1) in r for r in rounds)  # verified: every round
+    assert [i + 1 for i, r in enumerate(rounds) if ("5.6.7.9", 2) in r] == [4, 8]  # others: every 4th
+    st_.update_remote(True, Firewall.RANDOM, [("5.6.7.8", 1)], verified=None)
+    assert st_.remote_addresses[0].verified  # a verified host stays verified
+    assert st_.stable() and not st_.can_punch()  # we do not run birthday attacks on random NATs
+    unknown = PunchState(NatAnalyzer())
+    assert not unknown.stable()

@@ -28,9 +28,9 @@ async function main () {
   }
   const clients = []
   const named = new Map()
-  function client (name) {
+  function client (name, opts = {}) {
     if (name && named.has(name)) return named.get(name)
-    const c = new DHT({ bootstrap, port: PORT_ANY, host: '127.0.0.1' })
+    const c = new DHT({ bootstrap, port: PORT_ANY, host: '127.0.0.1', ...opts })
     clients.push(c)
     if (name) named.set(name, c)
     return c
@@ -114,10 +114,12 @@ async function main () {
     // hyperdht client connect + echo over the secret stream
     // client: reuse a named DHT client (its relay-address cache makes a reconnect go direct)
     // relayAddresses: DHT nodes to send the handshake to first (hyperdht connect option)
-    async connect ({ key, message, timeoutMs: timeout = 20000, keepOpen = false, client: name = null, relayAddresses = null }) {
-      const dht = client(name)
+    // dhtOpts: options of a fresh client DHT; connectOpts: options of dht.connect
+    async connect ({ key, message, timeoutMs: timeout = 20000, keepOpen = false, client: name = null, relayAddresses = null, dhtOpts = {}, connectOpts = {} }) {
+      const dht = client(name, dhtOpts)
+      if (dhtOpts.quickFirewall === false) await dht.fullyBootstrapped()
       const started = process.hrtime.bigint()
-      const socket = dht.connect(b4a.from(key, 'hex'), relayAddresses ? { relayAddresses } : {})
+      const socket = dht.connect(b4a.from(key, 'hex'), { ...(relayAddresses ? { relayAddresses } : {}), ...connectOpts })
       const msg = b4a.from(message || 'hello')
       const result = await new Promise((resolve, reject) => {
         const timer = setTimeout(() => reject(new Error('connect timeout')), timeout)
@@ -130,6 +132,8 @@ async function main () {
             clearTimeout(timer)
             resolve({
               elapsedMs: Number(process.hrtime.bigint() - started) / 1e6,
+              clientFirewalled: dht.firewalled,
+              punches: dht.stats.punches,
               echo: b4a.toString(got),
               remotePublicKey: b4a.toString(socket.remotePublicKey, 'hex'),
               handshakeHash: b4a.toString(socket.handshakeHash, 'hex'),
