@@ -186,3 +186,40 @@ async def test_unreachable_bootstrap_finishes_firewalled_and_empty() -> None:
 
 def test_relay_mode_values() -> None:
     assert [m.value for m in Mode] == [0, 1, 2, 3, 4]
+
+
+async def test_adaptive_node_turns_persistent_after_20_stable_minutes() -> None:
+    udx = UDX()
+    node = DHTNode(bootstrap=[], host="127.0.0.1", port=0, udx=udx, firewalled=False, ephemeral=None)
+    try:
+        await node.bind()
+        node.bootstrapped = True
+        port = node.local_address()[1]
+        node.nat.add("127.0.0.1", port)  # what reply `to` fields said about us
+        for _ in range(239):  # 240 ticks of 5 s: not yet
+            node._ontick()
+        assert node.persistent is None and node.id is None
+        node._ontick()
+        await asyncio.sleep(0)  # the state update runs as a task
+        await asyncio.sleep(0)
+        assert node.persistent is not None and node.id == node_id(("127.0.0.1", port))
+        assert node.table.id == node.id
+    finally:
+        await node.close()
+        udx.close()
+
+
+async def test_default_node_never_turns_persistent() -> None:
+    udx = UDX()
+    node = DHTNode(bootstrap=[], host="127.0.0.1", port=0, udx=udx, firewalled=False)
+    try:
+        await node.bind()
+        node.bootstrapped = True
+        node.nat.add("127.0.0.1", node.local_address()[1])
+        for _ in range(800):
+            node._ontick()
+        await asyncio.sleep(0)
+        assert node.persistent is None and node.id is None
+    finally:
+        await node.close()
+        udx.close()
