@@ -146,7 +146,9 @@ class MonitorScreen(Screen[None]):
 
     async def poll_once(self) -> bool:
         """Scrape every relay once and redraw; True when anything changed."""
-        timeout = max(0.5, min(self.interval * 0.9, 3.0))
+        # generous: a relay slow to answer on a loaded box is not down; a hung one still shows
+        # as DOWN at the end of this same refresh
+        timeout = max(2.0, min(self.interval, 5.0))
         results = await asyncio.gather(*(w.poll(timeout) for w in self.watches))
         changed = any(results)
         self.quiet_polls = 0 if changed else self.quiet_polls + 1

@@ -8,6 +8,7 @@ again when it comes back, several relays in one table, and the keys in the foote
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -127,6 +128,25 @@ async def test_monitor_marks_a_killed_relay_down_within_two_refreshes_and_reatta
         assert w.last is not None and w.last.stat("pid") == relay.proc.pid != old_pid
         assert w.key == relay.key
         assert "▲ UP" in status_text(screen)
+
+
+async def test_monitor_marks_a_frozen_relay_down_and_picks_it_up_when_it_thaws(relays) -> None:
+    relay = relays()
+    app = MonitorApp([Target(storage=relay.storage)], interval=0.5)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = app.screen
+        w = screen.watches[0]
+        await until(pilot, lambda: w.state is RelayState.UP, "relay up")
+        os.kill(relay.proc.pid, signal.SIGSTOP)  # alive but not answering: only a timeout can tell
+        try:
+            polls_at_stop = screen.polls
+            await until(pilot, lambda: w.state is RelayState.DOWN, "frozen relay marked down")
+            assert screen.polls - polls_at_stop <= 2
+            assert "no answer" in (w.error or "") and "✖ DOWN" in status_text(screen)
+        finally:
+            os.kill(relay.proc.pid, signal.SIGCONT)
+        await until(pilot, lambda: w.state is RelayState.UP, "thawed relay back")
+        assert w.last is not None and w.last.stat("pid") == relay.proc.pid
 
 
 async def test_monitor_by_storage_follows_a_restart_on_a_new_metrics_port(relays) -> None:
