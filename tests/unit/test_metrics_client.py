@@ -148,14 +148,17 @@ def test_rates_are_none_across_a_restart_or_a_counter_reset():
 
 def test_watch_reports_news_only_when_activity_changes():
     w = m.RelayWatch(m.Target(metrics="127.0.0.1:1"))
-    assert w.observe(_scrape(1.0, blind_relay_udp_received_packets_total=5)) is True  # came up
-    assert w.observe(_scrape(2.0, blind_relay_udp_received_packets_total=5)) is False  # idle
-    assert w.observe(_scrape(3.0, blind_relay_udp_received_packets_total=9)) is True  # traffic
-    assert [v for _, v in w.history["in_pps"]] == [0.0, 4.0]
-    assert w.observe_failure("no answer", 4.0) is True
+    assert w.observe(_scrape(1.0, blind_relay_relayed_packets_total=5, blind_relay_udp_received_packets_total=5))
+    # idle: nothing relayed; DHT ping/announce chatter on the UDP socket alone is not news
+    assert not w.observe(_scrape(2.0, blind_relay_relayed_packets_total=5, blind_relay_udp_received_packets_total=9))
+    assert w.observe(_scrape(3.0, blind_relay_relayed_packets_total=9, blind_relay_udp_received_packets_total=13))
+    assert not w.observe(_scrape(4.0, blind_relay_relayed_packets_total=9, blind_relay_udp_received_packets_total=13))
+    assert w.observe(_scrape(5.0, blind_relay_relayed_packets_total=9, blind_relay_pairings_pending=1))  # a pair waits
+    assert [v for _, v in w.history["in_pps"]][:3] == [4.0, 4.0, 0.0]
+    assert w.observe_failure("no answer", 6.0) is True
     assert w.state is m.RelayState.DOWN and w.rates is None
-    assert w.observe_failure("no answer", 5.0) is False
-    assert w.observe(_scrape(6.0, pid=7)) is True and w.state is m.RelayState.UP
+    assert w.observe_failure("no answer", 7.0) is False
+    assert w.observe(_scrape(8.0, pid=7)) is True and w.state is m.RelayState.UP
 
 
 async def test_watch_sees_a_relay_stop_answering_and_reattaches(relay):
