@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import psutil
+
 from .messages import (
     BOOTSTRAP_NODES,
     Address,
@@ -288,6 +290,7 @@ class DHTNode:
         # target -> server (HyperDHTServer): PEER_HANDSHAKE / PEER_HOLEPUNCH for our keys
         self.servers: dict[bytes, Any] = {}
         self._extra_sockets: dict[str, tuple[Any, Callable[[bytes, Address], None] | None]] = {}
+        self._interfaces: frozenset[str] | None = None
         self.on_datagram: Callable[[str, bytes, Address], None] | None = None
         self._nodes: dict[bytes, Node] = {}  # insertion order = least recently seen first
         self._tick = 100 - int.from_bytes(os.urandom(1), "little") % 50
@@ -851,6 +854,15 @@ class DHTNode:
         self._last_tick = now
         if not self.bootstrapped:
             return
+        interfaces = self.interfaces()
+        if interfaces != self._interfaces:
+            # hyperdht re-announces every server on a network change (`network-change`)
+            changed = self._interfaces is not None
+            self._interfaces = interfaces
+            if changed:
+                log.info("network interfaces changed: re-announcing")
+                for server in list(self.servers.values()):
+                    server.refresh()
         if self.persistent is not None and self._loop is not None:
             self.persistent.tick(self._loop.time())
         if (self._adaptive and self.rpc.ephemeral) or (self._detect_firewall and self.firewalled):
@@ -915,6 +927,16 @@ class DHTNode:
         for target, server in self.servers.items():
             self.persistent.forwards.retain(target, Forward(None, PeerRecord(server.public_key).encode()))
         log.info("dht node is persistent with id %s", id_.hex()[:16])
+
+    @staticmethod
+    def interfaces() -> frozenset[str]:
+        """This host's IPv4 addresses (udx watchNetworkInterfaces, polled on the 5 s tick)."""
+        try:
+            return frozenset(
+                a.address for addrs in psutil.net_if_addrs().values() for a in addrs if a.family == socketlib.AF_INET
+            )
+        except OSError:
+            return frozenset()
 
     def register_server(self, target: bytes, server: Any) -> None:
         """A HyperDHTServer listening here: handshakes for `target` go to it."""

@@ -223,3 +223,27 @@ async def test_default_node_never_turns_persistent() -> None:
     finally:
         await node.close()
         udx.close()
+
+
+async def test_network_change_reannounces_servers(monkeypatch: pytest.MonkeyPatch) -> None:
+    udx = UDX()
+    node = DHTNode(bootstrap=[], host="127.0.0.1", port=0, udx=udx, firewalled=False)
+    try:
+        await node.bind()
+        node.bootstrapped = True
+        server = HyperDHTServer(node, key_pair(), lambda conn: None, announce=False)
+        await server.listen()
+        refreshed: list[bool] = []
+        server.refresh = lambda: refreshed.append(True)  # type: ignore[method-assign]
+        addrs = frozenset({"127.0.0.1", "10.0.0.5"})
+        monkeypatch.setattr(DHTNode, "interfaces", staticmethod(lambda: addrs))
+        node._ontick()  # first look: remember, nothing to do
+        node._ontick()
+        assert refreshed == []
+        addrs = frozenset({"127.0.0.1", "10.0.0.6"})  # DHCP gave us a new address
+        node._ontick()
+        assert refreshed == [True]
+        await server.close()
+    finally:
+        await node.close()
+        udx.close()
