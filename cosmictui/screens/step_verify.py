@@ -9,6 +9,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.timer import Timer
 from textual.widgets import DataTable, Static
+from textual.worker import Worker
 
 from cosmictui.ops.jobs import Job, JobsFormatError, JobView, parse_jobs, view_jobs
 from cosmictui.ops.runner import RunnerError
@@ -66,6 +67,7 @@ class VerifyStep(Step):
         self.timer: Timer | None = None
         self.watch: JobWatch | None = None
         self.polls = 0
+        self._poll_worker: Worker[None] | None = None
         self.active = False
 
     def compose(self) -> ComposeResult:
@@ -102,8 +104,15 @@ class VerifyStep(Step):
     def action_refresh(self) -> None:
         self.poll()
 
-    @work(exclusive=True, group="verify-poll", exit_on_error=False)
-    async def poll(self) -> None:
+    def poll(self) -> None:
+        """Run `jobs list` once, unless a run is still going (a slow CLI must not be cancelled
+        by the next tick over and over, or the list would never update)."""
+        if self._poll_worker is not None and self._poll_worker.is_running:
+            return
+        self._poll_worker = self._poll_once()
+
+    @work(group="verify-poll", exit_on_error=False)
+    async def _poll_once(self) -> None:
         raw = self.query_one("#verify-raw", Static)
         try:
             result = await self.ctx.run(self.ctx.settings.list_command)

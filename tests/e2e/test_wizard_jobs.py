@@ -144,3 +144,13 @@ async def test_wizard_recover_deletes_and_recreates_selected_job_and_watches_it(
     assert _cosmicac_calls(d) == ["jobs delete job-001", "jobs create --name llama train --gpu a100"]
     ids = [j["id"] for j in json.loads((d / "jobs.json").read_text())["jobs"]]
     assert ids == ["job-002", "job-100"]
+
+
+async def test_wizard_verify_slow_cli_is_not_cancelled_by_the_next_tick(tmp_path: Path) -> None:
+    d, settings = _deploy(tmp_path, "verify")
+    real = install_cosmicac(tmp_path) / "cosmicac"
+    slow = make_bin(tmp_path / "slow", {"cosmicac": f'sleep 0.6\nexec "{real}" "$@"\n'})
+    app = make_app(settings.with_overrides(command_env={"PATH": path_with(slow)}, poll_interval=0.1))
+    async with app.run_test(size=(80, 24)) as pilot:
+        text = await wait_status(pilot, app, "verify", ("info",))
+        assert "create one now" in text and step(app, "verify").query_one("#verify-jobs").row_count == 2
