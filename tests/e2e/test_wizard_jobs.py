@@ -147,7 +147,7 @@ async def test_wizard_recover_deletes_and_recreates_selected_job_and_watches_it(
 
 
 async def test_wizard_verify_slow_cli_is_not_cancelled_by_the_next_tick(tmp_path: Path) -> None:
-    d, settings = _deploy(tmp_path, "verify")
+    _, settings = _deploy(tmp_path, "verify")
     real = install_cosmicac(tmp_path) / "cosmicac"
     slow = make_bin(tmp_path / "slow", {"cosmicac": f'sleep 0.6\nexec "{real}" "$@"\n'})
     app = make_app(settings.with_overrides(command_env={"PATH": path_with(slow)}, poll_interval=0.1))
