@@ -152,3 +152,19 @@ def test_check_fails_with_exit_1_when_the_port_is_taken(loopback_config: Path) -
     assert "fix: stop that process" in out
     summary = re.fullmatch(r"(\d+) checks: (\d+) failed, (\d+) warnings", out.rstrip().splitlines()[-1])
     assert summary is not None and int(summary[2]) >= 1
+
+
+def test_no_subcommand_hands_the_flags_to_the_wizard(monkeypatch: pytest.MonkeyPatch) -> None:
+    import cosmictui.app as app_mod
+
+    calls: list[tuple[object, ...]] = []
+
+    def fake_wizard(deployment: str | None, demo: bool, config: str | None) -> int:
+        calls.append((deployment, demo, config))
+        return 2 if config == "bad.toml" else 0
+
+    monkeypatch.setattr(app_mod, "main_wizard", fake_wizard)
+    assert cli.main(["--demo"]) == 0
+    assert cli.main(["--deployment", "ssh://ops@gpu-host/opt/cosmicac"]) == 0
+    assert cli.main(["--config", "bad.toml"]) == 2  # the wizard's exit code is the command's
+    assert calls == [(None, True, None), ("ssh://ops@gpu-host/opt/cosmicac", False, None), (None, False, "bad.toml")]
