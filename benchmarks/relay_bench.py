@@ -1,6 +1,6 @@
 """Python relay vs Node relay (npm hyperdht + blind-relay, as blind-relay-service runs them), one run.
 
-    python3 benchmarks/relay_bench.py [--bytes 67108864] [--setup 20] [--pending 1000] [--json out.json]
+    python3 benchmarks/relay_bench.py [--bytes 67108864] [--setup 20] [--pending 1000] [--rounds 3] [--json out.json]
 
 Both relays run as their own processes on one loopback hyperdht testnet (npm `hyperdht/testnet`);
 the peers are real Node hyperdht peers (benchmarks/js/relay_bench_peers.js) using client-side
@@ -199,6 +199,16 @@ ROWS = [
 ]
 
 
+def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per-metric median over rounds (numbers only; the rest from the first round)."""
+    out = dict(runs[0])
+    for key, value in runs[0].items():
+        if isinstance(value, float):
+            out[key] = statistics.median(r[key] for r in runs)
+    out["relayed"] = all(r["relayed"] for r in runs)
+    return out
+
+
 def table(py: dict[str, Any], nd: dict[str, Any]) -> str:
     lines = ["| measure | Python relay | Node relay | Python / Node |", "|---|---:|---:|---:|"]
     for label, key, _better in ROWS:
@@ -214,20 +224,23 @@ def main() -> None:
     p.add_argument("--pending", type=int, default=1000, help="pending pairings for the memory figure")
     p.add_argument("--json", type=Path, default=None, help="also write the raw results here")
     p.add_argument("--only", choices=("python", "node"), default=None)
+    p.add_argument("--rounds", type=int, default=1, help="repeat, alternating which relay goes first; medians")
     args = p.parse_args()
+    kinds = [k for k in ("python", "node") if not args.only or k == args.only]
+    runs: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
     with tempfile.TemporaryDirectory(prefix="relay-bench-") as tmp, Testnet("node", size=5) as tn:
-        results = {}
-        for kind in ("python", "node"):
-            if args.only and kind != args.only:
-                continue
-            results[kind] = measure(kind, tn.bootstrap, args, Path(tmp))
-            print(json.dumps(results[kind]), file=sys.stderr, flush=True)
+        for r in range(args.rounds):
+            for kind in kinds if r % 2 == 0 else kinds[::-1]:
+                res = measure(kind, tn.bootstrap, args, Path(tmp) / f"{kind}-{r}")
+                runs[kind].append(res)
+                print(json.dumps(res), file=sys.stderr, flush=True)
+    results = {k: median_of(v) for k, v in runs.items()}
     if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
+        args.json.write_text(json.dumps({"medians": results, "runs": runs}, indent=2))
     if len(results) == 2:
         print(
             f"<!-- python3 benchmarks/relay_bench.py --bytes {args.bytes} --setup {args.setup} "
-            f"--pending {args.pending}; {os.cpu_count()} CPUs -->"
+            f"--pending {args.pending} --rounds {args.rounds}; {os.cpu_count()} CPUs -->"
         )
         print(table(results["python"], results["node"]))
 
