@@ -255,6 +255,16 @@ class RelayStep(Step):
                 return f"{r.name}: {r.detail}."
         return None
 
+    def cancel_work(self) -> None:
+        starting = any(w.name == "start" and w.is_running for w in self.workers if w.node is self)
+        super().cancel_work()
+        if starting:
+            # The relay is its own detached process: cancelling stops the waiting, not the relay.
+            self.status.set(
+                "Stopped waiting. The relay may still be starting on its own: press a to attach, or read its log.",
+                "warn",
+            )
+
     def action_copy_key(self) -> None:
         if self.runtime is None:
             self.status.set("No key yet: start (s) or attach (a) the relay first.", "error")

@@ -170,7 +170,6 @@ class WizardScreen(Screen[None]):
         self.ctx.save_progress(self.index + 1)
         if self.index == len(self.steps) - 1:
             self.notify("All steps done. The relay is set up.", title="Finished")
-            self.ctx.save_progress(self.index)
             return
         self._show(self.index + 1)
 
@@ -181,8 +180,8 @@ class WizardScreen(Screen[None]):
 
     def action_cancel(self) -> None:
         if self.step.busy:
-            self.step.cancel_work()
             self.step.status.set("Cancelled; nothing further was run.", "warn")
+            self.step.cancel_work()
             self._refresh_nav()
 
     def action_toggle_log(self) -> None:
