@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import nacl.bindings
 import nacl.exceptions
 
+from relay.keys import KeyPair
 from relay.noise import NoiseError, NoiseHandshake
 from relay.secretstream import HandshakeResult
 
@@ -40,7 +41,7 @@ HANDSHAKE_CLEAR_WAIT = 10.0
 PASSIVE_CONNECT_TIMEOUT = 10.0
 MAX_PENDING = 4096  # Node has no cap here (router.js TODO); a flood must not grow us without bound
 
-Firewall_ = Callable[[bytes, NoisePayload, Address], bool]
+FirewallHook = Callable[[bytes, NoisePayload, Address], bool]
 
 
 @dataclass(eq=False)
@@ -77,7 +78,9 @@ class Attempt:
 class HandshakeResponder:
     """Noise IK responder plus the dedup table for one announced key pair."""
 
-    def __init__(self, key_pair, *, firewall: Firewall_ | None = None, max_pending: int = MAX_PENDING) -> None:  # type: ignore[no-untyped-def]
+    def __init__(
+        self, key_pair: KeyPair, *, firewall: FirewallHook | None = None, max_pending: int = MAX_PENDING
+    ) -> None:
         self.key_pair = key_pair
         self.firewall = firewall
         self.max_pending = max_pending
@@ -101,7 +104,7 @@ class HandshakeResponder:
         req_to: Address,
         now: float,
         *,
-        ephemeral=None,  # type: ignore[no-untyped-def]
+        ephemeral: KeyPair | None = None,
     ) -> Attempt | None:
         """Consume message 1. None means drop silently (bad Noise, firewalled, too many)."""
         if msg1 in self.attempts:

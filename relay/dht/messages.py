@@ -8,12 +8,15 @@ encoders (`dht-rpc/lib/io.js`, `hyperdht/lib/messages.js`). Any malformed input 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import TypeVar
 
 from relay.encoding import DecodeError, Reader, Writer
 
 Address = tuple[str, int]
+T = TypeVar("T")
 
 VERSION = 0b11
 REQUEST_ID = (0b0000 << 4) | VERSION  # 0x03
@@ -137,7 +140,7 @@ def node_id(addr: Address) -> bytes:
     return hash32(encode_address(addr))
 
 
-def _decode_guard(what: str, fn, data: bytes):  # type: ignore[no-untyped-def]
+def _decode_guard(what: str, fn: Callable[[Reader], T], data: bytes) -> T:
     try:
         return fn(Reader(data))
     except DecodeError as e:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import nacl.bindings
 import nacl.exceptions
@@ -193,7 +193,7 @@ class Persistent:
         self.mutables: GenerationCache[bytes, bytes] = GenerationCache(max_size // 2, 48 * 3600.0)
         self.immutables: GenerationCache[bytes, bytes] = GenerationCache(max_size // 2, 48 * 3600.0)
 
-    def caches(self) -> Iterator[GenerationCache | RecordCache]:  # type: ignore[type-arg]
+    def caches(self) -> Iterator[GenerationCache[bytes, Any] | RecordCache]:
         yield from (self.forwards, self.records, self.bumps, self.refreshes, self.mutables, self.immutables)
 
     def tick(self, now: float) -> None:

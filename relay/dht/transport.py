@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Any
 
 from .messages import Address
 
@@ -19,7 +20,7 @@ class UDPEndpoint(asyncio.DatagramProtocol):
     """One bound UDP socket; every datagram goes to `on_datagram`."""
 
     def __init__(self) -> None:
-        self.transport: asyncio.DatagramTransport | None = None
+        self.transport: Any = None
         self.on_datagram: DatagramHandler = lambda data, addr: None
         self.closed = asyncio.Event()
         self.sent_packets = 0
@@ -34,9 +35,10 @@ class UDPEndpoint(asyncio.DatagramProtocol):
         return proto
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        assert isinstance(transport, asyncio.BaseTransport)
+        self.transport = transport  # a _SelectorDatagramTransport, not a DatagramTransport subclass
 
-    def datagram_received(self, data: bytes, addr: tuple) -> None:  # type: ignore[override]
+    def datagram_received(self, data: bytes, addr: tuple[str | Any, int]) -> None:
         self.received_packets += 1
         self.received_bytes += len(data)
         self.on_datagram(data, (addr[0], addr[1]))
