@@ -16,6 +16,7 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from relay.service.allow import AllowListError, build_allow_list
 from relay.service.limits import Limits
@@ -23,6 +24,9 @@ from relay.service.logs import configure_logging
 from relay.service.metrics import DEFAULT_METRICS_HOST, DEFAULT_METRICS_PORT, MetricsError, parse_address
 from relay.service.storage import StorageError, check_writable, load_primary_key, relay_key_pair
 from relay.service.systemd import render_unit
+
+if TYPE_CHECKING:
+    from relay.service.app import RelayApp, RelayConfig
 
 log = logging.getLogger("relay")
 
@@ -218,15 +222,26 @@ def _new_loop() -> asyncio.AbstractEventLoop:
     return uvloop.new_event_loop()
 
 
-def _run(config, app_cls, errors) -> int:  # type: ignore[no-untyped-def]
+def _run(config: RelayConfig, app_cls: type[RelayApp], errors: tuple[type[Exception], ...]) -> int:
     async def amain() -> int:
         app = app_cls(config)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
+        starting = asyncio.ensure_future(app.start())
+        stopping = asyncio.ensure_future(stop.wait())
+        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if not starting.done():  # signalled while joining the DHT: leave quietly
+            starting.cancel()
+            with contextlib.suppress(BaseException):
+                await starting
+            await app.close()
+            log.info("signal received before listening, closing")
+            return EXIT_OK
+        stopping.cancel()
         try:
-            await app.start()
+            starting.result()
         except errors as e:
             await app.close()
             return _fail(str(e))

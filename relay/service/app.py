@@ -157,6 +157,7 @@ class RelayApp:
         """Bootstrap the DHT node on the bound socket and announce the relay key."""
         cfg = self.config
         assert self.socket is not None, "bind() first"
+        log.info("joining the DHT", extra={"port": self.port, "bootstrap": ",".join(cfg.bootstrap)})
         self.node = DHTNode(socket=self.socket, udx=self.udx, bootstrap=cfg.bootstrap, host=cfg.host, port=self.port)
         try:
             await asyncio.wait_for(self.node.bootstrap(), self.bootstrap_timeout)

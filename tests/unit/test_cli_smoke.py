@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import socket
 import subprocess
 import sys
@@ -91,6 +92,46 @@ def test_unreachable_bootstrap_is_one_clear_line(tmp_path: Path) -> None:
         f"blind-relay: error: no bootstrap node answered (127.0.0.1:{dead}); check --bootstrap and the network"
     )
     assert "Traceback" not in res.stderr and "Server listening" not in res.stdout
+    assert not (tmp_path / "s" / "relay-runtime.json").exists()
+
+
+def test_signal_while_joining_the_dht_exits_0_without_listening(tmp_path: Path) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))  # a bootstrap node that never answers: joining takes a while
+        dead = s.getsockname()[1]
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "relay",
+                "--storage",
+                str(tmp_path / "s"),
+                "--port",
+                "0",
+                "--host",
+                "127.0.0.1",
+                "--metrics",
+                "off",
+                "--bootstrap",
+                f"127.0.0.1:{dead}",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert proc.stderr is not None
+            for line in proc.stderr:  # wait for the relay to say it is joining (signal handlers are set)
+                if "joining the DHT" in line:
+                    break
+            proc.send_signal(signal.SIGTERM)
+            out, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+    assert proc.returncode == 0, err
+    assert "Server listening" not in out and "Traceback" not in err
     assert not (tmp_path / "s" / "relay-runtime.json").exists()
 
 
