@@ -8,10 +8,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from relay.keys import encode_id, key_pair
 from relay.service.allow import AllowListError, build_allow_list, read_allow_file
 from relay.service.limits import HandshakeLimiter, LimitCounters, Limits
+from relay.service.metrics import parse_address
 from relay.service.systemd import render_unit
 
 K1 = key_pair(b"\x01" * 32).public_key
@@ -128,3 +131,25 @@ def test_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
     res = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, timeout=60)
     problems = [ln for ln in (res.stdout + res.stderr).splitlines() if "blind-relay.service" in ln]
     assert res.returncode == 0 and not problems, res.stdout + res.stderr
+
+
+@given(st.text(max_size=80))
+def test_parse_address_never_raises_anything_but_value_error(text: str) -> None:
+    try:
+        out = parse_address(text)
+    except ValueError:
+        return
+    assert out is None or (isinstance(out[0], str) and 0 <= out[1] <= 65535)
+
+
+@given(st.text(max_size=300))
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=50)
+def test_allow_file_random_text_is_keys_or_a_located_error(tmp_path: Path, text: str) -> None:
+    f = tmp_path / "allow"
+    f.write_text(text)
+    try:
+        keys = read_allow_file(f)
+    except AllowListError as e:
+        assert str(e).startswith(f"{f}:")
+        return
+    assert all(len(k) == 32 for k in keys)
