@@ -90,6 +90,7 @@ class WizardContext:
         self.relay_storage: str = self.progress.relay_storage or settings.relay_storage
         self.restarted_at: float | None = self.progress.restarted_at
         self.env_backup: str | None = self.progress.env_backup
+        self.env_writes = 0  # bumped on every .env write: an apply from before a write is stale
         self._log: CommandLog | None = None
         self._on_command: Callable[[str], None] | None = None
 

@@ -119,6 +119,7 @@ class ApplyStep(Step):
             raise
         finally:
             self.busy = False
+        self.applied_writes = self.ctx.env_writes
         self.mark_done()
         self.ctx.save_progress(3)
         self.status.set("Applied and restarted. Press n to verify with a new job.", "ok")
@@ -127,7 +128,12 @@ class ApplyStep(Step):
         for r in rows:
             r.set_state("skipped")
 
+    def on_mount(self) -> None:
+        self.applied_writes = 0
+
     def validate_step(self) -> str | None:
         if not self.done:
             return "Both commands must succeed first: press r to run them."
+        if self.applied_writes != self.ctx.env_writes:
+            return "The .env changed since the last apply: press r to apply and restart again."
         return None

@@ -45,6 +45,7 @@ class EnvStep(Step):
         self.plan: EnvPlan | None = None
         self.mode = "merge"
         self.written = False
+        self.written_key: str | None = None
 
     def compose(self) -> ComposeResult:
         yield Static("3. Configure .env", classes="step-title")
@@ -59,6 +60,9 @@ class EnvStep(Step):
         self.query_one("#env-intro", Static).update(
             f"Sets [b]{var}[/b]. Every other line stays byte for byte; a timestamped backup is made first."
         )
+        if self.written and self.written_key != self.ctx.relay_key:
+            self.written = False  # the relay (and its key) changed in step 2 since
+            self.mark_done(False)
         if not self.written:
             self.load()
 
@@ -124,6 +128,7 @@ class EnvStep(Step):
         diff.show_diff(plan.diff)
         if not plan.changed:
             self.written = True
+            self.written_key = key
             self.mark_done()
             self.status.set("The .env already has this relay key; nothing to write. Press n.", "ok")
         else:
@@ -176,6 +181,8 @@ class EnvStep(Step):
             self.status.set(f"Wrote {path}, but reading it back does not show the key. Check the file.", "error")
             return
         self.written = True
+        self.written_key = self.ctx.relay_key
+        self.ctx.env_writes += 1
         self.query_one("#env-summary", Static).update(
             f"Wrote:  {path}\nBackup: {backup or '(none)'}\nRelays: {len(keys)} ({self.mode})"
         )

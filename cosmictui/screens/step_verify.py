@@ -88,8 +88,10 @@ class VerifyStep(Step):
             f"Worker restarted at [b]{when}[/b]; older jobs never get the key. [b]Create a new job now[/b] "
             f"(as usual, or j runs the create command). Refreshes every {self.ctx.settings.poll_interval:g} s."
         )
-        if self.watch is None:
-            self.watch = JobWatch(r)
+        if self.watch is None or self.watch.since != r:
+            self.watch = JobWatch(r)  # first visit, or the worker was restarted again since
+            if self.done:
+                self.mark_done(False)
         self.active = True
         if self.timer is None:
             self.timer = self.set_interval(self.ctx.settings.poll_interval, self.poll)
