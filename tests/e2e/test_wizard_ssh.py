@@ -9,12 +9,15 @@ from pathlib import Path
 
 import asyncssh
 import pytest
+from textual.widgets import Log
 
 from cosmictui.ops.config import Settings
 from tests.e2e._wizard_support import (
     ENV_VAR,
     KEY,
     make_app,
+    make_bin,
+    path_with,
     resume_at,
     snapshot_tree,
     status,
@@ -140,3 +143,23 @@ async def test_wizard_ssh_failures_are_explained_and_change_nothing(
         await pilot.press("w")
         assert "Nothing to write" in status(app, "env")
     assert snapshot_tree(d.deploy) == before
+
+
+async def test_wizard_ssh_apply_streams_remote_output_and_stops_at_failure(ssh_deployment: SSHDeployment) -> None:
+    d = ssh_deployment
+    body = 'echo "task $* on $(hostname) in $(pwd)" >> calls.log\necho "rendering $1"\n'
+    body += '[ "$1" = restart ] && { echo "rollout failed: ImagePullBackOff" >&2; exit 3; }\nexit 0\n'
+    bin_dir = make_bin(d.tmp, {"task": body})
+    resume_at(d.spec, "apply", relay_key=KEY)
+    app = make_app(_settings(d).with_overrides(command_env={"PATH": path_with(bin_dir)}))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("r")
+        text = await wait_status(pilot, app, "apply", ("error",))
+        assert 'task restart SERVICES="cosmicac-wrk-server-k8s-nvidia" exited 3; stopped here' in text
+        out = step(app, "apply").query_one("#apply-output", Log).lines
+        assert "rendering apply-wrk-server-k8s-nvidia-common-config" in out
+        assert "rollout failed: ImagePullBackOff" in out
+        assert app.screen.ctx.restarted_at is None
+    calls = (d.deploy / "calls.log").read_text().splitlines()
+    assert len(calls) == 2 and calls[0].startswith("task apply-wrk-server-k8s-nvidia-common-config on ")
+    assert all(c.endswith(f" in {d.deploy}") for c in calls)
