@@ -89,7 +89,7 @@ class EnvStep(Step):
     def _clear(self) -> None:
         self.plan = None
         self.query_one("#env-summary", Static).update("")
-        self.query_one(DiffView).update("")
+        self.query_one(DiffView).clear()
 
     async def _read(self) -> tuple[str, str]:
         runner = await self.ctx.deployment()

@@ -37,7 +37,12 @@ class DiffView(Static):
 
     DEFAULT_CLASSES = "diff-view"
 
+    def clear(self) -> None:
+        self.remove_class("-shown")
+        self.update("")
+
     def show_diff(self, diff: str | Iterable[str]) -> None:
+        self.add_class("-shown")
         lines = diff.splitlines() if isinstance(diff, str) else list(diff)
         if not lines:
             self.update(Text("No change: the file already has this value.", style="italic"))
