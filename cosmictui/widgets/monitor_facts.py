@@ -6,6 +6,7 @@ it reads in light and dark themes, in monochrome tmux and for colour-blind opera
 
 from __future__ import annotations
 
+import textwrap
 import time
 from typing import Any
 
@@ -100,9 +101,13 @@ class RelayFacts(Static):
         t = _Rows()
         badge = Text(f" {STATE_BADGE[w.state]} ", style=self._style(STATE_STYLE[w.state]))
         since = time.strftime("%H:%M:%S", time.localtime(w.since))
-        t.add_row("relay", Text.assemble(badge, f" since {since}"))
+        width = max(20, (self.size.width or 40) - _Rows.LABEL - 2)
+        suffix = f" since {since}"
+        t.add_row("relay", Text.assemble(badge, suffix) if len(badge) + len(suffix) <= width else badge)
         if w.error and w.state is not RelayState.UP:
-            t.add_row("why", Text(w.error, style=self._style("$text-warning")))
+            # the reason is what the operator needs here: wrapped, never cut off
+            for i, part in enumerate(textwrap.wrap(w.error, width, max_lines=3, placeholder=" …") or [w.error]):
+                t.add_row("why" if i == 0 else "", Text(part, style=self._style("$text-warning")))
             if w.last is not None:
                 seen = time.strftime("%H:%M:%S", time.localtime(w.last.wall))
                 t.add_row("last seen", f"{seen} ({human_duration(now - w.last.wall)} ago)")

@@ -118,6 +118,9 @@ class TimePlot(PlotextPlot):
             ys = [v / scale for _, v in pts]
             label = s.label if len(self.series) > 1 else None  # one line: the title names it
             plt.plot(xs, ys, label=label, color=self._rgb(s.color), marker="braille")
+        if not any(visible):  # no data yet: the axes still show the scale
+            plt.hline(0, color=self._rgb("foreground"))
+            plt.text("no data yet", x=-window / 2, y=top / 2, alignment="center", color=self._rgb("foreground"))
         if self.limit is not None:
             plt.hline(self.limit / scale, color=self._rgb("error"))
             plt.text(
