@@ -6,6 +6,7 @@ deployment already uses gets a loud warning first.
 
 from __future__ import annotations
 
+import asyncio
 import shlex
 import time
 
@@ -69,6 +70,10 @@ class RelayStep(Step):
         except ValueError:
             return None
         return port if 0 < port < 65536 else None
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        # Enter leaves the field, so the step's keys (s, a, c, n) work again.
+        self.screen.query_one("#next").focus()
 
     def on_input_changed(self, event: Input.Changed) -> None:
         # A different storage is a different relay: forget what we attached to.
@@ -138,8 +143,14 @@ class RelayStep(Step):
             configured = read_relays(text, self.ctx.settings.env_var)
         except (RunnerError, EnvFileError):
             pass  # step 3 explains a missing or broken .env; here it only means "no keys known"
-        running = None if self.ctx.demo is not None else relayproc.running_relays()
-        return relayproc.key_change_warning(storage, self.ctx.progress.relay_storage, configured, running)
+        demo = self.ctx.demo is not None
+        previous = self.ctx.progress.relay_storage
+
+        def warn() -> str | None:  # scans every process (psutil): off the UI thread
+            running = None if demo else relayproc.running_relays()
+            return relayproc.key_change_warning(storage, previous, configured, running)
+
+        return await asyncio.to_thread(warn)
 
     def _inputs(self) -> tuple[str, int] | None:
         storage, port = self._storage(), self._port()
