@@ -40,8 +40,8 @@ class Limits:
     # hyperdht peers give up on a pairing after 15 s; keep a pending one twice that long.
     pending_timeout: float = 30.0
     max_active_pairs: int = 8192
-    handshakes_per_address: int = 64  # burst size of the per-source-address token bucket
-    handshake_refill_per_second: float = 16.0
+    handshakes_per_address: int = 256  # burst per source address (a cluster behind one NAT shares it)
+    handshake_refill_per_second: float = 64.0
     tracked_addresses: int = 4096  # the limiter forgets the least recently seen beyond this
 
     def as_dict(self) -> dict[str, float | int]:

@@ -278,3 +278,14 @@ def test_interop_relay_pending_caps_and_timeout(node: str, testnet: Testnet, tmp
             except subprocess.TimeoutExpired:
                 flood.kill()
                 flood.wait(10)
+
+
+def test_interop_relay_handshake_rate_limit_per_address(node: str, testnet: Testnet, tmp_path: Path) -> None:
+    """A burst of 2 handshakes per source address: 20 relay connections from 127.0.0.1 get refused
+    (counted), hyperdht retries them as the bucket refills, and every pair still relays."""
+    with RelayProcess(tmp_path / "store", "--handshakes-per-address", "2", bootstrap=testnet.bootstrap) as r:
+        r.start()
+        assert r.key is not None, r.stderr
+        res = run_peers(node, testnet.bootstrap, r.key, r.port, "server", pairs=10, size=20_000, timeout_ms=60_000)
+        assert_relayed(res, r, pairs=10)
+        assert metrics(r)["blind_relay_limit_rejections_total{limit=handshakes_per_address}"] > 0
