@@ -74,3 +74,33 @@ async def test_wizard_relay_attach_needs_a_relay_and_key_change_is_warned(tmp_pa
         await pilot.press("n")
         assert app.screen.index == 1
     assert not new_storage.exists() or not any(new_storage.iterdir())  # nothing started, no key made
+
+
+async def test_wizard_relay_start_failure_shows_why_and_how_to_fix(tmp_path: Path) -> None:
+    d = tmp_path / "deploy"
+    d.mkdir()
+    squatter = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    squatter.bind(("127.0.0.1", 0))
+    port = squatter.getsockname()[1]
+    storage = tmp_path / "store"
+    resume_at(str(d), "relay", relay_storage=str(tmp_path / "old-store"))  # so a warning always comes first
+    settings = Settings(deployment=str(d), relay_host="127.0.0.1", relay_port=port, relay_metrics="off")
+    app = make_app(settings.with_overrides(relay_bootstrap=("127.0.0.1:9",)))
+    try:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_until(pilot, lambda: "Press s to start it" in status(app, "relay"), "the relay step")
+            step(app, "relay").query_one("#relay-storage", Input).value = str(storage)
+            step(app, "relay").query_one("#relay-port", Input).value = str(port)
+            await pilot.press("s")
+            await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the key-change warning")
+            await pilot.press("y")
+            text = await wait_status(pilot, app, "relay", ("error",), timeout=30)
+            assert "The relay did not start" in text and f"UDP port {port} on 127.0.0.1 is already in use" in text
+            assert "Fix: the UDP port is taken" in text
+            await pilot.press("n")
+            assert app.screen.index == 1
+            log = app.screen.query_one("#command-log-text").lines
+            assert any(line.startswith("$ ") and "-m relay --storage" in line for line in log)
+    finally:
+        squatter.close()
+    assert not (storage / "relay-runtime.json").exists()
