@@ -289,3 +289,17 @@ def test_interop_relay_handshake_rate_limit_per_address(node: str, testnet: Test
         res = run_peers(node, testnet.bootstrap, r.key, r.port, "server", pairs=10, size=20_000, timeout_ms=60_000)
         assert_relayed(res, r, pairs=10)
         assert metrics(r)["blind_relay_limit_rejections_total{limit=handshakes_per_address}"] > 0
+
+
+def test_interop_relay_session_cap(node: str, testnet: Testnet, tmp_path: Path) -> None:
+    """--max-sessions 1: a pair needs two sessions, so the second peer is refused (counted) and the
+    pair fails; the relay itself carries on."""
+    with RelayProcess(tmp_path / "store", "--max-sessions", "1", bootstrap=testnet.bootstrap) as r:
+        r.start()
+        assert r.key is not None, r.stderr
+        res = run_peers(node, testnet.bootstrap, r.key, r.port, "client", size=1000, timeout_ms=20_000)
+        assert res.summary.get("failed") == 1, res.pairs
+        m = metrics(r)
+        assert m["blind_relay_limit_rejections_total{limit=sessions}"] >= 1
+        assert m["blind_relay_pairings_matched"] == 0
+        assert r.proc is not None and r.proc.poll() is None
