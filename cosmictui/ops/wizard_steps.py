@@ -20,12 +20,12 @@ from cosmictui.ops.checks import (
     run_checks,
 )
 from cosmictui.ops.config import Settings
-from cosmictui.ops.jobs import STUCK_STATUSES, Job, format_age
+from cosmictui.ops.jobs import STUCK_STATUSES, Job, JobView, format_age
 from cosmictui.ops.relayproc import RelayRuntime, attach
 from cosmictui.ops.runner import Runner, RunnerError
 
 FAILED_STATUSES = frozenset({"failed", "error", "errored", "crashloopbackoff", "deleted", "terminated", "cancelled"})
-__all__ = ["FAILED_STATUSES", "STUCK_STATUSES", "JobWatch", "format_age", "job_command"]
+__all__ = ["FAILED_STATUSES", "STUCK_STATUSES", "JobWatch", "format_age", "job_command", "recoverable"]
 # Fields that describe a job's life, not how it was made: never passed back to `create`.
 _LIFECYCLE_FIELDS = frozenset(
     {
@@ -242,3 +242,9 @@ def job_command(template: str, job: Job) -> str:
         return shlex.quote(value)
 
     return re.sub(r"\{([A-Za-z0-9_ .-]+)\}", sub, template).strip()
+
+
+def recoverable(views: list[JobView]) -> list[JobView]:
+    """Jobs worth deleting and recreating: stuck or stale, or still starting from before the
+    restart (those never get the relay key, however young they are)."""
+    return [v for v in views if v.stuck or (v.before_restart and v.job.status.strip().lower() in STUCK_STATUSES)]

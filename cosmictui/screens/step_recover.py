@@ -13,7 +13,7 @@ from textual.widgets.selection_list import Selection
 
 from cosmictui.ops.jobs import Job, JobsFormatError, JobView, parse_jobs, view_jobs
 from cosmictui.ops.runner import RunnerError
-from cosmictui.ops.wizard_steps import JobWatch, command_failure_hint, format_age, job_command
+from cosmictui.ops.wizard_steps import JobWatch, command_failure_hint, format_age, job_command, recoverable
 from cosmictui.screens.confirm import ConfirmScreen
 from cosmictui.screens.step import Step, StepStatus, runner_problem
 
@@ -75,7 +75,7 @@ class RecoverStep(Step):
         s = self.ctx.settings
         restart = datetime.fromtimestamp(self.ctx.restarted_at, UTC) if self.ctx.restarted_at else None
         views = view_jobs(jobs, self.ctx.now_dt(), restart, s.stuck_after, s.stale_after)
-        stuck = [v for v in views if v.stuck or (v.before_restart and v.job.status.lower() in ("creating", "starting"))]
+        stuck = recoverable(views)
         self.views = {v.job.id: v for v in stuck}
         sel = self.query_one(SelectionList)
         chosen = set(sel.selected)

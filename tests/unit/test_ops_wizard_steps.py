@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from cosmictui.ops.jobs import Job
-from cosmictui.ops.wizard_steps import JobWatch, command_failure_hint, job_command
+from cosmictui.ops.jobs import Job, view_jobs
+from cosmictui.ops.wizard_steps import JobWatch, command_failure_hint, job_command, recoverable
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 
@@ -63,3 +63,16 @@ def test_failure_hints() -> None:
     assert "permission denied" in command_failure_hint("task x", 126, "")
     assert "no such task" in command_failure_hint("task x", 200, 'task: Task "x" does not exist')
     assert "fix the cause" in command_failure_hint("task x", 1, "boom")
+
+
+def test_recoverable_jobs_are_stuck_or_old_and_starting() -> None:
+    now = T0 + timedelta(hours=2)
+    restart = now - timedelta(seconds=60)
+    jobs = [
+        job("stuck", "Creating", T0),  # 2 h in Creating
+        job("young-old", "Starting", now - timedelta(seconds=90), now),  # before restart: never gets the key
+        job("young-new", "Creating", now - timedelta(seconds=30), now),  # after restart: give it time
+        job("done", "Completed", T0, T0),
+        job("running", "Running", T0, now),
+    ]
+    assert [v.job.id for v in recoverable(view_jobs(jobs, now, restart))] == ["stuck", "young-old"]
