@@ -102,7 +102,50 @@ async def wizard_shots() -> Any:
     return sandbox
 
 
-async def monitor_shots(storage: Path) -> None:
+class NodePairs:
+    """Real Node hyperdht peers relaying through the relay every couple of seconds, so the
+    monitor has traffic to show (the npm packages of tests/interop; skipped without node)."""
+
+    def __init__(self, node: str, bootstrap: str, key: str, port: int) -> None:
+        import threading
+
+        self.args = (node, bootstrap, key, port)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        from tests.interop._relay_net import run_peers
+
+        node, bootstrap, key, port = self.args
+        while not self.stop.is_set():
+            run_peers(node, bootstrap, key, port, "client", pairs=2, size=4_000_000)
+            self.stop.wait(1.5)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(120)
+
+
+async def relaying_sandbox() -> tuple[Any, Any, NodePairs] | None:
+    """A second demo sandbox whose relay joins a Node hyperdht testnet, with pairs relaying."""
+    import shutil
+
+    node = shutil.which("node")
+    if node is None or not (HERE.parent / "tests" / "interop" / "node_modules" / "hyperdht").is_dir():
+        return None
+    from cosmictui.ops.relayproc import start_relay
+    from cosmictui.ops.sandbox import create_sandbox
+    from tests.interop._relay_net import Testnet
+
+    tn = Testnet(node, 4).start()
+    sandbox = create_sandbox(bootstrap=tuple(tn.bootstrap.split(",")), seed_jobs=False)
+    s = sandbox.settings
+    rt = await start_relay(str(sandbox.relay_storage), s.relay_port, s.relay_host, s.relay_bootstrap, s.relay_metrics)
+    return tn, sandbox, NodePairs(node, tn.bootstrap, rt.key, rt.port)
+
+
+async def monitor_shots(storage: Path, settle_polls: int = 8) -> None:
     for size, theme, name in (
         ((80, 24), "textual-dark", "monitor-80x24-dark"),
         ((80, 24), "textual-light", "monitor-80x24-light"),
@@ -111,7 +154,9 @@ async def monitor_shots(storage: Path) -> None:
         app = MonitorApp([Target(storage=storage)], interval=0.5, theme=theme)
         async with app.run_test(size=size) as pilot:
             screen = app.screen
-            await until(pilot, lambda s=screen: s.watches[0].state is RelayState.UP and s.polls >= 8, "monitor data")
+            await until(
+                pilot, lambda s=screen: s.watches[0].state is RelayState.UP and s.polls >= settle_polls, "monitor data"
+            )
             save(app, name)
 
 
@@ -125,6 +170,17 @@ async def main() -> None:
             print("wizard (demo sandbox):")
             sandbox = await wizard_shots()
         if a.only != "wizard":
+            relaying = await relaying_sandbox()
+            if relaying is not None:
+                tn, busy, pairs = relaying
+                try:
+                    print("monitor (a demo relay with Node peers relaying through it):")
+                    await monitor_shots(busy.relay_storage, settle_polls=50)
+                finally:
+                    pairs.close()
+                    busy.close()
+                    tn.stop()
+                return
             if sandbox is None:
                 from cosmictui.ops.relayproc import start_relay
                 from cosmictui.ops.sandbox import create_sandbox
