@@ -1,8 +1,19 @@
 """The relay process: one UDP socket, the DHT server on the storage key, blind-relay sessions, metrics.
 
-`RelayApp` owns the asyncio side of everything: it binds the port, starts the metrics endpoint,
-and (once the protocol layers are wired) runs the DHT node and a blind-relay session per
-accepted connection. It produces the single stats snapshot behind `/metrics` and `/stats`.
+`RelayApp` wires the layers the way blind-relay-service wires hyperdht + blind-relay:
+
+* one `relay.udx.UDXSocket` on `--host:--port` carries dht-rpc, every hyperdht connection to
+  the relay and every relayed packet (peers send relayed data to the address of their control
+  connection);
+* a `DHTNode` + `HyperDHTServer` announce the corestore key; each accepted connection arrives
+  with its secret stream already keyed by the Noise IK handshake;
+* each connection gets a `BlindRelaySession` (protomux channel `blind-relay`, id = the peer's
+  key); `PairingMatched` becomes two raw UDX streams whose firewall connects them to the first
+  sender and which `relay_to` each other; the blind-relay core's replies go out afterwards.
+
+Caps (sessions, pending pairings per session and in total, pending timeout, handshakes per
+source address, active pairs) and the allow-list are enforced here and counted in the single
+stats snapshot behind `/metrics` and `/stats`.
 """
 
 from __future__ import annotations
