@@ -22,9 +22,11 @@ async def test_wizard_prereqs_port_taken_fails_with_fix_and_rerun_passes(tmp_pat
     d = tmp_path / "deploy"
     d.mkdir()
     squatter = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    squatter.bind(("0.0.0.0", 0))
+    squatter.bind(("127.0.0.1", 0))
     port = squatter.getsockname()[1]
-    settings = Settings(deployment=str(d), relay_storage=str(tmp_path / "store"), relay_port=port)
+    settings = Settings(
+        deployment=str(d), relay_storage=str(tmp_path / "store"), relay_port=port, relay_host="127.0.0.1"
+    )
     app = make_app(settings)
     try:
         async with app.run_test(size=(80, 24)) as pilot:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,9 +85,18 @@ async def ssh_deployment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Asy
         await server.wait_closed()
 
 
+def _free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def _settings(d: SSHDeployment, *, known: Path | None = None, key: Path | None = None) -> Settings:
     return Settings(
         deployment=d.spec,
+        relay_host="127.0.0.1",  # step 1 test-binds the relay port: loopback, never a fixed port
+        relay_port=_free_udp_port(),
+        relay_storage=str(d.tmp / "relay"),
         ssh_known_hosts=str(known or d.known_hosts),
         ssh_identity=(str(key or d.client_key),),
         ssh_connect_timeout=10,
