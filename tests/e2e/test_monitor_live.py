@@ -233,3 +233,35 @@ async def test_refresh_slows_when_nothing_changes_and_snaps_back() -> None:
     assert effective_interval(1.0, 100) == 4.0
     assert effective_interval(2.0, 100) == 5.0  # never slower than 5 s when idle
     assert effective_interval(10.0, 100) == 10.0  # but an operator's slow choice stands
+
+
+async def test_monitor_opened_from_the_wizard_watches_its_relay_and_escape_goes_back(
+    relays, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cosmictui.app import WizardApp
+    from cosmictui.ops.config import Settings
+    from cosmictui.screens.context import WizardContext
+    from cosmictui.screens.wizard import WizardScreen
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))  # the wizard saves progress there
+    relay = relays()
+    deploy = tmp_path / "deploy"
+    deploy.mkdir()
+    settings = Settings(
+        deployment=str(deploy),
+        relay_storage=str(relay.storage),
+        relay_host="127.0.0.1",  # the wizard's own checks stay on loopback too
+        relay_port=int(relay.runtime["port"]),
+    )
+    app = WizardApp(WizardContext(settings))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, WizardScreen), "the wizard")
+        await pilot.press("m")
+        await until(pilot, lambda: isinstance(app.screen, MonitorScreen), "the monitor")
+        screen = app.screen
+        w = screen.watches[0]
+        await until(pilot, lambda: w.state is RelayState.UP, "the wizard's relay up in the monitor")
+        assert w.target.storage == relay.storage and w.key == relay.key
+        assert screen.check_action("close", ()) is True  # Back is offered inside the wizard
+        await pilot.press("escape")
+        await until(pilot, lambda: isinstance(app.screen, WizardScreen), "back in the wizard")
