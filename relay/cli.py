@@ -22,7 +22,7 @@ from relay.service.allow import AllowListError, build_allow_list
 from relay.service.limits import Limits
 from relay.service.logs import configure_logging
 from relay.service.metrics import DEFAULT_METRICS_HOST, DEFAULT_METRICS_PORT, MetricsError, parse_address
-from relay.service.storage import StorageError, check_writable, load_primary_key, relay_key_pair
+from relay.service.storage import StorageError, StorageLock, check_writable, load_primary_key, relay_key_pair
 from relay.service.systemd import render_unit
 
 if TYPE_CHECKING:
@@ -191,6 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         allow = build_allow_list(args.allow, args.allow_file)
         primary = load_primary_key(storage)
         check_writable(storage)
+        lock = StorageLock(storage)
     except (StorageError, AllowListError) as e:
         return _fail(str(e))
     log.info("primary key from %s (%s)", primary.path, primary.source)
@@ -212,6 +213,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run(config, RelayApp, (RelayStartError, MetricsError, StorageError))
     except KeyboardInterrupt:
         return EXIT_OK
+    finally:
+        lock.release()
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:

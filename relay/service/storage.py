@@ -244,3 +244,40 @@ def check_writable(storage: Path) -> None:
         raise StorageError(f"storage directory {storage} is not writable: {e.strerror or e}") from e
     os.close(fd)
     os.unlink(tmp)
+
+
+LOCK_FILE = "relay.lock"
+
+
+class StorageLock:
+    """An exclusive `flock` on `<storage>/relay.lock`, held while the relay runs.
+
+    Two relays on one storage would announce one key from two addresses; corestore refuses
+    that through its own locks, and so do we. The kernel drops the lock when the process dies,
+    so a crash never leaves the storage locked.
+    """
+
+    def __init__(self, storage: Path) -> None:
+        import fcntl
+
+        self.path = storage / LOCK_FILE
+        try:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as e:
+            raise StorageError(f"cannot open {self.path}: {e.strerror or e}") from e
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(self._fd, 32, 0).decode(errors="replace").strip()
+            os.close(self._fd)
+            who = f" (pid {holder})" if holder.isdigit() else ""
+            raise StorageError(
+                f"storage {storage} is in use by another relay{who}; stop it or use another --storage"
+            ) from None
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, f"{os.getpid()}\n".encode(), 0)
+
+    def release(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)  # closing the descriptor drops the flock
+            self._fd = -1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -133,6 +134,25 @@ def test_signal_while_joining_the_dht_exits_0_without_listening(tmp_path: Path) 
     assert proc.returncode == 0, err
     assert "Server listening" not in out and "Traceback" not in err
     assert not (tmp_path / "s" / "relay-runtime.json").exists()
+
+
+def test_storage_in_use_by_another_relay_is_one_clear_line(tmp_path: Path) -> None:
+    from relay.service.storage import StorageLock, load_primary_key
+
+    storage = tmp_path / "s"
+    load_primary_key(storage)
+    lock = StorageLock(storage)  # as a running relay holds it
+    try:
+        res = _run("--storage", str(storage), "--port", "0", "--metrics", "off", "--bootstrap", "127.0.0.1:9")
+    finally:
+        lock.release()
+    assert res.returncode == 1
+    assert res.stderr.strip().splitlines()[-1] == (
+        f"blind-relay: error: storage {storage} is in use by another relay (pid {os.getpid()}); "
+        "stop it or use another --storage"
+    )
+    # released: the next relay may take it (a crash releases it too: flock dies with the process)
+    StorageLock(storage).release()
 
 
 def test_bad_flags_are_usage_errors() -> None:
