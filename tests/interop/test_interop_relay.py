@@ -248,7 +248,7 @@ def test_interop_relay_pending_caps_and_timeout(node: str, testnet: Testnet, tmp
         assert r.key is not None, r.stderr
         opts = {"bootstrap": testnet.bootstrap.split(","), "relay": r.key, "sessions": 4, "pairs": 50, "hold": True}
         flood = subprocess.Popen(
-            ["node", "js/relay_flood.js", json.dumps(opts)],
+            [node, "js/relay_flood.js", json.dumps(opts)],
             cwd=INTEROP,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
