@@ -145,8 +145,12 @@ def _eol_of(text: str) -> str:
     return "\r\n" if crlf and crlf >= text.count("\n") - crlf else "\n"
 
 
-def _parse(text: str, var: str, path: str) -> tuple[list[str], _Assignment | None]:
-    """Split `text` into dotenv bindings (exact substrings) and find the one assignment of `var`."""
+def _parse(text: str, var: str, path: str, check_value: bool = True) -> tuple[list[str], _Assignment | None]:
+    """Split `text` into dotenv bindings (exact substrings) and find the one assignment of `var`.
+
+    `check_value=False` (replace mode) takes a value that is not a valid relays array as empty:
+    replacing it is how the operator repairs it.
+    """
     pieces: list[str] = []
     found: _Assignment | None = None
     for index, binding in enumerate(parse_stream(io.StringIO(text))):
@@ -177,13 +181,19 @@ def _parse(text: str, var: str, path: str) -> tuple[list[str], _Assignment | Non
                 f"""write it on one line as {var}='["<relay-key>"]'""",
                 path,
             )
+        try:
+            keys = _keys_of(binding.value, var, line, path)
+        except EnvFileError:
+            if check_value:
+                raise
+            keys = ()
         found = _Assignment(
             index,
             line,
             m.group("prefix") + ("" if m.group("eq") else "="),
             m.group("suffix"),
             m.group("eol") or "",
-            _keys_of(binding.value, var, line, path),
+            keys,
         )
     if "".join(pieces) != text:  # dotenv skipped something: we would not write it back faithfully
         raise EnvFileError("the file could not be split into lines losslessly", None, "check its encoding", path)
@@ -256,7 +266,7 @@ def plan_relays(
             wanted.append(z)
     if not wanted:
         raise EnvFileError("no relay key given", None, "pass the relay's key", path)
-    pieces, found = _parse(text, var, path)
+    pieces, found = _parse(text, var, path, check_value=mode == "merge")
     old_keys = found.keys if found else ()
     if mode == "merge":
         seen = {_decode_key(k) for k in old_keys}

@@ -208,3 +208,19 @@ def test_property_arbitrary_text_is_edited_faithfully_or_refused(text: str, mode
 @given(st.binary(max_size=200))
 def test_property_random_bytes_round_trip(raw: bytes) -> None:
     assert encode_text(decode_text(raw)) == raw
+
+
+@pytest.mark.parametrize(
+    "bad_value",
+    ["'[\"abc\"]'", "'[\"abc\",'", "'{\"relays\": []}'", "'[42]'"],
+)
+def test_replace_repairs_a_bad_relays_value_that_merge_refuses(bad_value: str) -> None:
+    # Replace is the operator's way out of a broken value: it must not need the old value to parse.
+    text = f"A=1\nexport {ENV_VAR}={bad_value} # relays\nB=2\n"
+    with pytest.raises(EnvFileError):
+        plan_relays(text, K1, mode="merge")
+    plan = plan_relays(text, K1, mode="replace")
+    assert plan.old_keys == ()
+    assert plan.new == f"""A=1\nexport {ENV_VAR}='["{K1}"]' # relays\nB=2\n"""
+    assert plan.line == 2
+    assert read_relays(plan.new) == (K1,)
