@@ -150,6 +150,8 @@ class MonitorScreen(Screen[None]):
         # as DOWN at the end of this same refresh
         timeout = max(2.0, min(self.interval, 5.0))
         results = await asyncio.gather(*(w.poll(timeout) for w in self.watches))
+        if not self.is_attached:  # dismissed (Back in the wizard) while the scrape was in flight
+            return False
         changed = any(results)
         self.quiet_polls = 0 if changed else self.quiet_polls + 1
         self.polls += 1
@@ -162,6 +164,8 @@ class MonitorScreen(Screen[None]):
         """Redraw from the watches. Plots are skipped (unless forced) while less time has passed
         than one braille dot of the x axis covers: the picture could not change, and plotting is
         most of the monitor's CPU."""
+        if not self.is_attached:
+            return
         wide = self.has_class("-wide")
         if len(self.watches) > 1:
             self.query_one(RelayTable).show(self.watches, self.clock(), compact=not wide)
@@ -240,6 +244,9 @@ class MonitorScreen(Screen[None]):
 
     def on_resize(self) -> None:
         self.call_after_refresh(self.refresh_view)
+
+    def on_unmount(self) -> None:
+        self.workers.cancel_node(self)  # stop polling once the screen is gone
 
     # -- actions --------------------------------------------------------------------------------
     def action_slower(self) -> None:
