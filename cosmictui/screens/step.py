@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar
 
+from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.message import Message
@@ -25,9 +26,14 @@ class StepStatus(Static):
 
     DEFAULT_CLASSES = "step-status"
 
+    kind = ""
+
     def set(self, text: str, kind: str = "info") -> None:
-        for k in ("info", "ok", "warn", "error", "busy"):
-            self.set_class(k == kind, f"-{k}")
+        if kind != self.kind:
+            if self.kind:
+                self.remove_class(f"-{self.kind}")
+            self.add_class(f"-{kind}")
+            self.kind = kind
         prefix = {"ok": "✔ ", "warn": "! ", "error": "✘ ", "busy": "… "}.get(kind, "")
         self.update(prefix + text if text else "")
 
@@ -54,6 +60,22 @@ class Step(VerticalScroll):
         super().__init__(id=f"step-{self.STEP_ID}", classes="step")
         self.ctx = ctx
         self.done = False
+
+    built = False
+
+    def compose(self) -> ComposeResult:
+        # A step's widgets are made when it is first shown: starting the wizard stays quick.
+        if self.built:
+            yield from self.compose_step()
+
+    def compose_step(self) -> ComposeResult:
+        """The step's widgets (always ending with a StepStatus)."""
+        yield StepStatus()
+
+    async def build(self) -> None:
+        if not self.built:
+            self.built = True
+            await self.recompose()
 
     @property
     def status(self) -> StepStatus:

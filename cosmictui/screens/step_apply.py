@@ -40,8 +40,8 @@ class CommandRow(Horizontal):
         self.set_state(self.state)
 
     def set_state(self, state: str, detail: str = "") -> None:
-        for s in _MARK:
-            self.set_class(s == state, f"-{s}")
+        self.remove_class(f"-{self.state}")
+        self.add_class(f"-{state}")
         self.state = state
         if self.is_mounted:
             self.query_one(".command-text", Static).update(self.cmd + (f"  ({detail})" if detail else ""))
@@ -52,11 +52,12 @@ class CommandRow(Horizontal):
 
 
 class ApplyStep(Step):
+    applied_writes = 0
     STEP_ID = "apply"
     TITLE = "Apply & restart"
     STEP_BINDINGS = (Binding("r", "step('run')", "Run"),)
 
-    def compose(self) -> ComposeResult:
+    def compose_step(self) -> ComposeResult:
         yield Static("4. Apply the config and restart the worker", classes="step-title")
         yield Static("", id="apply-intro", classes="step-intro")
         s = self.ctx.settings
@@ -127,9 +128,6 @@ class ApplyStep(Step):
     def _skip(self, rows: list[CommandRow]) -> None:
         for r in rows:
             r.set_state("skipped")
-
-    def on_mount(self) -> None:
-        self.applied_writes = 0
 
     def validate_step(self) -> str | None:
         if not self.done:

@@ -47,7 +47,7 @@ class EnvStep(Step):
         self.written = False
         self.written_key: str | None = None
 
-    def compose(self) -> ComposeResult:
+    def compose_step(self) -> ComposeResult:
         yield Static("3. Configure .env", classes="step-title")
         yield Static("", id="env-intro", classes="step-intro")
         yield ModeToggle(id="env-mode", markup=False)

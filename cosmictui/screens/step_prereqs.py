@@ -23,7 +23,7 @@ class PrereqsStep(Step):
         super().__init__(ctx)
         self.results: list[CheckResult] = []
 
-    def compose(self) -> ComposeResult:
+    def compose_step(self) -> ComposeResult:
         yield Static("1. Prerequisites", classes="step-title")
         yield Static(
             "This machine (the relay host) and the deployment host, checked live. "

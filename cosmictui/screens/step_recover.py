@@ -31,7 +31,7 @@ class RecoverStep(Step):
         self.views: dict[str, JobView] = {}
         self.recreated: list[str] = []
 
-    def compose(self) -> ComposeResult:
+    def compose_step(self) -> ComposeResult:
         yield Static("6. Recover stuck jobs", classes="step-title")
         yield Static(
             "Jobs created before the restart never get the relay key. Select stuck jobs with "

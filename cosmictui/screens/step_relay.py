@@ -41,7 +41,7 @@ class RelayStep(Step):
         self.runtime: RelayRuntime | None = None
         self.reach: list[CheckResult] = []
 
-    def compose(self) -> ComposeResult:
+    def compose_step(self) -> ComposeResult:
         yield Static("2. Start the relay", classes="step-title")
         yield Static(
             "Runs on this machine and keeps running after the wizard exits. Its key comes "

@@ -70,7 +70,7 @@ class VerifyStep(Step):
         self._poll_worker: Worker[None] | None = None
         self.active = False
 
-    def compose(self) -> ComposeResult:
+    def compose_step(self) -> ComposeResult:
         yield Static("5. Verify with a new job", classes="step-title")
         yield Static("", id="verify-intro", classes="step-intro")
         yield JobsTable(id="verify-jobs")

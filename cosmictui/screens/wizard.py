@@ -77,13 +77,13 @@ class WizardScreen(Screen[None]):
         yield CommandLog(id="command-log")
         yield Footer()
 
-    def on_mount(self) -> None:
+    async def on_mount(self) -> None:
         self.title = "cosmictui · relay setup"
         self.sub_title = self.ctx.describe_deployment()
         self.ctx.attach_log(self.query_one(CommandLog), self._on_command)
         resume = min(self.ctx.progress_step(), len(self.steps) - 1)
         self.reached = resume
-        self._show(resume)
+        await self._show(resume)
         if resume:
             self.notify(f"Resumed at step {resume + 1}: {self.steps[resume].TITLE}", title="Progress restored")
 
@@ -93,11 +93,12 @@ class WizardScreen(Screen[None]):
     def step(self) -> Step:
         return self.steps[self.index]
 
-    def _show(self, index: int) -> None:
-        if 0 <= self.index < len(self.steps) and self.steps[self.index].is_mounted and index != self.index:
+    async def _show(self, index: int) -> None:
+        if 0 <= self.index < len(self.steps) and self.steps[self.index].built and index != self.index:
             self.steps[self.index].on_leave()
         self.index = index
         self.reached = max(self.reached, index)
+        await self.step.build()
         self.query_one("#content", ContentSwitcher).current = self.step.id
         self.step.on_enter()
         self._refresh_nav()
@@ -114,16 +115,17 @@ class WizardScreen(Screen[None]):
         self.query_one(StepList).set_states(states)
         back = self.query_one("#back", Button)
         nxt = self.query_one("#next", Button)
-        if self.step.busy:
-            back.label = "✕ Cancel"
-            back.disabled = False
-            back.variant = "warning"
-        else:
-            back.label = "◀ Back"
-            back.disabled = self.index == 0
-            back.variant = "default"
-        nxt.disabled = self.step.busy
-        nxt.label = "Finish ✔" if self.index == len(self.steps) - 1 else "Next ▶"
+        busy = self.step.busy
+        # Only touch what changed: every change restyles the widget.
+        label, disabled, variant = ("✕ Cancel", False, "warning") if busy else ("◀ Back", self.index == 0, "default")
+        if str(back.label) != label:
+            back.label = label
+        back.disabled = disabled
+        back.variant = variant  # type: ignore[assignment]
+        nxt.disabled = busy
+        last = "Finish ✔" if self.index == len(self.steps) - 1 else "Next ▶"
+        if str(nxt.label) != last:
+            nxt.label = last
         self.refresh_bindings()
 
     @on(Step.Changed)
@@ -131,18 +133,18 @@ class WizardScreen(Screen[None]):
         self._refresh_nav()
 
     @on(Button.Pressed, "#next")
-    def _next_pressed(self) -> None:
-        self.action_next()
+    async def _next_pressed(self) -> None:
+        await self.action_next()
 
     @on(Button.Pressed, "#back")
-    def _back_pressed(self) -> None:
+    async def _back_pressed(self) -> None:
         if self.step.busy:
             self.action_cancel()
         else:
-            self.action_back()
+            await self.action_back()
 
     @on(StepList.Selected)
-    def _jump(self, event: StepList.Selected) -> None:
+    async def _jump(self, event: StepList.Selected) -> None:
         if self.step.busy or event.index > self.reached or event.index == self.index:
             return
         if event.index > self.index:
@@ -150,16 +152,16 @@ class WizardScreen(Screen[None]):
             for i in range(self.index, event.index):
                 problem = self.steps[i].validate_step()
                 if problem:
-                    self._show(i)
+                    await self._show(i)
                     self._refuse(problem)
                     return
-        self._show(event.index)
+        await self._show(event.index)
 
     def _refuse(self, problem: str) -> None:
         self.step.status.set(problem, "error")
         self.notify(problem, title=f"Step {self.index + 1} is not done yet", severity="error")
 
-    def action_next(self) -> None:
+    async def action_next(self) -> None:
         if self.step.busy:
             return
         problem = self.step.validate_step()
@@ -171,12 +173,12 @@ class WizardScreen(Screen[None]):
         if self.index == len(self.steps) - 1:
             self.notify("All steps done. The relay is set up.", title="Finished")
             return
-        self._show(self.index + 1)
+        await self._show(self.index + 1)
 
-    def action_back(self) -> None:
+    async def action_back(self) -> None:
         if self.step.busy or self.index == 0:
             return
-        self._show(self.index - 1)
+        await self._show(self.index - 1)
 
     def action_cancel(self) -> None:
         if self.step.busy:

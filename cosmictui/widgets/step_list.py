@@ -33,14 +33,16 @@ class StepItem(Static):
         self.title = title
         self.state: StepState = "pending"
 
-    def set_state(self, state: StepState) -> None:
+    def set_state(self, state: StepState, force: bool = False) -> None:
+        if state == self.state and not force:
+            return  # restyling is the costly part of a redraw: only on change
+        self.remove_class(f"-{self.state}")
         self.state = state
-        for s in _MARK:
-            self.set_class(s == state, f"-{s}")
+        self.add_class(f"-{state}")
         self.update(f"{_MARK[state]} {self.index + 1}. {self.title}")
 
     def on_mount(self) -> None:
-        self.set_state(self.state)
+        self.set_state(self.state, force=True)
 
     def on_click(self) -> None:
         self.post_message(StepList.Selected(self.index))
