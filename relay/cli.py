@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import relay
 from relay.service.allow import AllowListError, build_allow_list
 from relay.service.limits import Limits
 from relay.service.logs import configure_logging
@@ -88,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-format", choices=("text", "json"), default="text", help="log lines on stderr (default text)")
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
     p.add_argument("--systemd-unit", action="store_true", help="print a hardened systemd unit for these flags and exit")
+    p.add_argument("--version", action="version", version=f"blind-relay (cosmictui relay) {relay.__version__}")
     d = Limits()
     g = p.add_argument_group("limits")
     g.add_argument("--max-sessions", type=int, default=d.max_sessions, help=f"open sessions (default {d.max_sessions})")

@@ -81,7 +81,15 @@ def test_interop_relay_metrics_move_with_a_real_pair(node: str, testnet: Testnet
     before = metrics(relay)
     res = run_peers(node, testnet.bootstrap, relay.key or "", relay.port, "client", size=PAYLOAD)
     assert_relayed(res, relay)
-    wait_until(lambda: metrics(relay)["blind_relay_sessions_closed"] >= before["blind_relay_sessions_closed"] + 2)
+
+    def settled() -> bool:
+        m = metrics(relay)
+        return (
+            m["blind_relay_sessions_closed"] >= before["blind_relay_sessions_closed"] + 2
+            and m["blind_relay_streams_closed"] >= before["blind_relay_streams_closed"] + 2
+        )
+
+    wait_until(settled)
     after = metrics(relay)
     assert after["blind_relay_sessions_accepted"] - before["blind_relay_sessions_accepted"] == 2
     assert after["blind_relay_sessions_opened"] - before["blind_relay_sessions_opened"] == 2
@@ -89,6 +97,9 @@ def test_interop_relay_metrics_move_with_a_real_pair(node: str, testnet: Testnet
     assert after["blind_relay_pairings_matched"] - before["blind_relay_pairings_matched"] == 1
     assert after["blind_relay_streams_opened"] - before["blind_relay_streams_opened"] == 2
     assert after["blind_relay_pairings_pending"] == 0
+    # the peers closed: both relay streams and the pairing are gone again
+    assert after["blind_relay_streams_closed"] - before["blind_relay_streams_closed"] == 2
+    assert after["blind_relay_pairings_active"] == 0
     # the 200 kB went out and came back through the relay: at least 400 kB of UDX packets forwarded
     relayed = after["blind_relay_relayed_bytes_total"] - before["blind_relay_relayed_bytes_total"]
     assert relayed >= 2 * PAYLOAD, relayed

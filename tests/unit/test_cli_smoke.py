@@ -155,6 +155,13 @@ def test_storage_in_use_by_another_relay_is_one_clear_line(tmp_path: Path) -> No
     StorageLock(storage).release()
 
 
+def test_version() -> None:
+    import relay
+
+    res = _run("--version")
+    assert res.returncode == 0 and res.stdout.strip() == f"blind-relay (cosmictui relay) {relay.__version__}"
+
+
 def test_bad_flags_are_usage_errors() -> None:
     assert _run("--port", "70000").returncode == 2
     assert _run("--metrics", "nonsense").returncode == 2
