@@ -42,7 +42,8 @@ class Proc:
 
     def __init__(self, proc: asyncio.subprocess.Process) -> None:
         self.proc = proc
-        self.queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.queues: dict[str, asyncio.Queue[dict[str, Any]]] = {}
+        self.log: list[dict[str, Any]] = []
         self.task = asyncio.ensure_future(self._read())
 
     @classmethod
@@ -56,14 +57,16 @@ class Proc:
     async def _read(self) -> None:
         assert self.proc.stdout is not None
         async for line in self.proc.stdout:
-            self.queue.put_nowait(json.loads(line))
+            ev = json.loads(line)
+            self.log.append(ev)
+            self._queue(ev.get("event", "")).put_nowait(ev)
 
-    async def expect(self, event: str, timeout: float = 120) -> dict[str, Any]:
-        async with asyncio.timeout(timeout):
-            while True:
-                ev = await self.queue.get()
-                if ev.get("event") == event:
-                    return ev
+    def _queue(self, event: str) -> asyncio.Queue[dict[str, Any]]:
+        return self.queues.setdefault(event, asyncio.Queue())
+
+    async def expect(self, event: str, timeout: float = 60) -> dict[str, Any]:
+        """The next event of this kind (events of other kinds wait in their own queues)."""
+        return await asyncio.wait_for(self._queue(event).get(), timeout)
 
     def send(self, line: str) -> None:
         assert self.proc.stdin is not None
@@ -91,6 +94,7 @@ class Result:
     cpu: float
     payload: int
     packets: int
+    retransmits: int
 
     @property
     def mb_s(self) -> float:
@@ -135,32 +139,39 @@ async def one_round(kind: str, size: int, both: bool, profile: str | None = None
         a.cmd(cmd="send", bytes=size, end=False)
         if both:
             d.cmd(cmd="send", bytes=size, end=False)
-        await a.expect("sent", 600)
+        await a.expect("sent", 300)
         a.cmd(cmd="end")
         if both:
-            await d.expect("sent", 600)
+            await d.expect("sent", 300)
             d.cmd(cmd="end")
-        got = await d.expect("data_end", 600)
+        got = await d.expect("data_end", 300)
         if both:
-            await a.expect("data_end", 600)
+            await a.expect("data_end", 300)
         t1 = time.perf_counter()
         c1 = ps.cpu_times()
         p1 = await packets_sent(a, d)
         assert got["bytes"] == size
         cpu = (c1.user - c0.user) + (c1.system - c0.system)
-        packets = p1 - p0  # every packet either endpoint sent crossed the relay
-        return Result(kind, t1 - t0, cpu, size * (2 if both else 1), packets)
+        packets = p1[0] - p0[0]  # every packet either endpoint sent crossed the relay
+        return Result(kind, t1 - t0, cpu, size * (2 if both else 1), packets, p1[1] - p0[1])
+    except TimeoutError:
+        for name, p in (("A", a), ("D", d), ("relay", relay)):
+            print(f"{kind} relay round timed out; {name} said: {p.log[-5:]}", file=sys.stderr)
+        raise
     finally:
         for p in (a, d, relay):
             await p.stop()
 
 
-async def packets_sent(*peers: Proc) -> int:
-    total = 0
+async def packets_sent(*peers: Proc) -> tuple[int, int]:
+    """(packets sent, retransmissions) summed over the endpoints."""
+    total = retransmits = 0
     for p in peers:
         p.cmd(cmd="stats")
-        total += (await p.expect("stats"))["packetsTransmitted"]
-    return total
+        st = await p.expect("stats")
+        total += st["packetsTransmitted"]
+        retransmits += st["retransmits"]
+    return total, retransmits
 
 
 def print_profile(path: str) -> None:
@@ -189,7 +200,8 @@ async def main() -> None:
             results[kind].append(res)
             print(
                 f"round {r + 1} {kind:6}: {res.mb_s:7.1f} MB/s  cpu {res.cpu:6.2f} s  "
-                f"{res.cpu_per_gb:5.2f} cpu-s/GB  {res.packets} pkts  {res.us_per_packet:5.2f} us/pkt",
+                f"{res.cpu_per_gb:5.2f} cpu-s/GB  {res.packets} pkts  {res.us_per_packet:5.2f} us/pkt  "
+                f"{res.retransmits} retransmits",
                 flush=True,
             )
     med = {

@@ -104,8 +104,12 @@ class UDX:
         return sock
 
     def close(self) -> None:
+        """Destroy every stream (one DESTROY each when connected) and close the sockets."""
         for s in list(self.streams.values()):
             s.destroy()
+            if s._timer is not None:  # a lingering stream's unregister timer
+                s._timer.cancel()
+                s._unregister()
         for sock in list(self.sockets):
             sock.close()
 

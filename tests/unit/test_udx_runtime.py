@@ -65,6 +65,29 @@ async def test_udx_python_streams_transfer_and_close_over_loopback(batched: bool
     udx_b.close()
 
 
+async def test_udx_framed_stream_delivers_whole_frames() -> None:
+    """framed=True hands out whole 3-byte-length-prefixed frames however the bytes were cut."""
+    udx_a, udx_b = UDX(), UDX()
+    sa = await udx_a.create_socket(LOOP, 0)
+    sb = await udx_b.create_socket(LOOP, 0)
+    a = udx_a.create_stream()
+    b = udx_b.create_stream(framed=True)
+    a.connect(sa, b.id, (LOOP, sb.port))
+    b.connect(sb, a.id, (LOOP, sa.port))
+    rng = random.Random(9)
+    frames = [rng.randbytes(size) for size in (0, 1, 5, 1500, 3000, 70_000, 2)]
+    wire = b"".join(len(f).to_bytes(3, "little") + f for f in frames)
+    i = 0
+    while i < len(wire):  # cut at random places, across frame boundaries
+        step = rng.randrange(1, 4000)
+        a.write(wire[i : i + step])
+        i += step
+    got = [await asyncio.wait_for(b.read(), 10) for _ in frames]
+    assert got == [len(f).to_bytes(3, "little") + f for f in frames]
+    udx_a.close()
+    udx_b.close()
+
+
 async def test_udx_socket_hands_foreign_datagrams_to_on_datagram(batched: bool) -> None:
     seen: list[tuple[bytes, tuple[str, int]]] = []
     udx = UDX()

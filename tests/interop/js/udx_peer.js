@@ -39,7 +39,7 @@ stream.on('data', (d) => { rxBytes += d.length; rxHash.update(d) })
 stream.on('end', () => out({ event: 'data_end', bytes: rxBytes, sha256: rxHash.digest('hex') }))
 stream.on('message', (m) => out({ event: 'message', hex: m.toString('hex') }))
 stream.on('error', (err) => out({ event: 'error', code: err.code || String(err) }))
-stream.on('close', () => { out({ event: 'close', ...counters() }); setTimeout(() => process.exit(0), 50) })
+stream.on('close', () => out({ event: 'close', ...counters() }))
 
 async function send (n, end) {
   const h = crypto.createHash('sha256')
