@@ -5,8 +5,8 @@ and the demo must work offline, so the sandbox runs its own small network, like 
 `testnet`: one node that bootstraps from nobody, four more that join it (five, because the
 relay's firewall probe asks five nodes; with fewer it sometimes calls itself firewalled). Each is a
 `relay.dht.DHTNode` made *persistent* (id = H(its address), id sent in replies), which the
-relay's node never is. They answer dht-rpc (PING, FIND_NODE…); they do not store announces,
-which the demo does not need.
+relay's node never is. They answer dht-rpc (PING, FIND_NODE…) and store announces (hyperdht's
+persistent records), so the demo relay's key is findable and its monitor shows the announce.
 
 Run as `python -m cosmictui.ops.sandbox_dht --ready FILE [--port P] [--watch DIR]`: writes
 `{"pid", "bootstrap"}` to FILE once up; exits on SIGTERM/SIGINT, when the watched directory
@@ -27,7 +27,6 @@ from pathlib import Path
 
 from relay.dht.messages import node_id
 from relay.dht.node import DHTNode
-from relay.dht.table import RoutingTable
 
 
 async def _persistent_node(bootstrap: list[str], port: int) -> DHTNode:
@@ -39,11 +38,9 @@ async def _persistent_node(bootstrap: list[str], port: int) -> DHTNode:
             raise
         node = DHTNode(bootstrap=bootstrap, host="127.0.0.1", port=0, firewalled=False)
         await node.bind()
-    # what dht-rpc's `ephemeral: false` + known host does: id = H(address), sent in replies
-    table = RoutingTable(node_id(node.local_address()))
-    node.table = table
-    node.rpc.table = table
-    node.rpc.ephemeral = False
+    # what dht-rpc's `ephemeral: false` + known host does: id = H(address), sent in replies, and
+    # hyperdht's persistent store, so the relay's announce lands and the monitor shows it
+    node._become_persistent(node_id(node.local_address()))
     await node.bootstrap()
     return node
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -9,9 +10,11 @@ import signal
 import socket
 import subprocess
 import sys
+import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -208,6 +211,11 @@ async def test_sandbox_with_the_real_python_relay(live_sandbox: tuple[Sandbox, R
     assert checks["DHT reachable, port open"].detail.startswith("bootstrapped"), checks
     assert checks["Relay answers from localhost"].status == "ok", checks
     assert checks[f"UDP port {relay.port}"].detail.startswith("held by our relay")
+    # the private DHT stores announces, so the demo relay is findable and the monitor does not
+    # say "announced never" (its first announce round finishes before it listens)
+    assert relay.metrics is not None
+    stats = await asyncio.to_thread(_get_json, relay.metrics + "/stats")
+    assert stats["dht"]["last_announce"] is not None, stats["dht"]
     await set_relay_in_env(runner, relay.key)
     assert (await runner.run(s.apply_command)).ok
     assert (await runner.run(s.restart_command)).ok
@@ -222,6 +230,11 @@ async def test_sandbox_with_the_real_python_relay(live_sandbox: tuple[Sandbox, R
     jobs = parse_jobs((await runner.run("cosmicac jobs list")).output)
     later = next(j for j in jobs if j.fields["name"] == "later")
     assert later.status == "Creating" and f"no relay with key {relay.key[:8]}… is running" in later.fields["message"]
+
+
+def _get_json(url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return json.loads(r.read())
 
 
 def test_private_dht_stops(tmp_path: Path) -> None:
