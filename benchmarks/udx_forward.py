@@ -178,7 +178,7 @@ def print_profile(path: str) -> None:
     st = pstats.Stats(path)
     st.sort_stats("tottime")
     total = sum(v[2] for v in st.stats.values())  # type: ignore[attr-defined]
-    print(f"\nPython relay profile (cProfile, tottime; total {total:.2f} s):")
+    print(f"\nPython relay profile (cProfile on thread CPU time, tottime; total {total:.2f} s):")
     rows = sorted(st.stats.items(), key=lambda kv: kv[1][2], reverse=True)[:12]  # type: ignore[attr-defined]
     for (file, line, fn), (_cc, nc, tt, _ct, _callers) in rows:
         where = f"{Path(file).name}:{line}" if line else file
