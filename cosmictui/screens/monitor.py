@@ -19,6 +19,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Grid, Horizontal, VerticalScroll
+from textual.css.query import NoMatches
 from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Log, Static
@@ -150,13 +151,14 @@ class MonitorScreen(Screen[None]):
         # as DOWN at the end of this same refresh
         timeout = max(2.0, min(self.interval, 5.0))
         results = await asyncio.gather(*(w.poll(timeout) for w in self.watches))
-        if not self.is_attached:  # dismissed (Back in the wizard) while the scrape was in flight
-            return False
         changed = any(results)
         self.quiet_polls = 0 if changed else self.quiet_polls + 1
         self.polls += 1
         self.last_poll = self.clock()
-        self.refresh_view(force_plots=False)
+        # dismissed (Back in the wizard) while the scrape was in flight: its widgets are already
+        # gone, and cancelling the worker is under way
+        with contextlib.suppress(NoMatches):
+            self.refresh_view(force_plots=False)
         return changed
 
     # -- drawing --------------------------------------------------------------------------------
@@ -164,8 +166,6 @@ class MonitorScreen(Screen[None]):
         """Redraw from the watches. Plots are skipped (unless forced) while less time has passed
         than one braille dot of the x axis covers: the picture could not change, and plotting is
         most of the monitor's CPU."""
-        if not self.is_attached:
-            return
         wide = self.has_class("-wide")
         if len(self.watches) > 1:
             self.query_one(RelayTable).show(self.watches, self.clock(), compact=not wide)
@@ -243,7 +243,11 @@ class MonitorScreen(Screen[None]):
             self.selected = int(event.row_key.value)
 
     def on_resize(self) -> None:
-        self.call_after_refresh(self.refresh_view)
+        self.call_after_refresh(self._refresh_if_present)
+
+    def _refresh_if_present(self) -> None:
+        with contextlib.suppress(NoMatches):
+            self.refresh_view()
 
     def on_unmount(self) -> None:
         self.workers.cancel_node(self)  # stop polling once the screen is gone
@@ -269,7 +273,7 @@ class MonitorScreen(Screen[None]):
 
     def action_toggle_theme(self) -> None:
         self.app.theme = "textual-light" if self.app.current_theme.dark else "textual-dark"
-        self.call_after_refresh(self.refresh_view)
+        self.call_after_refresh(self._refresh_if_present)
 
     def action_toggle_log(self) -> None:
         log = self.query_one("#log", Log)
