@@ -7,7 +7,7 @@ back at the same time). Rounds alternate Node / Python. Reported per relay: forw
 (payload bytes / wall time), the relay process's CPU seconds (user+sys, psutil) per GB of
 payload and per forwarded packet, and the Python/Node ratios.
 
-    python benchmarks/udx_forward.py --mb 256 --rounds 3 [--both] [--profile]
+    python benchmarks/udx_forward.py --mb 256 --rounds 5 [--both] [--portable] [--profile]
 
 `--profile` adds one Python round under cProfile and prints where the relay's time goes.
 """
@@ -47,8 +47,8 @@ class Proc:
         self.task = asyncio.ensure_future(self._read())
 
     @classmethod
-    async def start(cls, *argv: str) -> Proc:
-        env = dict(os.environ, NODE_PATH=str(INTEROP / "node_modules"))
+    async def start(cls, *argv: str, **extra_env: str) -> Proc:
+        env = dict(os.environ, NODE_PATH=str(INTEROP / "node_modules"), **extra_env)
         p = await asyncio.create_subprocess_exec(
             *argv, cwd=INTEROP, env=env, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
         )
@@ -117,7 +117,8 @@ async def one_round(kind: str, size: int, both: bool, profile: str | None = None
         relay = await Proc.start("node", str(NODE_RELAY_JS), str(ra["id"]), str(rd["id"]))
     else:
         extra = ["--profile", profile] if profile else []
-        relay = await Proc.start(sys.executable, str(PY_RELAY), str(ra["id"]), str(rd["id"]), *extra)
+        env = {"UDX_NO_MMSG": "1"} if kind == "portable" else {}
+        relay = await Proc.start(sys.executable, str(PY_RELAY), str(ra["id"]), str(rd["id"]), *extra, **env)
     try:
         info = await relay.expect("ready")
         a.cmd(cmd="connect", remote_id=info["rb"], port=info["port"])
@@ -191,15 +192,19 @@ async def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--both", action="store_true", help="send in both directions at once")
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument(
+        "--portable", action="store_true", help="also run the Python relay without recvmmsg/sendmmsg (UDX_NO_MMSG=1)"
+    )
     args = ap.parse_args()
     size = args.mb * MB
-    results: dict[str, list[Result]] = {"node": [], "python": []}
+    kinds = ("node", "python", "portable") if args.portable else ("node", "python")
+    results: dict[str, list[Result]] = {k: [] for k in kinds}
     for r in range(args.rounds):
-        for kind in ("node", "python"):
+        for kind in kinds:
             res = await one_round(kind, size, args.both)
             results[kind].append(res)
             print(
-                f"round {r + 1} {kind:6}: {res.mb_s:7.1f} MB/s  cpu {res.cpu:6.2f} s  "
+                f"round {r + 1} {kind:8}: {res.mb_s:7.1f} MB/s  cpu {res.cpu:6.2f} s  "
                 f"{res.cpu_per_gb:5.2f} cpu-s/GB  {res.packets} pkts  {res.us_per_packet:5.2f} us/pkt  "
                 f"{res.retransmits} retransmits",
                 flush=True,
@@ -216,8 +221,13 @@ async def main() -> None:
     print(f"\n{args.mb} MB {direction}, median of {args.rounds} rounds, relay on 127.0.0.1, {os.cpu_count()} cores")
     print("| forwarder | MB/s | CPU-s per GB | CPU µs per packet |")
     print("|---|---:|---:|---:|")
-    for k, label in (("node", "Node udx-native relayTo"), ("python", "Python relay.udx relay_to")):
-        print(f"| {label} | {med[k][0]:.1f} | {med[k][1]:.2f} | {med[k][2]:.2f} |")
+    labels = {
+        "node": "Node udx-native relayTo",
+        "python": "Python relay.udx relay_to",
+        "portable": "Python, per-datagram reader (no mmsg)",
+    }
+    for k in kinds:
+        print(f"| {labels[k]} | {med[k][0]:.1f} | {med[k][1]:.2f} | {med[k][2]:.2f} |")
     print(
         f"| ratio Python/Node | {med['python'][0] / med['node'][0]:.2f} | "
         f"{med['python'][1] / med['node'][1]:.2f} | {med['python'][2] / med['node'][2]:.2f} |"

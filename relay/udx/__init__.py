@@ -13,7 +13,8 @@ Layers (sans-IO core, one asyncio runtime):
 Public asyncio API (names are stable)::
 
     udx = UDX()                                   # one stream-id table (a libudx instance)
-    sock = await udx.create_socket("0.0.0.0", 49737, on_datagram=handler)
+    sock = await udx.create_socket("0.0.0.0", 49737, on_datagram=handler, use_mmsg=None)
+    #   use_mmsg None: recvmmsg/sendmmsg batches on Linux (UDX_NO_MMSG=1 turns them off)
     #   handler(data: bytes, addr: (host, port)) gets every datagram that is not a UDX packet
     #   for a live stream of `udx` (dht-rpc shares the socket this way); send yours with
     #   sock.send(data, addr). sock.address, sock.port, sock.stats (SocketStats counters:
@@ -22,7 +23,7 @@ Public asyncio API (names are stable)::
     s = udx.create_stream(id=None, firewall=None, framed=False)   # id None = random u32
     s.connect(sock, remote_id, (host, port))      # sends nothing, as libudx
     s.write(data) -> bool                         # False above the high-water mark
-    await s.drain();  await s.flush()             # below HWM / everything acknowledged
+    await s.drain();  await s.flush()             # below HWM / everything (and END) acknowledged
     s.end(data=b"")                               # graceful half-close (END)
     await s.read() -> bytes                       # next chunk, b"" at EOF, raises UDXError
     s.on_data / s.on_end / s.on_message / s.on_close(error)   # optional callbacks instead
@@ -46,10 +47,17 @@ Raw streams for a blind relay (what blind-relay does with udx-native)::
 The firewall runs for packets reaching a stream that is not connected on the arrival
 socket; without one such packets are dropped (udx-native's default). A relayed stream
 forwards every packet it receives to its destination's peer with bytes 4..7 replaced by
-the destination's `remote_id` — nothing else is touched, nothing is ACKed or buffered;
-packets arriving before the destination is connected are dropped, as in libudx. A DESTROY
-passing through closes both streams; closing either stream locally closes its partner and
-sends nothing.
+the destination's `remote_id` — nothing else is touched, nothing is ACKed or reordered.
+Packets arriving before the destination is connected are held (at most 64, then dropped)
+and sent when it connects; libudx drops them all and the sender's 1 s RTO repairs that
+(udx.md §9.4, §11.2 MAY). A DESTROY passing through closes both streams; closing either
+stream locally closes its partner and sends nothing. A stream closed gracefully lingers
+3 s to re-ACK a retransmitted END (Node has no TIME_WAIT).
+
+Counters for metrics: `sock.stats` (`SocketStats`: received/sent/relayed/dropped/foreign
+packets and bytes, send and callback errors); every datagram the socket could not use —
+malformed, unknown id with no `on_datagram`, firewall-rejected, invalid ack, out-of-window
+seq, relay partner gone — counts in `dropped_packets`. Nothing raises out of the reader.
 """
 
 from __future__ import annotations

@@ -16,17 +16,18 @@ import errno
 import socket
 import struct
 import sys
+from typing import Any
 
 MSG_DONTWAIT = 0x40
 IOV = struct.Struct("=QQ")
-HDR_NAME = struct.Struct("=QI")
 _AGAIN = (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR)
 NAME_STRIDE = 32
 HDR_SIZE = 64  # struct mmsghdr on 64-bit Linux: msghdr (56) + msg_len (4) + padding
 
 
 def available() -> bool:
-    return sys.platform.startswith("linux") and struct.calcsize("P") == 8
+    """64-bit little-endian Linux: the struct layouts and the word test below assume it."""
+    return sys.platform.startswith("linux") and struct.calcsize("P") == 8 and sys.byteorder == "little"
 
 
 def _address(buf: bytearray) -> int:
@@ -82,8 +83,13 @@ class BatchIO:
         siov_addr = _address(self.siov)
         self.shdr = bytearray(batch * HDR_SIZE)
         self.shdr_addr = _address(self.shdr)
+        name_len = 16 if family == socket.AF_INET else 28  # one family per socket
         for j in range(batch):
-            struct.pack_into("=QI4xQQ", self.shdr, j * HDR_SIZE, 0, 0, siov_addr + j * 16, 1)
+            struct.pack_into("=QI4xQQ", self.shdr, j * HDR_SIZE, 0, name_len, siov_addr + j * 16, 1)
+        # per packet the fast path stores iovec base/length and the name pointer through these
+        self.siov_q = memoryview(self.siov).cast("Q")
+        self.shdr_q = memoryview(self.shdr).cast("Q")
+        self.targets: list[Any] = [None] * batch
 
     def recv(self) -> int:
         """Datagrams received into the batch (0 when the socket is drained)."""

@@ -311,3 +311,61 @@ async def test_udx_socket_survives_100k_bad_datagrams_and_counts_them(batched: b
     raw.close()
     udx_a.close()
     udx_b.close()
+
+
+async def test_udx_batched_relay_keeps_order_when_the_socket_buffer_is_full() -> None:
+    """sendmmsg reporting EAGAIN part-way: the rest is queued in order and sent when writable."""
+    import ctypes
+    import errno
+
+    udx = UDX()
+    sock = await udx.create_socket(LOOP, 0, use_mmsg=True)
+    io = sock._mmsg
+    assert io is not None
+    real = io._sendmmsg
+    calls: list[int] = []
+
+    def full_after_one(fd: int, hdr: int, n: int, flags: int) -> int:
+        calls.append(n)
+        if len(calls) == 1:
+            return real(fd, hdr, 1, flags)  # the kernel takes one datagram...
+        ctypes.set_errno(errno.EAGAIN)  # ...then the send buffer is full
+        return -1
+
+    io._sendmmsg = full_after_one
+    ea = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    ed = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    for e in (ea, ed):
+        e.bind((LOOP, 0))
+        e.setblocking(False)
+    loop = asyncio.get_running_loop()
+
+    def fw_for(peer_id: int):  # type: ignore[no-untyped-def]
+        def fw(stream, s, addr):  # type: ignore[no-untyped-def]
+            stream.connect(s, peer_id, addr)
+            return False
+
+        return fw
+
+    rb = udx.create_stream(firewall=fw_for(0xA))
+    rc = udx.create_stream(firewall=fw_for(0xD))
+    rb.relay_to(rc)
+    rc.relay_to(rb)
+    relay = (LOOP, sock.port)
+    # connect both sides (slow path), then a burst on the fast path
+    ed.sendto(encode(HEARTBEAT, rc.id, DEFAULT_RWND, 0, 0), relay)
+    await wait_for(lambda: rc.connected)
+    ea.sendto(encode(HEARTBEAT, rb.id, DEFAULT_RWND, 0, 0), relay)
+    assert await asyncio.wait_for(loop.sock_recv(ed, 2048), 10) == encode(HEARTBEAT, 0xD, DEFAULT_RWND, 0, 0)
+    await wait_for(lambda: rb._fast is not None)
+    burst = [encode(DATA, rb.id, DEFAULT_RWND, seq, 0, bytes([seq]) * 100) for seq in range(5)]
+    for d in burst:
+        ea.sendto(d, relay)
+    got = [await asyncio.wait_for(loop.sock_recv(ed, 2048), 10) for _ in burst]
+    assert got == [d[:4] + struct.pack("<I", 0xD) + d[8:] for d in burst]
+    assert len(calls) >= 2 and sock.stats.send_errors == 0  # EAGAIN was hit and recovered from
+    assert not sock._sendq
+    io._sendmmsg = real
+    ea.close()
+    ed.close()
+    udx.close()
