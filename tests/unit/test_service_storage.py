@@ -165,3 +165,23 @@ def test_unreadable_key_file_is_an_error_and_is_kept(open_tmp: Path) -> None:
     assert code == 3, msg
     assert "permission denied" in msg and "no new key is made" in msg
     assert (store / PRIMARY_KEY_FILE).read_bytes() == key
+
+
+def test_readable_but_unwritable_storage_is_an_error(open_tmp: Path) -> None:
+    from relay.service.storage import check_writable
+
+    store = open_tmp / "ro"
+    key = load_primary_key(store).key
+    os.chmod(store / PRIMARY_KEY_FILE, 0o644)
+    os.chmod(store, 0o755)  # the relay's user may read the key but not write the runtime file
+    if os.geteuid() != 0:
+        os.chmod(store, 0o555)
+
+    def run() -> None:
+        assert load_primary_key(store).key == key
+        check_writable(store)
+
+    code, msg = _as_nobody(run)
+    assert code == 3, msg
+    assert msg == f"storage directory {store} is not writable: permission denied"
+    assert (store / PRIMARY_KEY_FILE).read_bytes() == key
