@@ -435,12 +435,16 @@ class DHTNode:
             # as dht-rpc: one more walk, now from the server socket (and with our id if persistent)
             await self._background_query(self.table.id)
         self.bootstrapped = True
-        log.info(
-            "dht bootstrapped: %d nodes, firewalled=%s, public=%s",
-            len(self.table),
-            self.firewalled,
-            self.remote_address(),
-        )
+        if len(self.table) == 0 and self.bootstrap_nodes:
+            names = ", ".join(f"{h}:{p}" for h, p in self.bootstrap_nodes)
+            log.warning("dht bootstrap: no DHT node answered (%s)", names)
+        else:
+            log.info(
+                "dht bootstrapped: %d nodes, firewalled=%s, public=%s",
+                len(self.table),
+                self.firewalled,
+                self.remote_address(),
+            )
 
     async def _resolve_bootstrap(self) -> list[Address]:
         out: list[Address] = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 from collections.abc import Iterator
 
@@ -163,8 +164,9 @@ async def test_port_in_use_is_one_clear_error() -> None:
         taken.close()
 
 
-async def test_unreachable_bootstrap_finishes_firewalled_and_empty() -> None:
+async def test_unreachable_bootstrap_finishes_firewalled_and_empty(caplog: pytest.LogCaptureFixture) -> None:
     # a port nobody listens on: the walk times out (4 s) and the node says so in its stats
+    caplog.set_level(logging.INFO, logger="relay.dht")
     dead = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     dead.bind(("127.0.0.1", 0))
     port = dead.getsockname()[1]
@@ -176,6 +178,10 @@ async def test_unreachable_bootstrap_finishes_firewalled_and_empty() -> None:
         st_ = node.stats()
         assert st_["bootstrapped"] and st_["firewalled"] and st_["nodes"] == 0 and st_["public_host"] is None
         assert node.remote_address() is None
+        # the log must not call an empty walk "bootstrapped": it says nothing answered, as a warning
+        logged = [(r.levelno, r.getMessage()) for r in caplog.records if r.name.startswith("relay.dht")]
+        assert not any("dht bootstrapped" in m for _, m in logged), logged
+        assert any(lvl == logging.WARNING and "no DHT node answered" in m for lvl, m in logged), logged
         with pytest.raises(DHTError, match="no DHT bootstrap node answered") as exc:
             await node.bootstrap(require_reply=True)
         assert exc.value.code == "BOOTSTRAP_FAILED"
