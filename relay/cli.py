@@ -14,7 +14,7 @@ import contextlib
 import logging
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -85,7 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="HOST:PORT for GET /metrics and /stats, or off (default 127.0.0.1:49738)",
     )
     p.add_argument("--allow", action="append", default=[], metavar="KEY", help="peer key allowed to pair (repeatable)")
-    p.add_argument("--allow-file", action="append", default=[], metavar="PATH", help="file of allowed keys, one a line")
+    p.add_argument(
+        "--allow-file", action="append", default=[], metavar="PATH", help="allowed keys, one a line (reread on SIGHUP)"
+    )
     p.add_argument("--log-format", choices=("text", "json"), default="text", help="log lines on stderr (default text)")
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
     p.add_argument("--systemd-unit", action="store_true", help="print a hardened systemd unit for these flags and exit")
@@ -211,8 +213,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         allow=allow,
         limits=_limits(args),
     )
+
+    def reload_allow(app: RelayApp) -> None:
+        """SIGHUP: read --allow/--allow-file again; new sessions see the new list at once."""
+        try:
+            app.config.allow = build_allow_list(args.allow, args.allow_file)
+        except AllowListError as e:
+            log.warning("allow-list not reloaded, keeping the old one: %s", e)
+            return
+        n = "open" if app.config.allow is None else len(app.config.allow)
+        log.info("allow-list reloaded", extra={"keys": n})
+
     try:
-        return _run(config, RelayApp, (RelayStartError, MetricsError, StorageError))
+        return _run(config, RelayApp, (RelayStartError, MetricsError, StorageError), reload_allow)
     except KeyboardInterrupt:
         return EXIT_OK
     finally:
@@ -227,13 +240,20 @@ def _new_loop() -> asyncio.AbstractEventLoop:
     return uvloop.new_event_loop()
 
 
-def _run(config: RelayConfig, app_cls: type[RelayApp], errors: tuple[type[Exception], ...]) -> int:
+def _run(
+    config: RelayConfig,
+    app_cls: type[RelayApp],
+    errors: tuple[type[Exception], ...],
+    reload_allow: Callable[[RelayApp], None] | None = None,
+) -> int:
     async def amain() -> int:
         app = app_cls(config)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
+        if reload_allow is not None:
+            loop.add_signal_handler(signal.SIGHUP, lambda: reload_allow(app))
         starting = asyncio.ensure_future(app.start())
         stopping = asyncio.ensure_future(stop.wait())
         await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)

@@ -78,6 +78,8 @@ def render_unit(
         "[Service]",
         "Type=simple",
         f"ExecStart={command}",
+        "# systemctl reload: reread --allow-file",
+        "ExecReload=/bin/kill -HUP $MAINPID",
         "Restart=on-failure",
         "RestartSec=5s",
         "KillSignal=SIGTERM",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
 import socket
 import subprocess
 import time
@@ -251,6 +252,14 @@ def test_interop_relay_allow_list(node: str, testnet: Testnet, tmp_path: Path) -
         m = metrics(r)
         assert m["blind_relay_limit_rejections_total{limit=not_allowed}"] >= 1
         assert m["blind_relay_pairings_matched"] == 1
+        # the operator adds the other peer's key and sends SIGHUP: no restart, same key, it relays now
+        other = encode_id(key_pair(bytes.fromhex(other_seed)).public_key)
+        allow_file.write_text(f"{allowed}\n{other}\n")
+        assert r.proc is not None
+        r.proc.send_signal(signal.SIGHUP)
+        wait_until(lambda: "allow-list reloaded" in r.stderr)
+        now_ok = run_peers(node, testnet.bootstrap, r.key, r.port, "client", size=20_000, seed=other_seed)
+        assert_relayed(now_ok, r)
 
 
 def test_interop_relay_pending_caps_and_timeout(node: str, testnet: Testnet, tmp_path: Path) -> None:

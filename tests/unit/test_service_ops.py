@@ -86,6 +86,7 @@ def test_unit_is_hardened_and_runs_the_given_flags() -> None:
         "StateDirectory=blind-relay",
         "Restart=on-failure",
         "NoNewPrivileges=yes",
+        "ExecReload=/bin/kill -HUP $MAINPID",
         "ProtectSystem=strict",
         "ProtectHome=yes",
         "CapabilityBoundingSet=",
