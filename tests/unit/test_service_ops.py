@@ -135,6 +135,7 @@ def test_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
 
 
 @given(st.text(max_size=80))
+@settings(deadline=None)
 def test_parse_address_never_raises_anything_but_value_error(text: str) -> None:
     try:
         out = parse_address(text)
@@ -144,7 +145,7 @@ def test_parse_address_never_raises_anything_but_value_error(text: str) -> None:
 
 
 @given(st.text(max_size=300))
-@settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=50)
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=50, deadline=None)
 def test_allow_file_random_text_is_keys_or_a_located_error(tmp_path: Path, text: str) -> None:
     f = tmp_path / "allow"
     f.write_text(text)

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from relay.encoding import DecodeError
@@ -57,6 +57,7 @@ def test_head_without_seed_is_none() -> None:
 
 
 @given(st.binary(max_size=80))
+@settings(deadline=None)
 def test_random_head_bytes_decode_or_raise_decode_error(data: bytes) -> None:
     try:
         seed = decode_corestore_head(data)
