@@ -140,12 +140,10 @@ def node_id(addr: Address) -> bytes:
     return hash32(encode_address(addr))
 
 
-def _decode_guard(what: str, fn: Callable[[Reader], T], data: bytes) -> T:
+def _decode_guard(what: str, fn: Callable[[Reader], T], data: bytes, start: int = 0) -> T:
     try:
-        return fn(Reader(data))
-    except DecodeError as e:
-        raise DHTError(f"bad {what}: {e}", "BAD_MESSAGE") from None
-    except (IndexError, KeyError, ValueError, TypeError) as e:
+        return fn(Reader(data, start))
+    except (DecodeError, IndexError, KeyError, ValueError, TypeError) as e:
         raise DHTError(f"bad {what}: {e}", "BAD_MESSAGE") from None
 
 
@@ -179,13 +177,7 @@ class Request:
             | (8 if self.target is not None else 0)
             | (16 if self.value is not None else 0)
         )
-        w.uint8(flags)
-        w.uint16(self.tid)
-        w.ipv4_address(self.to)
-        if self.id is not None:
-            w.fixed32(self.id)
-        if self.token is not None:
-            w.fixed32(self.token)
+        _write_head(w, flags, self.tid, self.to, self.id, self.token)
         w.uint(self.command)
         if self.target is not None:
             w.fixed32(self.target)
@@ -216,13 +208,7 @@ class Response:
             | (8 if self.error > 0 else 0)
             | (16 if self.value is not None else 0)
         )
-        w.uint8(flags)
-        w.uint16(self.tid)
-        w.ipv4_address(self.to)
-        if self.id is not None:
-            w.fixed32(self.id)
-        if self.token is not None:
-            w.fixed32(self.token)
+        _write_head(w, flags, self.tid, self.to, self.id, self.token)
         if self.closer_nodes:
             w.array(self.closer_nodes, Writer.ipv4_address)
         if self.error > 0:
@@ -232,25 +218,39 @@ class Response:
         return w.getvalue()
 
 
-def _read_request(r: Reader) -> Request:
+def _write_head(w: Writer, flags: int, tid: int, to: Address, id_: bytes | None, token: bytes | None) -> None:
+    """The part of a frame after its type byte that requests and responses share."""
+    w.uint8(flags)
+    w.uint16(tid)
+    w.ipv4_address(to)
+    if id_ is not None:
+        w.fixed32(id_)
+    if token is not None:
+        w.fixed32(token)
+
+
+def _read_head(r: Reader) -> tuple[int, int, Address, bytes | None, bytes | None]:
+    """flags, tid, to, id, token: the inverse of `_write_head`."""
     flags = r.uint()
-    tid = r.uint16()
-    to = r.ipv4_address()
-    id_ = r.fixed32() if flags & 1 else None
-    token = r.fixed32() if flags & 2 else None
-    internal = bool(flags & 4)
+    return (
+        flags,
+        r.uint16(),
+        r.ipv4_address(),
+        r.fixed32() if flags & 1 else None,
+        r.fixed32() if flags & 2 else None,
+    )
+
+
+def _read_request(r: Reader) -> Request:
+    flags, tid, to, id_, token = _read_head(r)
     command = r.uint()
     target = r.fixed32() if flags & 8 else None
     value = r.buffer() if flags & 16 else None
-    return Request(tid, to, command, internal, id_, token, target, value)
+    return Request(tid, to, command, bool(flags & 4), id_, token, target, value)
 
 
 def _read_response(r: Reader) -> Response:
-    flags = r.uint()
-    tid = r.uint16()
-    to = r.ipv4_address()
-    id_ = r.fixed32() if flags & 1 else None
-    token = r.fixed32() if flags & 2 else None
+    flags, tid, to, id_, token = _read_head(r)
     closer = _addresses(r) if flags & 4 else []
     error = r.uint() if flags & 8 else 0
     value = r.buffer() if flags & 16 else None
@@ -264,9 +264,9 @@ def decode_message(data: bytes) -> Request | Response:
         raise DHTError("datagram too short for dht-rpc", "BAD_MESSAGE")
     kind = data[0]
     if kind == REQUEST_ID:
-        return _decode_guard("request", lambda r: (r.uint8(), _read_request(r))[1], data)
+        return _decode_guard("request", _read_request, data, 1)
     if kind == RESPONSE_ID:
-        return _decode_guard("response", lambda r: (r.uint8(), _read_response(r))[1], data)
+        return _decode_guard("response", _read_response, data, 1)
     raise DHTError(f"not a dht-rpc datagram (type byte 0x{kind:02x})", "BAD_MESSAGE")
 
 
