@@ -210,8 +210,11 @@ class LocalRunner(Runner):
                 self.label,
                 "timeout",
             ) from None
-        except BaseException:  # cancelled by the UI: take the command down with us
+        except BaseException:  # cancelled by the UI or Ctrl-C: take the command down with us
             _kill_group(proc.pid)
+            # reap it before the cancellation ends, so its transport never outlives the event loop
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(proc.wait())
             raise
         output = "\n".join(lines)
         if code == 127:

@@ -60,6 +60,30 @@ async def test_local_timeout_kills_the_command(tmp_path: Path) -> None:
         os.kill(pid, 0)
 
 
+async def test_local_cancel_kills_and_reaps_the_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Ctrl-C in `cosmictui jobs --watch` cancels a running command: it must be killed AND reaped
+    # before the cancellation finishes, or its transport outlives the event loop ("Event loop is
+    # closed" traceback at exit).
+    procs: list[asyncio.subprocess.Process] = []
+    real = asyncio.create_subprocess_shell
+
+    async def spy(*args: object, **kwargs: object) -> asyncio.subprocess.Process:
+        proc = await real(*args, **kwargs)  # type: ignore[arg-type]
+        procs.append(proc)
+        return proc
+
+    monkeypatch.setattr(asyncio, "create_subprocess_shell", spy)
+    started = asyncio.Event()
+    task = asyncio.ensure_future(
+        LocalRunner(str(tmp_path)).run("echo up; sleep 60", on_output=lambda line: started.set())
+    )
+    await asyncio.wait_for(started.wait(), 30)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert procs and procs[0].returncode is not None  # reaped, not just signalled
+
+
 async def test_local_atomic_write_keeps_mode_and_makes_backup(tmp_path: Path) -> None:
     env = tmp_path / ".env"
     env.write_bytes(b"A=1\r\n")
