@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 import nacl.bindings
 import nacl.exceptions
@@ -43,16 +43,13 @@ K = TypeVar("K")
 V = TypeVar("V")
 
 
-class GenerationCache(Generic[K, V]):
-    """xache: entries live in `latest` until a GC moves them to `oldest`; the next GC
-    drops what is still there. Reading moves an entry back to `latest`."""
+class _TwoGenerations:
+    """What xache and record-cache share: a GC every 2/3 of `max_age`, counted from the
+    first tick; `gc()` (each cache's own) ages one generation out."""
 
-    def __init__(self, max_size: int = MAX_SIZE, max_age: float = MAX_AGE) -> None:
+    def __init__(self, max_size: int, max_age: float) -> None:
         self.max_size = max_size
         self.max_age = max_age
-        self.latest: dict[K, V] = {}
-        self.oldest: dict[K, V] = {}
-        self.retained: dict[K, V] = {}
         self._next_gc: float | None = None
 
     def tick(self, now: float) -> None:
@@ -61,6 +58,20 @@ class GenerationCache(Generic[K, V]):
         elif now >= self._next_gc:
             self._next_gc = now + self.max_age * 2 / 3
             self.gc()
+
+    def gc(self) -> None:
+        raise NotImplementedError
+
+
+class GenerationCache(_TwoGenerations, Generic[K, V]):
+    """xache: entries live in `latest` until a GC moves them to `oldest`; the next GC
+    drops what is still there. Reading moves an entry back to `latest`."""
+
+    def __init__(self, max_size: int = MAX_SIZE, max_age: float = MAX_AGE) -> None:
+        super().__init__(max_size, max_age)
+        self.latest: dict[K, V] = {}
+        self.oldest: dict[K, V] = {}
+        self.retained: dict[K, V] = {}
 
     def gc(self) -> None:
         self.oldest = self.latest
@@ -97,22 +108,13 @@ class GenerationCache(Generic[K, V]):
         return len(self.latest) + len(self.oldest) + len(self.retained)
 
 
-class RecordCache:
+class RecordCache(_TwoGenerations):
     """record-cache: per target, records keyed by public key, fresh and stale sets."""
 
     def __init__(self, max_size: int = MAX_SIZE, max_age: float = MAX_AGE) -> None:
-        self.max_size = max_size
-        self.max_age = max_age
+        super().__init__(max_size, max_age)
         self.fresh: dict[bytes, dict[bytes, bytes]] = {}
         self.stale: dict[bytes, dict[bytes, bytes]] = {}
-        self._next_gc: float | None = None
-
-    def tick(self, now: float) -> None:
-        if self._next_gc is None:
-            self._next_gc = now + self.max_age * 2 / 3
-        elif now >= self._next_gc:
-            self._next_gc = now + self.max_age * 2 / 3
-            self.gc()
 
     def gc(self) -> None:
         self.stale = self.fresh
@@ -193,7 +195,7 @@ class Persistent:
         self.mutables: GenerationCache[bytes, bytes] = GenerationCache(max_size // 2, 48 * 3600.0)
         self.immutables: GenerationCache[bytes, bytes] = GenerationCache(max_size // 2, 48 * 3600.0)
 
-    def caches(self) -> Iterator[GenerationCache[bytes, Any] | RecordCache]:
+    def caches(self) -> Iterator[_TwoGenerations]:
         yield from (self.forwards, self.records, self.bumps, self.refreshes, self.mutables, self.immutables)
 
     def tick(self, now: float) -> None:
@@ -267,14 +269,11 @@ class Persistent:
         peer = PeerRecord(ann.peer.public_key, ann.peer.relay_addresses[:3])
         record = peer.encode()
         announce_self = hash32(peer.public_key) == target
-        if announce_self:
-            self.forwards.set(target, Forward(src, record))
-            self.records.remove(target, peer.public_key)
-        else:
+        if not announce_self:
             current = self.bumps.get(target) or 0
             if current < ann.bump <= (wall_clock + MAX_BUMP_DRIFT) * 1000:
                 self.bumps.set(target, ann.bump)
-            self.records.add(target, peer.public_key, record)
+        self._store(target, peer.public_key, record, announce_self, src)
         if ann.refresh is not None:
             self.refreshes.set(ann.refresh, _Refresh(target, record, announce_self))
         return Answer(None, token=False, closer_nodes=False)
@@ -284,15 +283,19 @@ class Persistent:
         r = self.refreshes.get(active)
         if r is None:
             return None
-        public_key = r.record[:32]
-        if r.announce_self:
-            self.forwards.set(r.target, Forward(src, r.record))
-            self.records.remove(r.target, public_key)
-        else:
-            self.records.add(r.target, public_key, r.record)
+        self._store(r.target, r.record[:32], r.record, r.announce_self, src)
         self.refreshes.delete(active)
         self.refreshes.set(token, r)
         return Answer(None, token=False, closer_nodes=False)
+
+    def _store(self, target: bytes, public_key: bytes, record: bytes, announce_self: bool, src: Address) -> None:
+        """An announce of the key itself is a forward (handshakes for it go to `src`);
+        any other is one more record under `target`."""
+        if announce_self:
+            self.forwards.set(target, Forward(src, record))
+            self.records.remove(target, public_key)
+        else:
+            self.records.add(target, public_key, record)
 
     def _unannounce(self, target: bytes, token: bytes | None, value: bytes | None) -> Answer | None:
         if token is None or value is None:
