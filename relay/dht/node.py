@@ -109,6 +109,20 @@ def filter_node(addr: Address) -> bool:
     return host != "150.136.142.116"
 
 
+def spawn(tasks: set[asyncio.Task[Any]], coro: Any, what: str, level: int) -> None:
+    """Run `coro` in the background, held in `tasks` until it ends so that close() can
+    cancel it; its failure is logged at `level` rather than left for the loop to find."""
+    t = asyncio.ensure_future(coro)
+    tasks.add(t)
+
+    def done(t: asyncio.Task[Any]) -> None:
+        tasks.discard(t)
+        if not t.cancelled() and t.exception() is not None:
+            log.log(level, "%s failed: %r", what, t.exception())
+
+    t.add_done_callback(done)
+
+
 class _Call:
     """Context of a plain awaited request: resolves a future."""
 
@@ -710,15 +724,7 @@ class DHTNode:
         self._spawn(self._background_query(node.id if node else self.table.id))
 
     def _spawn(self, coro: Any) -> None:
-        t = asyncio.ensure_future(coro)
-        self._tasks.add(t)
-
-        def done(t: asyncio.Task[Any]) -> None:
-            self._tasks.discard(t)
-            if not t.cancelled() and t.exception() is not None:
-                log.debug("background task failed: %r", t.exception())
-
-        t.add_done_callback(done)
+        spawn(self._tasks, coro, "background task", logging.DEBUG)
 
     def _down_hint(self, to: Address, down: Address) -> None:
         if self._down_hints_sent >= DOWN_HINTS_PER_TICK:

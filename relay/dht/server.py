@@ -40,7 +40,7 @@ from .messages import (
     PayloadError,
     hash32,
 )
-from .node import DHTNode
+from .node import DHTNode, spawn
 from .router import Relay, Respond, server_handshake_reply
 from .rpc import SERVER, IncomingRequest
 
@@ -431,15 +431,7 @@ class HyperDHTServer:
         p.socket.close()
 
     def _spawn(self, coro: Any) -> None:
-        t = asyncio.ensure_future(coro)
-        self._tasks.add(t)
-
-        def done(t: asyncio.Task[Any]) -> None:
-            self._tasks.discard(t)
-            if not t.cancelled() and t.exception() is not None:
-                log.warning("holepunch task failed: %r", t.exception())
-
-        t.add_done_callback(done)
+        spawn(self._tasks, coro, "holepunch task", logging.WARNING)
 
     # ------------------------------------------------------------------ timers
 
