@@ -395,14 +395,26 @@ def key_change_warning(
         previous = attach(previous_storage)
         if previous is not None:
             notes.append(f"A relay is running on {_abs(previous_storage)} (pid {previous.pid}, key {previous.key}).")
-    for other in running or ():
-        seen_before = previous_storage is not None and other.storage == _abs(previous_storage)
-        if other.storage != path and not seen_before and other.key != key:
-            now = "holds no key yet" if key is None else f"has key {key}"
-            notes.append(
-                f"A relay already runs here on storage {other.storage} (pid {other.pid}, key {other.key}); "
-                f"{path} {now}."
-            )
+    # Other relays on this host only hint at a key change when nothing says which key this
+    # deployment uses: restarting on last time's storage, or on one whose key the .env lists,
+    # keeps the key however many unrelated relays run beside it.
+    known_good = key is not None and (
+        (previous_storage is not None and _abs(previous_storage) == path) or key in configured_keys
+    )
+    elsewhere = [
+        other
+        for other in running or ()
+        if not known_good
+        and other.storage != path
+        and not (previous_storage is not None and other.storage == _abs(previous_storage))
+        and other.key != key
+    ]
+    for other in elsewhere[:3]:
+        notes.append(f"A relay already runs here on storage {other.storage} (pid {other.pid}, key {other.key}).")
+    if len(elsewhere) > 3:
+        notes.append(f"(and {len(elsewhere) - 3} more relays)")
+    if elsewhere:
+        notes.append(f"{path} " + ("holds no key yet." if key is None else f"has key {key}."))
     if configured_keys:
         if key is None:
             notes.append(f"{path} holds no key yet: the relay will make a new key that is not in the .env.")

@@ -135,3 +135,26 @@ def test_relay_command() -> None:
         "--metrics",
         "off",
     ]
+
+
+def _other_relay(storage: str, n: int) -> RelayRuntime:
+    return RelayRuntime(10_000 + n, f"key{n:049d}", "127.0.0.1", 40_000 + n, None, 0.0, "0.1.0", storage)
+
+
+def test_restarting_on_the_known_storage_is_no_key_change_even_beside_other_relays(tmp_path: Path) -> None:
+    # Seen in the wizard: restarting the relay on the storage it used last time (key already in
+    # the .env) warned "This changes the relay key" only because unrelated relays ran on the host.
+    storage = tmp_path / "relay-storage"
+    storage.mkdir()
+    (storage / "primary-key").write_bytes(os.urandom(32))
+    key = storage_key(str(storage))
+    assert key is not None
+    others = [_other_relay(str(tmp_path / f"other{i}"), i) for i in range(6)]
+    assert key_change_warning(str(storage), previous_storage=str(storage), running=others) is None
+    assert key_change_warning(str(storage), configured_keys=[key], running=others) is None
+    # nothing known about this deployment yet: other relays are still worth a warning, kept short
+    first_time = key_change_warning(str(storage), running=others)
+    assert first_time is not None and "already runs here" in first_time
+    assert first_time.count("already runs here") <= 3 and "and 3 more" in first_time
+    # a key that differs from the .env's still warns, whatever else runs
+    assert key_change_warning(str(storage), configured_keys=["someotherkey"], running=others) is not None
