@@ -257,7 +257,10 @@ async def test_udx_socket_survives_100k_bad_datagrams_and_counts_them(batched: b
         if k == 2:
             return b"\xff" + bytes([rng.choice([0, 2, 255])]) + rng.randbytes(40)  # wrong version
         if k == 3:
-            return encode(rng.randrange(64), rng.getrandbits(32) | 1 << 31 ^ ids[0], rng.getrandbits(32), 0, 0)
+            unknown = rng.getrandbits(32)
+            while unknown in udx_b.streams:
+                unknown = rng.getrandbits(32)
+            return encode(rng.randrange(64), unknown, rng.getrandbits(32), 0, 0)  # id of no stream
         if k == 4:  # our stream, acknowledging data never sent (absurd ack), any type but heartbeat
             t = rng.randrange(64) & ~HEARTBEAT
             ack = (b.core.seq + rng.randrange(1, 2**31)) & 0xFFFFFFFF
