@@ -18,7 +18,7 @@ import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, Unpack
 
 import psutil
 
@@ -42,17 +42,17 @@ from .query import Candidate, Query
 from .router import Relay, Respond, Route, route_handshake, route_holepunch
 from .rpc import (
     CLIENT,
-    DEFAULT_RETRIES,
-    DEFAULT_TIMEOUT,
     RPC,
     SERVER,
     IncomingRequest,
     PendingRequest,
     Reply,
     RequestFailed,
+    RequestOptions,
     RequestReceived,
     RequestRetrying,
     ResponseReceived,
+    SendOptions,
 )
 from .table import NatSampler, Node, RoutingTable
 from .transport import UDPEndpoint
@@ -579,37 +579,10 @@ class DHTNode:
 
     # ------------------------------------------------------------------ requests
 
-    def _send(
-        self,
-        to: Address,
-        command: int,
-        *,
-        internal: bool = False,
-        target: bytes | None = None,
-        value: bytes | None = None,
-        token: bytes | None = None,
-        socket: str | None = None,
-        retries: int = DEFAULT_RETRIES,
-        timeout: float = DEFAULT_TIMEOUT,
-        to_id: bytes | None = None,
-        context: Any = None,
-    ) -> PendingRequest:
+    def _send(self, to: Address, command: int, **options: Unpack[SendOptions]) -> PendingRequest:
         if self._loop is None:
             raise DHTError("node is not bound", "NOT_BOUND")
-        p = self.rpc.request(
-            to,
-            command,
-            self._now(),
-            internal=internal,
-            target=target,
-            value=value,
-            token=token,
-            socket=socket,
-            retries=retries,
-            timeout=timeout,
-            to_id=to_id,
-            context=context,
-        )
+        p = self.rpc.request(to, command, self._now(), **options)
         self._flush()
         return p
 
@@ -618,49 +591,23 @@ class DHTNode:
         to: Address,
         command: int,
         *,
-        internal: bool = False,
-        value: bytes | None = None,
         replied: Callable[[Reply], None] | None = None,
         failed: Callable[[DHTError], None] | None = None,
-        retries: int = DEFAULT_RETRIES,
+        **options: Unpack[RequestOptions],
     ) -> PendingRequest | None:
         try:
-            return self._send(
-                to, command, internal=internal, value=value, retries=retries, context=_Callback(replied, failed)
-            )
+            return self._send(to, command, context=_Callback(replied, failed), **options)
         except DHTError as e:
             if failed:
                 failed(e)
             return None
 
-    async def request(
-        self,
-        to: Address,
-        command: int,
-        *,
-        internal: bool = False,
-        target: bytes | None = None,
-        value: bytes | None = None,
-        token: bytes | None = None,
-        socket: str | None = None,
-        retries: int = DEFAULT_RETRIES,
-        timeout: float = DEFAULT_TIMEOUT,
-    ) -> Reply:
-        """Send one request and wait for its reply (raises DHTError on timeout)."""
+    async def request(self, to: Address, command: int, **options: Unpack[RequestOptions]) -> Reply:
+        """Send one request and wait for its reply (raises DHTError on timeout). Options
+        (`internal`, `target`, `value`, `token`, `socket`, `retries`, `timeout`) as `RPC.request`."""
         await self.bind()
         fut: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
-        p = self._send(
-            to,
-            command,
-            internal=internal,
-            target=target,
-            value=value,
-            token=token,
-            socket=socket,
-            retries=retries,
-            timeout=timeout,
-            context=_Call(fut),
-        )
+        p = self._send(to, command, context=_Call(fut), **options)
         try:
             return await fut
         finally:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from .messages import (
     REQUEST_ID,
@@ -39,6 +39,26 @@ ROTATE_EVERY = 10  # drains: secrets rotate every 7.5 s, a token lives 7.5-15 s
 DEFAULT_TIMEOUT = 1.0
 DEFAULT_RETRIES = 3
 MAX_WINDOW = 80
+
+
+class RequestOptions(TypedDict, total=False):
+    """What a caller may set on one request; the defaults are `RPC.request`'s."""
+
+    internal: bool
+    target: bytes | None
+    value: bytes | None
+    token: bytes | None
+    socket: str | None
+    retries: int
+    timeout: float
+
+
+class SendOptions(RequestOptions, total=False):
+    """`RequestOptions` plus what the node runtime attaches: the receiver's id (to evict it
+    on a timeout) and the context that hears the outcome."""
+
+    to_id: bytes | None
+    context: Any
 
 
 @dataclass(slots=True, eq=False)
