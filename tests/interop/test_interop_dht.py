@@ -7,6 +7,7 @@ import contextlib
 import random
 import socket
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -20,9 +21,10 @@ pytestmark = [pytest.mark.interop, pytest.mark.timeout(120)]
 
 
 @contextlib.asynccontextmanager
-async def python_node(tn: NodeTestnet) -> AsyncIterator[DHTNode]:
+async def python_node(tn: NodeTestnet, **options: Any) -> AsyncIterator[DHTNode]:
+    """A bootstrapped Python node on the testnet; `options` go to DHTNode (firewalled, ephemeral)."""
     udx = UDX()
-    node = DHTNode(bootstrap=tn.bootstrap, host="127.0.0.1", port=0, udx=udx)
+    node = DHTNode(bootstrap=tn.bootstrap, host="127.0.0.1", port=0, udx=udx, **options)
     try:
         await asyncio.wait_for(node.bootstrap(), 30)
         yield node
@@ -44,6 +46,19 @@ async def echo(conn: Connection) -> None:
         async for msg in conn.secret_stream:
             conn.secret_stream.send(msg)
         conn.secret_stream.end()
+
+
+async def echo_server(py: DHTNode) -> tuple[HyperDHTServer, list[Connection]]:
+    """A listening server that echoes on every connection and keeps them, in order."""
+    conns: list[Connection] = []
+
+    async def on_connection(conn: Connection) -> None:
+        conns.append(conn)
+        await echo(conn)
+
+    server = HyperDHTServer(py, key_pair(), on_connection)
+    await asyncio.wait_for(server.listen(), 30)
+    return server, conns
 
 
 async def test_interop_dht_node_bootstraps_and_answers_node_peers(node: str) -> None:
@@ -99,15 +114,8 @@ async def test_interop_dht_announce_found_by_node_and_unannounced_on_close(node:
 
 async def test_interop_dht_node_client_connects_and_echoes(node: str) -> None:
     async with NodeTestnet.start(node, size=4) as tn, python_node(tn) as py:
-        kp = key_pair()
-        conns: list[Connection] = []
-
-        async def on_connection(conn: Connection) -> None:
-            conns.append(conn)
-            await echo(conn)
-
-        server = HyperDHTServer(py, kp, on_connection)
-        await asyncio.wait_for(server.listen(), 30)
+        server, conns = await echo_server(py)
+        kp = server.key_pair
         message = "hello from a node hyperdht client " * 20
         res = await tn.call("connect", key=kp.public_key.hex(), message=message)
         assert res["ok"], res
@@ -125,15 +133,8 @@ async def test_interop_dht_node_client_connects_and_echoes(node: str) -> None:
 
 async def test_interop_dht_reconnect_goes_direct_and_survives_garbage(node: str) -> None:
     async with NodeTestnet.start(node, size=4) as tn, python_node(tn) as py:
-        kp = key_pair()
-        conns: list[Connection] = []
-
-        async def on_connection(conn: Connection) -> None:
-            conns.append(conn)
-            await echo(conn)
-
-        server = HyperDHTServer(py, kp, on_connection)
-        await asyncio.wait_for(server.listen(), 30)
+        server, conns = await echo_server(py)
+        kp = server.key_pair
 
         # 5000 random datagrams (some shaped like dht-rpc and UDX frames) at the shared port first
         rng = random.Random(4)
@@ -164,24 +165,17 @@ async def test_interop_dht_reconnect_goes_direct_and_survives_garbage(node: str)
 async def test_interop_dht_firewalled_server_still_reached_on_same_host(node: str) -> None:
     # firewalled=True: we never claim OPEN, so the reply carries holepunch relays and no public address;
     # a Node client on the same host takes hyperdht's same-IP shortcut to our local address
-    async with NodeTestnet.start(node, size=4) as tn:
-        udx = UDX()
-        py = DHTNode(bootstrap=tn.bootstrap, host="127.0.0.1", port=0, udx=udx, firewalled=True)
-        try:
-            await asyncio.wait_for(py.bootstrap(), 30)
-            assert py.stats()["firewalled"] and py.remote_address() is None
-            server = HyperDHTServer(py, key_pair(), echo)
-            await asyncio.wait_for(server.listen(), 30)
-            # while firewalled we announce from the client socket; the announce nodes saw that address
-            assert {r.peer_address for r in server.announcer.relays} == {py.client_socket.address}
-            res = await tn.call("connect", key=server.public_key.hex(), message="behind a wall")
-            assert res["ok"] and res["echo"] == "behind a wall", res
-            assert server.stats["connections"] == 1
-            assert res["rawStream"]["remotePort"] in (py.local_address()[1], py.client_socket.address[1])
-            await server.close()
-        finally:
-            await py.close()
-            udx.close()
+    async with NodeTestnet.start(node, size=4) as tn, python_node(tn, firewalled=True) as py:
+        assert py.stats()["firewalled"] and py.remote_address() is None
+        server = HyperDHTServer(py, key_pair(), echo)
+        await asyncio.wait_for(server.listen(), 30)
+        # while firewalled we announce from the client socket; the announce nodes saw that address
+        assert {r.peer_address for r in server.announcer.relays} == {py.client_socket.address}
+        res = await tn.call("connect", key=server.public_key.hex(), message="behind a wall")
+        assert res["ok"] and res["echo"] == "behind a wall", res
+        assert server.stats["connections"] == 1
+        assert res["rawStream"]["remotePort"] in (py.local_address()[1], py.client_socket.address[1])
+        await server.close()
 
 
 async def test_interop_dht_refused_connection_resets_the_node_client(node: str) -> None:
@@ -235,89 +229,75 @@ async def test_interop_dht_reannounces_when_announce_nodes_die(node: str) -> Non
 
 async def test_interop_dht_persistent_python_node_serves_storage_for_node_peers(node: str) -> None:
     # ephemeral=False: after the reachability check the node sends its id and stores for others
-    async with NodeTestnet.start(node, size=3) as tn:
-        udx = UDX()
-        py = DHTNode(bootstrap=tn.bootstrap, host="127.0.0.1", port=0, udx=udx, ephemeral=False)
-        try:
-            await asyncio.wait_for(py.bootstrap(), 30)
-            port = py.local_address()[1]
-            assert py.persistent is not None and py.id == node_id(("127.0.0.1", port))
-            pong = await tn.call("ping", host="127.0.0.1", port=port)
-            assert pong["ok"] and pong["nodeId"] == py.id.hex()  # Node validated our id
+    async with NodeTestnet.start(node, size=3) as tn, python_node(tn, ephemeral=False) as py:
+        port = py.local_address()[1]
+        assert py.persistent is not None and py.id == node_id(("127.0.0.1", port))
+        pong = await tn.call("ping", host="127.0.0.1", port=port)
+        assert pong["ok"] and pong["nodeId"] == py.id.hex()  # Node validated our id
 
-            # a Node server announces; with 2 persistent Node nodes around, we are an announce node
-            served = await tn.call("serve")
-            key = bytes.fromhex(served["key"])
-            fwd = py.persistent.forwards.get(hash32(key))
-            assert fwd is not None and fwd.record[:32] == key and fwd.relay in tn.node_addresses
-            found = await tn.call("findPeer", key=key.hex())
-            assert ("127.0.0.1", port) in {(f["from"]["host"], f["from"]["port"]) for f in found["found"]}
-            res = await tn.call("connect", key=key.hex(), message="via the dht")
-            assert res["ok"] and res["echo"] == "via the dht", res
-            # a client told to start at our node: we relay its handshake to the Node server and back
-            relayed_before = py.stats_relayed
-            me = [{"host": "127.0.0.1", "port": port}]
-            res = await tn.call("connect", key=key.hex(), message="through python", relayAddresses=me)
-            assert res["ok"] and res["echo"] == "through python", res
-            assert py.stats_relayed >= relayed_before + 2  # FROM_CLIENT out, FROM_SERVER back as REPLY
+        # a Node server announces; with 2 persistent Node nodes around, we are an announce node
+        served = await tn.call("serve")
+        key = bytes.fromhex(served["key"])
+        fwd = py.persistent.forwards.get(hash32(key))
+        assert fwd is not None and fwd.record[:32] == key and fwd.relay in tn.node_addresses
+        found = await tn.call("findPeer", key=key.hex())
+        assert ("127.0.0.1", port) in {(f["from"]["host"], f["from"]["port"]) for f in found["found"]}
+        res = await tn.call("connect", key=key.hex(), message="via the dht")
+        assert res["ok"] and res["echo"] == "via the dht", res
+        # a client told to start at our node: we relay its handshake to the Node server and back
+        relayed_before = py.stats_relayed
+        me = [{"host": "127.0.0.1", "port": port}]
+        res = await tn.call("connect", key=key.hex(), message="through python", relayAddresses=me)
+        assert res["ok"] and res["echo"] == "through python", res
+        assert py.stats_relayed >= relayed_before + 2  # FROM_CLIENT out, FROM_SERVER back as REPLY
 
-            # immutable, mutable and topic records written by Node land here and are read back
-            imm = await tn.call("immutablePut", value="an immutable value")
-            assert imm["ok"] and py.persistent.immutables.get(bytes.fromhex(imm["hash"])) == b"an immutable value"
-            got = await tn.call("immutableGet", hash=imm["hash"])
-            assert got["value"] == "an immutable value"
-            mut = await tn.call("mutablePut", value="v1", seq=3)
-            assert mut["ok"], mut
-            stored = py.persistent.mutables.get(hash32(bytes.fromhex(mut["publicKey"])))
-            assert stored is not None and b"v1" in stored
-            got = await tn.call("mutableGet", publicKey=mut["publicKey"])
-            assert got["value"] == "v1" and got["seq"] == 3
-            topic = hash32(b"a topic").hex()
-            ann = await tn.call("announceTopic", topic=topic)
-            assert ann["ok"], ann
-            assert py.persistent.records.get(bytes.fromhex(topic), 20)
-            look = await tn.call("lookupTopic", topic=topic)
-            ours = [f for f in look["found"] if (f["from"]["host"], f["from"]["port"]) == ("127.0.0.1", port)]
-            assert ours and ours[0]["peers"] == [ann["publicKey"]]
-            assert py.internal_errors == 0
-        finally:
-            await py.close()
-            udx.close()
+        # immutable, mutable and topic records written by Node land here and are read back
+        imm = await tn.call("immutablePut", value="an immutable value")
+        assert imm["ok"] and py.persistent.immutables.get(bytes.fromhex(imm["hash"])) == b"an immutable value"
+        got = await tn.call("immutableGet", hash=imm["hash"])
+        assert got["value"] == "an immutable value"
+        mut = await tn.call("mutablePut", value="v1", seq=3)
+        assert mut["ok"], mut
+        stored = py.persistent.mutables.get(hash32(bytes.fromhex(mut["publicKey"])))
+        assert stored is not None and b"v1" in stored
+        got = await tn.call("mutableGet", publicKey=mut["publicKey"])
+        assert got["value"] == "v1" and got["seq"] == 3
+        topic = hash32(b"a topic").hex()
+        ann = await tn.call("announceTopic", topic=topic)
+        assert ann["ok"], ann
+        assert py.persistent.records.get(bytes.fromhex(topic), 20)
+        look = await tn.call("lookupTopic", topic=topic)
+        ours = [f for f in look["found"] if (f["from"]["host"], f["from"]["port"]) == ("127.0.0.1", port)]
+        assert ours and ours[0]["peers"] == [ann["publicKey"]]
+        assert py.internal_errors == 0
 
 
 async def test_interop_dht_firewalled_server_holepunches_with_a_firewalled_node_client(node: str) -> None:
     # neither side claims OPEN and the client's same-host shortcut is off: only a holepunch
     # through our puncher socket (its mapping sampled from DHT nodes, probes echoed) connects
-    async with NodeTestnet.start(node, size=5) as tn:
-        udx = UDX()
-        py = DHTNode(bootstrap=tn.bootstrap, host="127.0.0.1", port=0, udx=udx, firewalled=True)
-        try:
-            await asyncio.wait_for(py.bootstrap(), 30)
-            conns: list[tuple[Connection, int]] = []
+    async with NodeTestnet.start(node, size=5) as tn, python_node(tn, firewalled=True) as py:
+        conns: list[tuple[Connection, int]] = []
 
-            async def on_connection(conn: Connection) -> None:
-                conns.append((conn, conn.stream.socket.port))
-                await echo(conn)
+        async def on_connection(conn: Connection) -> None:
+            conns.append((conn, conn.stream.socket.port))
+            await echo(conn)
 
-            server = HyperDHTServer(py, key_pair(), on_connection)
-            await asyncio.wait_for(server.listen(), 30)
-            res = await tn.call(
-                "connect",
-                key=server.public_key.hex(),
-                message="punched through",
-                dhtOpts={"quickFirewall": False},
-                connectOpts={"localConnection": False},
-                timeoutMs=30000,
-            )
-            assert res["ok"] and res["echo"] == "punched through", res
-            assert res["clientFirewalled"]
-            ((conn, port),) = conns
-            assert conn.stream.socket not in (py.server_socket, py.client_socket)  # made for this client
-            assert res["rawStream"]["remotePort"] == port
-            assert server.stats["holepunches"] >= 1
-            # the punch socket goes away with its stream (the client closed it)
-            await wait_until(lambda: conn.stream.socket.closed)
-            await server.close()
-        finally:
-            await py.close()
-            udx.close()
+        server = HyperDHTServer(py, key_pair(), on_connection)
+        await asyncio.wait_for(server.listen(), 30)
+        res = await tn.call(
+            "connect",
+            key=server.public_key.hex(),
+            message="punched through",
+            dhtOpts={"quickFirewall": False},
+            connectOpts={"localConnection": False},
+            timeoutMs=30000,
+        )
+        assert res["ok"] and res["echo"] == "punched through", res
+        assert res["clientFirewalled"]
+        ((conn, port),) = conns
+        assert conn.stream.socket not in (py.server_socket, py.client_socket)  # made for this client
+        assert res["rawStream"]["remotePort"] == port
+        assert server.stats["holepunches"] >= 1
+        # the punch socket goes away with its stream (the client closed it)
+        await wait_until(lambda: conn.stream.socket.closed)
+        await server.close()
