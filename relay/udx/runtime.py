@@ -136,7 +136,7 @@ class UDXSocket:
         sock.setblocking(False)
         if reuse_port:
             sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEPORT, 1)
-        for size in (1 << 20, 1 << 19, 1 << 18):
+        for size in (4 << 20, 2 << 20, 1 << 20, 1 << 19, 1 << 18):  # bounded by net.core.[rw]mem_max
             try:
                 sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_RCVBUF, size)
                 sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_SNDBUF, size)
