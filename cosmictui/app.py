@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import shutil
+import signal
 import sys
 from pathlib import Path, PurePath
 from typing import Any, ClassVar
@@ -9,6 +12,7 @@ from typing import Any, ClassVar
 from textual.app import App
 from textual.binding import Binding
 
+from cosmictui.ops import progress as progress_mod
 from cosmictui.ops.config import ConfigError, load_settings
 from cosmictui.screens.context import WizardContext
 from cosmictui.screens.wizard import WizardScreen
@@ -21,12 +25,27 @@ class WizardApp(App[int]):
     CSS_PATH: ClassVar[list[str | PurePath]] = ["app.tcss", "screens/wizard.tcss"]
     BINDINGS = [Binding("ctrl+q", "quit", "Quit", show=False, priority=True)]  # noqa: RUF012
 
-    def __init__(self, ctx: WizardContext) -> None:
+    #: Signals that end the wizard like q does, so `main_wizard`'s cleanup runs: SIGHUP when the
+    #: terminal (or tmux pane) closes, SIGTERM from `kill` or a service manager.
+    EXIT_SIGNALS = (signal.SIGHUP, signal.SIGTERM)
+
+    def __init__(self, ctx: WizardContext, *, handle_signals: bool = False) -> None:
         super().__init__()
         self.ctx = ctx
+        self._handle_signals = handle_signals
+        self.exit_signal: int | None = None
 
     def on_mount(self) -> None:
+        if self._handle_signals:
+            loop = asyncio.get_running_loop()
+            for sig in self.EXIT_SIGNALS:
+                loop.add_signal_handler(sig, self._exit_on_signal, sig)
         self.push_screen(WizardScreen(self.ctx))
+
+    def _exit_on_signal(self, sig: int) -> None:
+        # Without this the default action kills the process and the demo's relay and DHT live on.
+        self.exit_signal = sig
+        self.exit(return_code=128 + sig)
 
     def open_monitor(self) -> None:
         """Push the relay monitor (owned by the monitor engineer) for the wizard's relay."""
@@ -45,6 +64,10 @@ class WizardApp(App[int]):
         self.push_screen(MonitorScreen([target]))
 
     async def on_unmount(self) -> None:
+        if self._handle_signals:
+            loop = asyncio.get_running_loop()
+            for sig in self.EXIT_SIGNALS:
+                loop.remove_signal_handler(sig)
         await self.ctx.close()
 
 
@@ -73,11 +96,33 @@ def main_wizard(deployment: str | None, demo: bool, config: str | None) -> int:
         return 2
     if ctx.demo is not None:
         print(f"cosmictui: demo sandbox in {ctx.demo.root}", file=sys.stderr)
-    app = WizardApp(ctx)
+    app = WizardApp(ctx, handle_signals=True)
+
+    def early_exit(sig: int, _frame: object) -> None:  # until the app's loop takes the signals over
+        raise SystemExit(128 + sig)
+
+    previous = {sig: signal.signal(sig, early_exit) for sig in WizardApp.EXIT_SIGNALS}
     try:
         result = app.run()
     finally:
         if ctx.demo is not None:
-            # The demo is throwaway: stop its relay and private DHT with the wizard.
-            ctx.demo.close()
-    return result or 0
+            close_demo(ctx)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if app.exit_signal is not None:
+        return 128 + app.exit_signal
+    return result or app.return_code or 0
+
+
+def close_demo(ctx: WizardContext) -> None:
+    """The demo is throwaway: stop its relay and private DHT, remove its files and saved progress.
+
+    Never called for a real deployment: there the relay outlives the wizard and progress is kept
+    so a rerun resumes.
+    """
+    demo = ctx.demo
+    try:
+        demo.close()
+    finally:
+        progress_mod.clear_progress(ctx.settings.deployment)
+        shutil.rmtree(demo.root, ignore_errors=True)
