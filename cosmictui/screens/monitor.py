@@ -202,7 +202,9 @@ class MonitorScreen(Screen[None]):
             tail.path = w.target.log_path(w.last.stats if w.last else None)
         lines, changed = tail.read()
         log = self.query_one("#log", Log)
-        log.border_subtitle = str(tail.path) if tail.path else "no log file known"
+        subtitle = str(tail.path) if tail.path else "no log file known"
+        if log.border_subtitle != subtitle:  # setting it, even to the same text, repaints everything
+            log.border_subtitle = subtitle
         if changed:
             log.clear()
             log.write_lines(lines[-200:] if lines else [f"(no log at {tail.path})" if tail.path else "(no log)"])
