@@ -246,7 +246,9 @@ class UDXSocket:
         streams = self.udx.streams
         st = self.stats
         v6 = self.family == _socket.AF_INET6
-        for _ in range(RECV_BATCH):
+        for k in range(RECV_BATCH):
+            if k & 31 == 31 and self._dirty:
+                self._flush_dirty()  # ACK what the last 32 datagrams delivered
             try:
                 n, addr = recv_into(buf)
             except (BlockingIOError, InterruptedError):
@@ -344,10 +346,10 @@ class UDXSocket:
                 st.relayed_packets += j
                 st.relayed_bytes += fw_bytes
                 self._flush_batch(io, j, fw_bytes)
+            if self._dirty:
+                self._flush_dirty()  # ACK what this batch delivered before reading more
             if count < io.batch:
                 break
-        if self._dirty:
-            self._flush_dirty()
 
     def _flush_batch(self, io: mmsg.BatchIO, count: int, nbytes: int) -> None:
         st = self.stats
