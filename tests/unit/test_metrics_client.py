@@ -264,3 +264,35 @@ def test_human_units():
     assert m.human_bytes(None) == "–"
     assert m.human_duration(3725) == "1h02m05s"
     assert m.human_duration(90061) == "1d 01h01m"
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.floats(0.05, 30.0), st.integers(0, 10**9), st.booleans()),
+        min_size=2,
+        max_size=30,
+    )
+)
+def test_rates_add_back_up_to_the_counter_and_a_restart_never_goes_negative(steps):
+    """Sum of rate × interval over a watch's samples equals what the counter grew by; a restart
+    (new pid, counter from zero) starts fresh instead of producing a negative rate."""
+    w = m.RelayWatch(m.Target(metrics="127.0.0.1:1"))
+    t, counter, pid, grown = 0.0, 0, 1, 0.0
+    first = True
+    for dt, inc, restart in steps:
+        t += dt
+        if restart and not first:
+            pid, counter = pid + 1, 0
+        else:
+            counter += inc
+            if not first:
+                grown += inc
+        w.observe(_scrape(t, pid=pid, blind_relay_relayed_bytes_total=counter))
+        if w.rates is not None:
+            assert w.rates["relayed_bytes"] >= 0
+            grown -= w.rates["relayed_bytes"] * w.rates.seconds
+        elif not first:
+            grown = 0.0  # a restart: nothing to account for across it
+        first = False
+    assert abs(grown) <= 1e-6 * max(1.0, float(counter))
