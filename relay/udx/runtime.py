@@ -181,7 +181,13 @@ class UDXSocket:
 
     def send(self, data: bytes | bytearray | memoryview, addr: Address) -> None:
         """Send a non-UDX datagram (dht-rpc) from this socket."""
-        self._sendto(data, addr)
+        self._sendto(data, self._wire_addr(addr))
+
+    def _wire_addr(self, addr: Address) -> Address:
+        """IPv4 peers of a dual-stack IPv6 socket are addressed as ::ffff:a.b.c.d."""
+        if self.family == _socket.AF_INET6 and ":" not in addr[0]:
+            return ("::ffff:" + addr[0], addr[1])
+        return (addr[0], addr[1])
 
     def close(self) -> None:
         if self.closed:
@@ -268,11 +274,11 @@ class UDXSocket:
                         if t is not None and t._socket is self and not self._sendq and not buf[2] & DESTROY:
                             buf[4:8] = t._remote_id_le
                             try:
-                                self._sock.sendto(mv[:n], t._remote_addr)  # type: ignore[arg-type]
+                                self._sock.sendto(mv[:n], t._send_addr)  # type: ignore[arg-type]
                                 st.sent_packets += 1
                                 st.sent_bytes += n
                             except BlockingIOError:
-                                self._sendq.append((bytes(mv[:n]), t._remote_addr))  # type: ignore[arg-type]
+                                self._sendq.append((bytes(mv[:n]), t._send_addr))  # type: ignore[arg-type]
                                 self.loop.add_writer(self._sock.fileno(), self._on_writable)
                             except OSError:
                                 st.send_errors += 1
@@ -363,8 +369,8 @@ class UDXSocket:
             for k, d in rest:
                 t = io.targets[k]
                 st.sent_bytes -= len(d)
-                if len(self._sendq) < SEND_QUEUE_MAX and t is not None and t._remote_addr is not None:
-                    self._sendq.append((d, t._remote_addr))
+                if len(self._sendq) < SEND_QUEUE_MAX and t is not None and t._send_addr is not None:
+                    self._sendq.append((d, t._send_addr))
                 else:
                     st.send_errors += 1
             for t in set(io.targets[:count]):
@@ -388,7 +394,7 @@ class UDXSocket:
                         return
                 t = s._relay
                 if t is not None:
-                    dst = t._remote_addr
+                    dst = t._send_addr
                     if dst is not None and t._socket is not None:
                         buf[4:8] = t._remote_id_le
                         t._socket._sendto(buf, dst)
@@ -475,6 +481,7 @@ class UDXStream:
         self.framed = framed
         self._socket: UDXSocket | None = None
         self._remote_addr: Address | None = None
+        self._send_addr: Address | None = None  # as the socket wants it (v4-mapped on IPv6)
         self._remote_id_le = b"\0\0\0\0"
         self._relay: UDXStream | None = None
         self._relayed_from: list[UDXStream] = []
@@ -559,6 +566,7 @@ class UDXStream:
             raise UDXError("socket is closed", "ECLOSED")
         self._socket = socket
         self._remote_addr = (addr[0], addr[1])
+        self._send_addr = socket._wire_addr(self._remote_addr)
         self._remote_id_le = _u32.pack(remote_id & U32)
         self._set_sockaddr()
         self._core.connect(remote_id, ipv6=":" in addr[0], ack=ack)
@@ -570,10 +578,10 @@ class UDXStream:
         """Forward what a relay partner sent before this stream learned its peer's address."""
         early, self._early = self._early, []
         sock = self._socket
-        assert sock is not None and self._remote_addr is not None
+        assert sock is not None and self._send_addr is not None
         for d, _ in early:
             out = d[:4] + self._remote_id_le + d[8:]
-            sock._sendto(out, self._remote_addr)
+            sock._sendto(out, self._send_addr)
             sock.stats.relayed_packets += 1
             sock.stats.relayed_bytes += len(out)
 
@@ -582,6 +590,7 @@ class UDXStream:
             raise UDXError("stream is not connected", "ENOTCONN")
         self._socket = socket
         self._remote_addr = (addr[0], addr[1])
+        self._send_addr = socket._wire_addr(self._remote_addr)
         self._remote_id_le = _u32.pack(remote_id & U32)
         self._set_sockaddr()
         self._core.change_remote(remote_id, ipv6=":" in addr[0])
@@ -705,9 +714,9 @@ class UDXStream:
     def _flush(self, now: float) -> None:
         core = self._core
         out = core.poll(now)
-        if out and self._socket is not None and self._remote_addr is not None:
+        if out and self._socket is not None and self._send_addr is not None:
             sendto = self._socket._sendto
-            dst = self._remote_addr
+            dst = self._send_addr
             for d in out:
                 sendto(d, dst)
         if core.events:

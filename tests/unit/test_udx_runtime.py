@@ -65,6 +65,31 @@ async def test_udx_python_streams_transfer_and_close_over_loopback(batched: bool
     udx_b.close()
 
 
+async def test_udx_dual_stack_socket_talks_to_ipv4_peers(batched: bool) -> None:
+    """A socket bound to "::" reaches IPv4 peers; addresses are reported in plain IPv4 form."""
+    seen: list[tuple[str, int]] = []
+    udx_a, udx_b = UDX(), UDX()
+    sa = await udx_a.create_socket("::", 0, on_datagram=lambda d, addr: seen.append(addr), use_mmsg=batched)
+    sb = await udx_b.create_socket(LOOP, 0)
+    a, b = udx_a.create_stream(), udx_b.create_stream()
+    a.connect(sa, b.id, (LOOP, sb.port))
+    b.connect(sb, a.id, (LOOP, sa.port))
+    a.write(b"ping")
+    assert await asyncio.wait_for(b.read(), 10) == b"ping"
+    b.write(b"pong")
+    assert await asyncio.wait_for(a.read(), 10) == b"pong"
+    sb.send(b"\x03dht", (LOOP, sa.port))
+    await wait_for(lambda: bool(seen))
+    assert seen == [(LOOP, sb.port)]
+    back: list[bytes] = []
+    sb.on_datagram = lambda d, addr: back.append(d)
+    sa.send(b"\x13back", (LOOP, sb.port))  # an IPv4 destination on the IPv6 socket
+    await wait_for(lambda: back == [b"\x13back"])
+    assert sa.stats.send_errors == 0
+    udx_a.close()
+    udx_b.close()
+
+
 async def test_udx_framed_stream_delivers_whole_frames() -> None:
     """framed=True hands out whole 3-byte-length-prefixed frames however the bytes were cut."""
     udx_a, udx_b = UDX(), UDX()
