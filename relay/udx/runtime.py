@@ -436,6 +436,10 @@ class UDXSocket:
             return False
         try:
             drop = fw(s, self, addr)
+        except UDXError as e:  # e.g. a second connect, as blind-relay's firewall throws in libudx
+            self.stats.callback_errors += 1
+            log.debug("udx: firewall refused a packet for stream %#010x from %s: %s", s.id, addr, e)
+            return False
         except Exception:
             self.stats.callback_errors += 1
             log.exception("udx: firewall callback failed")
