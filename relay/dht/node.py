@@ -17,7 +17,6 @@ import socket as socketlib
 import struct
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Protocol, Unpack
 
 import psutil
@@ -251,11 +250,6 @@ class _QueryRun:
             self.done.set_result(self.query)
 
 
-@dataclass(slots=True)
-class _FirewallProbe:
-    hosts: set[str]
-
-
 class DHTNode:
     """A dht-rpc node on one server socket (shareable with UDX) plus a client socket.
 
@@ -316,7 +310,7 @@ class DHTNode:
         self._down_hints_sent = 0
         self._none_persistent_samples: list[str] = []
         self._resolved_bootstrap: list[Address] | None = None
-        self._probe: _FirewallProbe | None = None
+        self._probe: set[str] | None = None  # hosts that reached the server port during a PING_NAT check
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._tick_handle: asyncio.TimerHandle | None = None
@@ -517,7 +511,7 @@ class DHTNode:
         if self.destroyed:
             return
         if socket == SERVER and self._probe is not None:
-            self._probe.hosts.add(addr[0])
+            self._probe.add(addr[0])
         if len(data) < 2 or data[0] not in (0x03, 0x13):
             extra = self._extra_sockets.get(socket)
             if extra is not None and extra[1] is not None and len(data) == 1:
@@ -820,7 +814,7 @@ class DHTNode:
                 log.info("network interfaces changed: re-announcing")
                 for server in list(self.servers.values()):
                     server.refresh()
-        if self.persistent is not None and self._loop is not None:
+        if self.persistent is not None:
             self.persistent.tick(self._loop.time())
         if (self._adaptive and self.rpc.ephemeral) or (self._detect_firewall and self.firewalled):
             self._stable_ticks -= 1
@@ -882,7 +876,7 @@ class DHTNode:
                 self.refresh()
         self.persistent = Persistent(id_)
         for target, server in self.servers.items():
-            self.persistent.forwards.retain(target, Forward(None, PeerRecord(server.public_key).encode()))
+            self._retain_forward(target, server)
         log.info("dht node is persistent with id %s", id_.hex()[:16])
 
     @staticmethod
@@ -899,7 +893,12 @@ class DHTNode:
         """A HyperDHTServer listening here: handshakes for `target` go to it."""
         self.servers[target] = server
         if self.persistent is not None:
-            self.persistent.forwards.retain(target, Forward(None, PeerRecord(server.public_key).encode()))
+            self._retain_forward(target, server)
+
+    def _retain_forward(self, target: bytes, server: Any) -> None:
+        """A persistent node answers FIND_PEER for its own servers' keys (never expires)."""
+        assert self.persistent is not None
+        self.persistent.forwards.retain(target, Forward(None, PeerRecord(server.public_key).encode()))
 
     def unregister_server(self, target: bytes) -> None:
         self.servers.pop(target, None)
@@ -912,7 +911,7 @@ class DHTNode:
             nodes += await self._resolve_bootstrap()
         if not nodes:
             return True
-        probe = self._probe = _FirewallProbe(set())
+        probe = self._probe = set()
         try:
             results = await asyncio.gather(
                 *(self.request(a, Internal.PING_NAT, internal=True, value=self._port_value()) for a in nodes),
@@ -922,7 +921,7 @@ class DHTNode:
             self._probe = None
         count = 0
         for r in results:
-            if isinstance(r, Reply) and r.peer.host in probe.hosts:
+            if isinstance(r, Reply) and r.peer.host in probe:
                 count += 1
                 sampler.add(*r.to)
         if count < (3 if len(nodes) >= 5 else 1):
@@ -984,10 +983,7 @@ class DHTNode:
                 if ans is not None:
                     self.rpc.reply(inc, ans.value, error=ans.error, token=ans.token, closer_nodes=ans.closer_nodes)
                 return
-        handled = False
-        if self.on_request is not None:
-            handled = self.on_request(inc)
-        if not handled:
+        if self.on_request is None or not self.on_request(inc):
             self.rpc.reply(inc, error=ErrorCode.UNKNOWN_COMMAND, closer_nodes=req.target is not None)
 
     def _route(self, inc: IncomingRequest) -> None:
