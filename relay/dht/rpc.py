@@ -69,6 +69,7 @@ class PendingRequest:
     to: Address
     socket: str
     message: Request
+    data: bytes  # `message` encoded, sent as is on every retransmission
     retries: int = DEFAULT_RETRIES
     timeout: float = DEFAULT_TIMEOUT
     to_id: bytes | None = None
@@ -78,13 +79,6 @@ class PendingRequest:
     started: float = 0.0
     done: bool = False
     queued: bool = False
-    _data: bytes | None = None
-
-    @property
-    def data(self) -> bytes:
-        if self._data is None:
-            self._data = self.message.encode()
-        return self._data
 
 
 @dataclass(slots=True)
@@ -310,8 +304,8 @@ class RPC:
             target=target,
             value=value,
         )
-        p = PendingRequest(tid, to, sock, msg, retries, timeout, to_id, context, started=now)
-        msg.encode()  # fail here, not later in a timer, if the address is not IPv4
+        # encoded now, once: a non-IPv4 address fails here, not later in a timer
+        p = PendingRequest(tid, to, sock, msg, msg.encode(), retries, timeout, to_id, context, started=now)
         self.inflight[tid] = p
         self.stats["requests"] += 1
         self._ensure_drain(now)
