@@ -88,26 +88,27 @@ class RoutingTable:
         self.size += 1
         return True
 
-    def remove(self, id: bytes) -> bool:
-        row = self.rows[self._row_index(id)]
-        if row is None:
-            return False
-        j = bisect_left(row.ids, id)
-        if j < len(row.ids) and row.ids[j] == id:
-            del row.ids[j]
-            del row.nodes[j]
-            self.size -= 1
-            return True
-        return False
-
-    def get(self, id: bytes) -> Node | None:
+    def _find(self, id: bytes) -> tuple[Row, int] | None:
+        """Where `id` sits: its row and its index there, or None when it is not in the table."""
         row = self.rows[self._row_index(id)]
         if row is None:
             return None
         j = bisect_left(row.ids, id)
-        if j < len(row.ids) and row.ids[j] == id:
-            return row.nodes[j]
-        return None
+        return (row, j) if j < len(row.ids) and row.ids[j] == id else None
+
+    def remove(self, id: bytes) -> bool:
+        found = self._find(id)
+        if found is None:
+            return False
+        row, j = found
+        del row.ids[j]
+        del row.nodes[j]
+        self.size -= 1
+        return True
+
+    def get(self, id: bytes) -> Node | None:
+        found = self._find(id)
+        return found[0].nodes[found[1]] if found is not None else None
 
     def has(self, id: bytes) -> bool:
         return self.get(id) is not None
