@@ -2,8 +2,10 @@
 
 The two stdout lines are a contract (operators and the wizard copy the key from them):
 `Using corestore storage at <abs path>` then `Server listening on <z32 key>`. Everything
-else goes to stderr. Failures the operator can fix print one `blind-relay: error: …` line
-and exit 1; usage errors exit 2; SIGINT/SIGTERM close cleanly with exit 0.
+else goes to stderr. Exit codes (also in `--help`): 0 clean exit (SIGINT/SIGTERM too); 1 runtime
+error, one `blind-relay: error: …` line (storage, key, port, bootstrap, allow file); 2 usage
+error, argparse style (a flag value that can never work: bad port, key, limit, or a
+`--systemd-unit` that would fail or change the key).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import shlex
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -19,12 +22,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import relay
-from relay.service.allow import AllowListError, build_allow_list
+from relay.service.allow import AllowListError, build_allow_list, parse_key
 from relay.service.limits import Limits
 from relay.service.logs import configure_logging
 from relay.service.metrics import DEFAULT_METRICS_HOST, DEFAULT_METRICS_PORT, MetricsError, parse_address
 from relay.service.storage import StorageError, StorageLock, check_writable, load_primary_key, relay_key_pair
-from relay.service.systemd import render_unit
+from relay.service.systemd import DEFAULT_STATE_DIR, render_unit
 
 if TYPE_CHECKING:
     from relay.service.app import RelayApp, RelayConfig
@@ -34,6 +37,13 @@ log = logging.getLogger("relay")
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
+
+EXIT_CODES_HELP = """exit codes:
+  0  clean exit (SIGINT/SIGTERM close the relay cleanly)
+  1  runtime error, one 'blind-relay: error: ...' line: storage or key unreadable, storage in use
+     by another relay, port in use, no bootstrap node answered, allow file unreadable or bad
+  2  usage error: a flag value that can never work (port, --allow key, limits, --metrics,
+     --bootstrap), or a --systemd-unit that would fail at boot or start with another key"""
 
 
 def _port(text: str) -> int:
@@ -54,6 +64,26 @@ def _metrics(text: str) -> str:
     return text
 
 
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{v} must be at least 1")
+    return v
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < v < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} must be a positive number of seconds")
+    return v
+
+
 def _bootstrap(text: str) -> list[str]:
     nodes = [n.strip() for n in text.split(",") if n.strip()]
     if not nodes:
@@ -69,6 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="blind-relay",
         description="Blind relay for HyperDHT peers (Python, Node-free; a drop-in for blind-relay-service).",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "-s", "--storage", default=None, help="storage directory holding the relay's key (default ./corestore)"
@@ -91,34 +123,46 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-format", choices=("text", "json"), default="text", help="log lines on stderr (default text)")
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
     p.add_argument("--systemd-unit", action="store_true", help="print a hardened systemd unit for these flags and exit")
+    p.add_argument(
+        "--unit-exec",
+        metavar="CMD",
+        default=None,
+        help="with --systemd-unit: the relay command the unit runs, e.g. /opt/blind-relay/bin/blind-relay "
+        "(default: this one; it must not live under /home, /root or /tmp)",
+    )
     p.add_argument("--version", action="version", version=f"blind-relay (cosmictui relay) {relay.__version__}")
     d = Limits()
     g = p.add_argument_group("limits")
-    g.add_argument("--max-sessions", type=int, default=d.max_sessions, help=f"open sessions (default {d.max_sessions})")
+    g.add_argument(
+        "--max-sessions", type=_positive_int, default=d.max_sessions, help=f"open sessions (default {d.max_sessions})"
+    )
     g.add_argument(
         "--max-pending",
-        type=int,
+        type=_positive_int,
         default=d.max_pending_total,
         help=f"pending pairings, total ({d.max_pending_total})",
     )
     g.add_argument(
         "--max-pending-per-session",
-        type=int,
+        type=_positive_int,
         default=d.max_pending_per_session,
         help=f"pending pairings per session ({d.max_pending_per_session})",
     )
     g.add_argument(
         "--pending-timeout",
-        type=float,
+        type=_positive_seconds,
         default=d.pending_timeout,
         help=f"seconds a pairing may wait ({d.pending_timeout})",
     )
     g.add_argument(
-        "--max-active-pairs", type=int, default=d.max_active_pairs, help=f"relayed pairs at once ({d.max_active_pairs})"
+        "--max-active-pairs",
+        type=_positive_int,
+        default=d.max_active_pairs,
+        help=f"relayed pairs at once ({d.max_active_pairs})",
     )
     g.add_argument(
         "--handshakes-per-address",
-        type=int,
+        type=_positive_int,
         default=d.handshakes_per_address,
         help=f"handshake burst per source address ({d.handshakes_per_address}, refilled "
         f"{d.handshake_refill_per_second}/s)",
@@ -127,7 +171,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    return build_parser().parse_args(argv)
+    """Parse and check the flags; anything the command line alone gets wrong exits 2 (argparse style)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    for k in args.allow:
+        try:
+            parse_key(k, "--allow")
+        except AllowListError as e:
+            parser.error(str(e))
+    if args.unit_exec is not None and not args.systemd_unit:
+        parser.error("--unit-exec only goes with --systemd-unit")
+    return args
 
 
 def _limits(args: argparse.Namespace) -> Limits:
@@ -167,27 +221,47 @@ def _unit_extra_args(args: argparse.Namespace) -> list[str]:
     return out
 
 
+def _note(message: str) -> None:
+    print(f"blind-relay: note: {message}", file=sys.stderr, flush=True)
+
+
+def _systemd_unit(args: argparse.Namespace) -> int:
+    """Print the unit on stdout; notes (which key it will have, what to create) on stderr."""
+    try:
+        command = shlex.split(args.unit_exec) if args.unit_exec else None
+        unit = render_unit(
+            storage=str(Path(args.storage).resolve()) if args.storage else None,
+            port=args.port,
+            host=args.host,
+            bootstrap=",".join(args.bootstrap) if args.bootstrap else None,
+            metrics=args.metrics,
+            allow=args.allow,
+            allow_files=args.allow_file,
+            log_format=args.log_format,
+            extra_args=_unit_extra_args(args),
+            command=command,
+        )
+    except ValueError as e:  # UnitError, or unbalanced quotes in --unit-exec
+        build_parser().error(str(e))
+    if not args.storage:
+        here = Path("./corestore").resolve()
+        _note(
+            f"no --storage: the unit keeps its key in {DEFAULT_STATE_DIR}, while a plain `blind-relay` run "
+            f"from here uses {here}; these are two different keys unless you copy {here} into "
+            f"{DEFAULT_STATE_DIR} first (or pass --storage to choose)"
+        )
+    for note in unit.notes:
+        _note(note)
+    print(unit.text, end="", flush=True)
+    return EXIT_OK
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     configure_logging(args.log_format, args.log_level)
 
     if args.systemd_unit:
-        print(
-            render_unit(
-                storage=str(Path(args.storage).resolve()) if args.storage else None,
-                port=args.port,
-                host=args.host,
-                bootstrap=",".join(args.bootstrap) if args.bootstrap else None,
-                metrics=args.metrics,
-                allow=args.allow,
-                allow_files=args.allow_file,
-                log_format=args.log_format,
-                extra_args=_unit_extra_args(args),
-            ),
-            end="",
-            flush=True,
-        )
-        return EXIT_OK
+        return _systemd_unit(args)
 
     storage = Path(args.storage or "./corestore").resolve()
     print(f"Using corestore storage at {storage}", flush=True)
@@ -198,7 +272,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         lock = StorageLock(storage)
     except (StorageError, AllowListError) as e:
         return _fail(str(e))
-    log.info("primary key from %s (%s)", primary.path, primary.source)
+    log.info(primary.describe())
     key_pair = relay_key_pair(primary.key)
 
     from relay.service.app import PUBLIC_BOOTSTRAP, RelayApp, RelayConfig, RelayStartError

@@ -50,6 +50,14 @@ class PrimaryKey:
     source: str  # "corestore7" | "primary-key" | "created"
     path: Path
 
+    def describe(self) -> str:
+        """One log line saying where the key is and in which layout, each said once."""
+        if self.source == "corestore7":
+            return f"key from {self.path} (corestore 7 store)"
+        if self.source == "created":
+            return f"new key created in {self.path} (primary-key file)"
+        return f"key from {self.path} (primary-key file)"
+
 
 def decode_corestore_head(value: bytes) -> bytes | None:
     """Return the seed in a `@corestore/head` record (versions 0, 1 and 2), or None if it has none."""
@@ -269,11 +277,9 @@ class StorageLock:
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(self._fd, 32, 0).decode(errors="replace").strip()
-            os.close(self._fd)
-            who = f" (pid {holder})" if holder.isdigit() else ""
-            raise StorageError(
-                f"storage {storage} is in use by another relay{who}; stop it or use another --storage"
-            ) from None
+            os.close(self._fd)  # touch nothing else: the storage and its files belong to that relay
+            who = f"pid {holder} (another relay)" if holder.isdigit() else "another relay"
+            raise StorageError(f"storage {storage} is in use by {who}; stop it or use another --storage") from None
         os.ftruncate(self._fd, 0)
         os.pwrite(self._fd, f"{os.getpid()}\n".encode(), 0)
 

@@ -61,6 +61,32 @@ def test_interop_relay_cli_sigint_and_same_storage_same_key(tmp_path: Path, test
         assert r.key != keys[0]
 
 
+def test_interop_relay_cli_second_relay_on_one_storage_exits_1_and_keeps_the_first_runtime(
+    tmp_path: Path, testnet: Testnet
+) -> None:
+    storage = tmp_path / "s"
+    with RelayProcess(storage, bootstrap=testnet.bootstrap) as first:
+        first.start()
+        assert first.proc is not None and first.key is not None, first.stderr
+        runtime_file = storage / "relay-runtime.json"
+        runtime_before = runtime_file.read_bytes()
+        with RelayProcess(storage, bootstrap=testnet.bootstrap) as second:
+            second.start()  # returns once it exited: it must never print a key
+            assert second.wait() == 1, second.stderr
+        assert second.key is None and len(second.stdout_lines) == 1
+        assert second.stderr.strip().splitlines()[-1] == (
+            f"blind-relay: error: storage {storage.resolve()} is in use by pid {first.proc.pid} (another relay); "
+            "stop it or use another --storage"
+        )
+        # on its way out the second relay touched nothing of the first's: runtime file and lock intact
+        assert runtime_file.read_bytes() == runtime_before
+        assert json.loads(runtime_before)["pid"] == first.proc.pid
+        assert (storage / "relay.lock").read_text() == f"{first.proc.pid}\n"
+        assert first.proc.poll() is None and first.stats()["key"] == first.key
+        assert first.terminate(signal.SIGTERM) == 0, first.stderr
+    assert not runtime_file.exists()  # the owner removes it at its clean exit
+
+
 def test_interop_relay_cli_json_logs(tmp_path: Path, testnet: Testnet) -> None:
     with RelayProcess(tmp_path / "s", "--log-format", "json", bootstrap=testnet.bootstrap) as r:
         r.start()

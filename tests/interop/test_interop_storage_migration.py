@@ -67,6 +67,7 @@ def test_interop_storage_unclosed_node_store_wal_only(node: str, tmp_path: Path)
     node_key = node_corestore_key(node, storage, "--no-close")
     pk = load_primary_key(storage, create=False)
     assert pk.source == "corestore7"
+    assert pk.describe() == f"key from {storage.resolve() / 'db'} (corestore 7 store)"
     assert encode_id(relay_key_pair(pk.key).public_key) == node_key
 
 

@@ -30,6 +30,9 @@ def test_relay_help_lists_the_blind_relay_flags() -> None:
         "--systemd-unit",
     ):
         assert flag in out
+    # the exit codes are documented where operators look
+    codes = out[out.index("exit codes:") :]
+    assert "0  clean exit" in codes and "1  runtime error" in codes and "2  usage error" in codes
 
 
 def test_port_in_use_is_one_clear_line(tmp_path: Path) -> None:
@@ -93,6 +96,10 @@ def test_unreachable_bootstrap_is_one_clear_line(tmp_path: Path) -> None:
         f"blind-relay: error: no bootstrap node answered (127.0.0.1:{dead}); check --bootstrap and the network"
     )
     assert "Traceback" not in res.stderr and "Server listening" not in res.stdout
+    # where the key is, said once: path and layout, no repeated "primary-key"
+    key_file = (tmp_path / "s" / "primary-key").resolve()
+    (key_line,) = [ln for ln in res.stderr.splitlines() if "key" in ln and "relay:" in ln]
+    assert key_line.endswith(f"relay: new key created in {key_file} (primary-key file)")
     assert not (tmp_path / "s" / "relay-runtime.json").exists()
 
 
@@ -148,7 +155,7 @@ def test_storage_in_use_by_another_relay_is_one_clear_line(tmp_path: Path) -> No
         lock.release()
     assert res.returncode == 1
     assert res.stderr.strip().splitlines()[-1] == (
-        f"blind-relay: error: storage {storage} is in use by another relay (pid {os.getpid()}); "
+        f"blind-relay: error: storage {storage} is in use by pid {os.getpid()} (another relay); "
         "stop it or use another --storage"
     )
     # released: the next relay may take it (a crash releases it too: flock dies with the process)
@@ -162,17 +169,40 @@ def test_version() -> None:
     assert res.returncode == 0 and res.stdout.strip() == f"blind-relay (cosmictui relay) {relay.__version__}"
 
 
-def test_bad_flags_are_usage_errors() -> None:
-    assert _run("--port", "70000").returncode == 2
-    assert _run("--metrics", "nonsense").returncode == 2
-    assert _run("--bootstrap", "hostwithoutport").returncode == 2
+def test_bad_flags_are_usage_errors(tmp_path: Path) -> None:
+    storage = tmp_path / "s"
+    for args, says in (
+        (["--port", "70000"], "argument -p/--port: port 70000 is out of range 0-65535"),
+        (["--metrics", "nonsense"], "argument --metrics:"),
+        (["--bootstrap", "hostwithoutport"], "argument --bootstrap: 'hostwithoutport' is not HOST:PORT"),
+        (["--max-sessions", "0"], "argument --max-sessions: 0 must be at least 1"),
+        (["--max-pending", "many"], "argument --max-pending: 'many' is not a whole number"),
+        (["--pending-timeout", "-1"], "argument --pending-timeout: -1 must be a positive number of seconds"),
+        (["--pending-timeout", "nan"], "argument --pending-timeout: nan must be a positive number of seconds"),
+        (["--unit-exec", "/usr/bin/blind-relay"], "--unit-exec only goes with --systemd-unit"),
+    ):
+        res = _run("--storage", str(storage), "--metrics", "off", *args)
+        assert res.returncode == 2, args
+        assert res.stderr.startswith("usage: blind-relay"), args
+        assert res.stderr.strip().splitlines()[-1].startswith(f"blind-relay: error: {says}"), res.stderr
+    assert not storage.exists()  # nothing was created for a command line that cannot work
 
 
-def test_bad_allow_key_is_one_clear_line(tmp_path: Path) -> None:
+def test_bad_allow_key_is_a_usage_error_in_one_clear_line(tmp_path: Path) -> None:
     res = _run("--storage", str(tmp_path / "s"), "--allow", "notakey", "--metrics", "off")
-    assert res.returncode == 1
+    assert res.returncode == 2
     assert res.stderr.strip().splitlines()[-1] == (
         "blind-relay: error: --allow: 'notakey' is not a public key (52 z32 or 64 hex characters)"
+    )
+    assert "Traceback" not in res.stderr and res.stdout == ""
+
+
+def test_unreadable_allow_file_is_a_runtime_error(tmp_path: Path) -> None:
+    missing = tmp_path / "allow"
+    res = _run("--storage", str(tmp_path / "s"), "--allow-file", str(missing), "--metrics", "off")
+    assert res.returncode == 1
+    assert res.stderr.strip().splitlines()[-1] == (
+        f"blind-relay: error: cannot read allow file {missing}: No such file or directory"
     )
 
 
@@ -180,5 +210,5 @@ def test_python_m_relay_and_console_script_are_one_program() -> None:
     from relay import cli
 
     assert cli.build_parser().prog == "blind-relay"
-    res = _run("--systemd-unit", "--storage", "/var/lib/blind-relay")
+    res = _run("--systemd-unit", "--storage", "/var/lib/blind-relay", "--unit-exec", "/usr/bin/python3 -m relay")
     assert res.returncode == 0 and "StateDirectory=blind-relay" in res.stdout

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from relay.keys import encode_id, key_pair
 from relay.service.allow import AllowListError, build_allow_list, read_allow_file
 from relay.service.limits import HandshakeLimiter, LimitCounters, Limits
 from relay.service.metrics import parse_address
-from relay.service.systemd import render_unit
+from relay.service.systemd import RenderedUnit, UnitError, render_unit
 
 K1 = key_pair(b"\x01" * 32).public_key
 K2 = key_pair(b"\x02" * 32).public_key
@@ -65,20 +66,41 @@ def test_limit_counters_list_every_cap() -> None:
     assert set(Limits().as_dict()) >= {"max_sessions", "max_pending_total", "pending_timeout"}
 
 
-def _unit(**kw: object) -> str:
-    args = {
+# A relay installed system-wide: the unit must not run the one in this checkout's home-dir venv.
+SYSTEM_RELAY = ["/usr/bin/python3", "-m", "relay"]
+
+
+def _unit(**kw: object) -> RenderedUnit:
+    args: dict[str, object] = {
         "storage": "/var/lib/blind-relay",
         "port": 49737,
         "host": "0.0.0.0",
         "bootstrap": None,
         "metrics": "127.0.0.1:49738",
+        "command": SYSTEM_RELAY,
     }
     args.update(kw)
     return render_unit(**args)  # type: ignore[arg-type]
 
 
+def _unit_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "relay", "--systemd-unit", "--unit-exec", " ".join(SYSTEM_RELAY), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=cwd,
+    )
+
+
+def _exec_words(unit: str) -> list[str]:
+    """ExecStart= split as systemd does for what we emit (double quotes, \\ and \\" escapes, %% and $$)."""
+    line = next(ln for ln in unit.splitlines() if ln.startswith("ExecStart="))
+    return [w.replace("%%", "%").replace("$$", "$") for w in shlex.split(line.removeprefix("ExecStart="))]
+
+
 def test_unit_is_hardened_and_runs_the_given_flags() -> None:
-    unit = _unit(allow=[encode_id(K1)], bootstrap="127.0.0.1:5000")
+    unit = _unit(allow=[encode_id(K1)], bootstrap="127.0.0.1:5000").text
     lines = unit.splitlines()
     for must in (
         "DynamicUser=yes",
@@ -89,11 +111,13 @@ def test_unit_is_hardened_and_runs_the_given_flags() -> None:
         "ExecReload=/bin/kill -HUP $MAINPID",
         "ProtectSystem=strict",
         "ProtectHome=yes",
+        "PrivateTmp=yes",
         "CapabilityBoundingSet=",
         "WantedBy=multi-user.target",
     ):
         assert must in lines, must
     exec_line = next(ln for ln in lines if ln.startswith("ExecStart="))
+    assert exec_line.startswith("ExecStart=/usr/bin/python3 -m relay ")
     for part in (
         "--storage /var/lib/blind-relay",
         "--port 49737",
@@ -104,33 +128,153 @@ def test_unit_is_hardened_and_runs_the_given_flags() -> None:
         assert part in exec_line
 
 
-def test_unit_outside_var_lib_and_low_port() -> None:
-    unit = _unit(storage="/srv/relay", port=443)
-    assert "ReadWritePaths=/srv/relay" in unit and "StateDirectory" not in unit
+def test_unit_low_port_gets_only_the_bind_capability() -> None:
+    unit = _unit(port=443).text.splitlines()
     assert "AmbientCapabilities=CAP_NET_BIND_SERVICE" in unit
+    assert "CapabilityBoundingSet=CAP_NET_BIND_SERVICE" in unit
+
+
+def test_unit_without_storage_notes_the_unit_key_path_and_the_plain_run_path(tmp_path: Path) -> None:
+    res = _unit_cli(cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "StateDirectory=blind-relay" in res.stdout.splitlines()
+    note = res.stderr.strip()
+    assert note.startswith("blind-relay: note: no --storage: the unit keeps its key in /var/lib/blind-relay")
+    assert f"a plain `blind-relay` run from here uses {tmp_path.resolve() / 'corestore'}" in note
+    # with --storage the operator chose the key: no note
+    chosen = _unit_cli("--storage", "/var/lib/blind-relay", cwd=tmp_path)
+    assert chosen.returncode == 0 and chosen.stderr == ""
+
+
+@pytest.mark.parametrize(
+    ("storage", "directive"),
+    [
+        ("/tmp/relay", "PrivateTmp=yes"),
+        ("/var/tmp/relay", "PrivateTmp=yes"),
+        ("/home/alice/corestore", "ProtectHome=yes"),
+        ("/root/corestore", "ProtectHome=yes"),
+        ("/run/user/1000/relay", "ProtectHome=yes"),
+    ],
+)
+def test_unit_refuses_storage_hidden_by_the_sandbox(storage: str, directive: str) -> None:
+    with pytest.raises(UnitError) as e:
+        _unit(storage=storage)
+    msg = str(e.value)
+    assert msg.startswith(f"the unit cannot use storage {storage}: {directive}")
+    assert "NEW key" in msg and f"sudo cp -a {storage}/. /var/lib/blind-relay/" in msg
+
+
+def test_cli_unit_for_a_storage_under_tmp_is_a_usage_error() -> None:
+    res = _unit_cli("--storage", "/tmp/relay-store")
+    assert res.returncode == 2 and res.stdout == ""
+    last = res.stderr.strip().splitlines()[-1]
+    assert last.startswith("blind-relay: error: the unit cannot use storage /tmp/relay-store: PrivateTmp=yes")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["/home/alice/venv/bin/blind-relay"],
+        ["/tmp/venv/bin/python", "-m", "relay"],
+        ["/root/.local/bin/blind-relay"],
+    ],
+)
+def test_unit_refuses_an_executable_hidden_by_the_sandbox(command: list[str]) -> None:
+    with pytest.raises(UnitError, match=rf"cannot run the relay executable {command[0]}: .*--unit-exec"):
+        _unit(command=command)
+
+
+def test_unit_refuses_this_python_when_the_relay_package_lives_in_a_home(monkeypatch: pytest.MonkeyPatch) -> None:
+    import relay
+    from relay.service import systemd
+
+    monkeypatch.setattr(systemd, "default_command", lambda: ["/usr/bin/python3", "-m", "relay"])
+    monkeypatch.setattr(relay, "__file__", "/home/dev/cosmictui/relay/__init__.py")
+    with pytest.raises(UnitError, match="cannot run the relay package /home/dev/cosmictui/relay: ProtectHome"):
+        _unit(command=None)
+
+
+def test_cli_unit_exec_under_home_is_a_usage_error() -> None:
+    res = subprocess.run(
+        [sys.executable, "-m", "relay", "--systemd-unit", "--unit-exec", "/home/alice/venv/bin/blind-relay"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 2 and res.stdout == ""
+    assert "cannot run the relay executable /home/alice/venv/bin/blind-relay" in res.stderr.splitlines()[-1]
+
+
+def test_unit_refuses_an_allow_file_hidden_by_the_sandbox() -> None:
+    with pytest.raises(UnitError, match="cannot read allow file /home/alice/allow: ProtectHome"):
+        _unit(allow_files=["/home/alice/allow"])
+
+
+def test_unit_outside_var_lib_runs_as_a_fixed_user_who_must_own_the_storage() -> None:
+    unit = _unit(storage="/srv/relay")
+    lines = unit.text.splitlines()
+    assert "DynamicUser=yes" not in lines and not any(ln.startswith("StateDirectory") for ln in lines)
+    assert "User=blind-relay" in lines and "ReadWritePaths=/srv/relay" in lines
+    (note,) = unit.notes
+    assert "sudo useradd --system --user-group --no-create-home --shell /usr/sbin/nologin blind-relay" in note
+    assert "sudo install -d -m 0700 -o blind-relay -g blind-relay /srv/relay" in note
+    assert "sudo chown -R blind-relay:blind-relay /srv/relay" in note
+    # the CLI prints that note on stderr, the unit alone on stdout
+    res = _unit_cli("--storage", "/srv/relay")
+    assert res.returncode == 0 and res.stdout == unit.text
+    assert "blind-relay: note: storage /srv/relay is outside /var/lib" in res.stderr
+
+
+@pytest.mark.parametrize("storage", ["/var/lib/my relay", "/srv/a\tb", '/var/lib/re"lay', "/var/lib/a\\b"])
+def test_unit_refuses_storage_paths_systemd_would_split(storage: str) -> None:
+    with pytest.raises(UnitError, match="space, quote, backslash or control character"):
+        _unit(storage=storage)
+
+
+def test_cli_unit_storage_with_a_space_is_a_usage_error() -> None:
+    res = _unit_cli("--storage", "/var/lib/my relay")
+    assert res.returncode == 2 and res.stdout == ""
+    assert "'/var/lib/my relay' holds a space" in res.stderr.splitlines()[-1]
+    assert "sudo mv '/var/lib/my relay' /var/lib/my-relay" in res.stderr
+
+
+def test_unit_quotes_and_escapes_exec_start_arguments() -> None:
+    odd = '/etc/blind relay/allow 100% "$HOME".txt'
+    unit = _unit(storage="/var/lib/relay%i", allow_files=[odd]).text
+    lines = unit.splitlines()
+    assert "StateDirectory=relay%%i" in lines  # % is a specifier: doubled
+    words = _exec_words(unit)
+    assert words[:3] == SYSTEM_RELAY
+    assert words[words.index("--storage") + 1] == "/var/lib/relay%i"
+    assert words[words.index("--allow-file") + 1] == odd
+    with pytest.raises(UnitError, match="control character"):
+        _unit(allow_files=["/etc/allow\nExecStartPre=/bin/sh"])
 
 
 def test_cli_prints_the_unit_for_its_flags() -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "relay", "--systemd-unit", "-p", "5000", "--max-sessions", "10"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    exec_line = next(ln for ln in out.splitlines() if ln.startswith("ExecStart="))
+    res = _unit_cli("-p", "5000", "--max-sessions", "10", "--storage", "/var/lib/blind-relay")
+    assert res.returncode == 0, res.stderr
+    exec_line = next(ln for ln in res.stdout.splitlines() if ln.startswith("ExecStart="))
     assert "--storage /var/lib/blind-relay" in exec_line and "--port 5000" in exec_line
     assert "--max-sessions 10" in exec_line
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed on this machine")
 def test_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "relay", "--systemd-unit"], capture_output=True, text=True, check=True
-    ).stdout
-    unit = tmp_path / "blind-relay.service"
-    unit.write_text(out)
-    res = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, timeout=60)
-    problems = [ln for ln in (res.stdout + res.stderr).splitlines() if "blind-relay.service" in ln]
+    units = {
+        "blind-relay.service": _unit_cli().stdout,
+        "blind-relay-srv.service": _unit(storage="/srv/relay", port=443).text,
+        "blind-relay-odd.service": _unit(
+            storage="/var/lib/relay%i", allow_files=['/etc/blind relay/allow 100% "$HOME".txt'], log_format="json"
+        ).text,
+    }
+    for name, text in units.items():
+        assert text.startswith("[Unit]"), name
+        (tmp_path / name).write_text(text)
+    res = subprocess.run(
+        ["systemd-analyze", "verify", *(str(tmp_path / n) for n in units)], capture_output=True, text=True, timeout=120
+    )
+    problems = [ln for ln in (res.stdout + res.stderr).splitlines() if any(n in ln for n in units)]
     assert res.returncode == 0 and not problems, res.stdout + res.stderr
 
 

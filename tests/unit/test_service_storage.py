@@ -76,6 +76,9 @@ def test_new_storage_creates_a_0600_key_and_reopens_to_the_same_key(tmp_path: Pa
     assert stat.S_IMODE(store.stat().st_mode) == 0o700
     again = load_primary_key(store)
     assert again.source == "primary-key" and again.key == first.key
+    # the log line names the path once and the layout once
+    assert first.describe() == f"new key created in {f.resolve()} (primary-key file)"
+    assert again.describe() == f"key from {f.resolve()} (primary-key file)"
     assert [p.name for p in store.iterdir()] == [PRIMARY_KEY_FILE]  # no temp files left behind
     assert load_primary_key(tmp_path / "other").key != first.key
 
