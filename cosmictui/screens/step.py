@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import VerticalScroll
+from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
 from textual.reactive import reactive
 from textual.widgets import Static
@@ -38,8 +38,12 @@ class StepStatus(Static):
         self.update(prefix + text if text else "")
 
 
-class Step(VerticalScroll):
-    """Base for the six wizard steps."""
+class Step(Vertical):
+    """Base for the six wizard steps: a scrolling body above a status line that stays in view.
+
+    The status is a sibling of the body, not docked inside it: a docked status covered the
+    end of the body, so the last lines (e.g. the last checks at 80×24) could not be scrolled to.
+    """
 
     STEP_ID: ClassVar[str] = ""
     TITLE: ClassVar[str] = ""
@@ -66,11 +70,17 @@ class Step(VerticalScroll):
     def compose(self) -> ComposeResult:
         # A step's widgets are made when it is first shown: starting the wizard stays quick.
         if self.built:
-            yield from self.compose_step()
+            with VerticalScroll(classes="step-body"):
+                yield from self.compose_step()
+            yield StepStatus()
 
     def compose_step(self) -> ComposeResult:
-        """The step's widgets (always ending with a StepStatus)."""
-        yield StepStatus()
+        """The step's widgets, shown in a scrolling body above the step's status line."""
+        yield from ()
+
+    @property
+    def body(self) -> VerticalScroll:
+        return self.query_one(".step-body", VerticalScroll)
 
     async def build(self) -> None:
         if not self.built:

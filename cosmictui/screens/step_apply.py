@@ -12,7 +12,7 @@ from textual.widgets import Log, Static
 
 from cosmictui.ops.runner import RunnerError
 from cosmictui.ops.wizard_steps import command_failure_hint
-from cosmictui.screens.step import Step, StepStatus, runner_problem
+from cosmictui.screens.step import Step, runner_problem
 
 _MARK = {
     "pending": "·",
@@ -64,7 +64,6 @@ class ApplyStep(Step):
         yield CommandRow(1, s.apply_command)
         yield CommandRow(2, s.restart_command)
         yield Log(id="apply-output", max_lines=2000)
-        yield StepStatus()
 
     def on_enter(self) -> None:
         self.query_one("#apply-intro", Static).update(

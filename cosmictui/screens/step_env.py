@@ -10,7 +10,7 @@ from textual.widgets import Static
 
 from cosmictui.ops.envfile import EnvFileError, EnvPlan, decode_text, plan_relays, read_relays, write_plan
 from cosmictui.ops.runner import RunnerError
-from cosmictui.screens.step import Step, StepStatus, runner_problem
+from cosmictui.screens.step import Step, runner_problem
 from cosmictui.widgets.diff_view import DiffView
 
 
@@ -53,7 +53,6 @@ class EnvStep(Step):
         yield ModeToggle(id="env-mode", markup=False)
         yield Static("", id="env-summary", markup=False)
         yield DiffView(id="env-diff")
-        yield StepStatus()
 
     def on_enter(self) -> None:
         var = self.ctx.settings.env_var

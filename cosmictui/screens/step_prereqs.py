@@ -10,7 +10,7 @@ from textual.widgets import Static
 
 from cosmictui.ops.checks import CheckResult
 from cosmictui.ops.wizard_steps import gather_checks
-from cosmictui.screens.step import Step, StepStatus
+from cosmictui.screens.step import Step
 from cosmictui.widgets.check_row import CheckRow
 
 
@@ -31,7 +31,6 @@ class PrereqsStep(Step):
             classes="step-intro",
         )
         yield Vertical(id="check-rows")
-        yield StepStatus()
 
     def on_enter(self) -> None:
         if not self.results and not self.busy:

@@ -15,7 +15,7 @@ from cosmictui.ops.jobs import Job, JobsFormatError, JobView, parse_jobs, view_j
 from cosmictui.ops.runner import RunnerError
 from cosmictui.ops.wizard_steps import JobWatch, command_failure_hint, format_age, job_command, recoverable
 from cosmictui.screens.confirm import ConfirmScreen
-from cosmictui.screens.step import Step, StepStatus, runner_problem
+from cosmictui.screens.step import Step, runner_problem
 
 
 class RecoverStep(Step):
@@ -40,7 +40,6 @@ class RecoverStep(Step):
         )
         yield SelectionList[str](id="recover-jobs")
         yield Static("", id="recover-fields", markup=False)
-        yield StepStatus()
 
     def on_enter(self) -> None:
         if not self.busy:

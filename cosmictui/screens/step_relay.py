@@ -23,7 +23,7 @@ from cosmictui.ops.relayproc import RelayProcError, RelayRuntime
 from cosmictui.ops.runner import RunnerError
 from cosmictui.ops.wizard_steps import RELAY_REACH_PREFIX, relay_reach_checks
 from cosmictui.screens.confirm import ConfirmScreen
-from cosmictui.screens.step import Step, StepStatus, runner_problem
+from cosmictui.screens.step import Step, runner_problem
 from cosmictui.widgets.check_row import CheckRow
 
 
@@ -57,7 +57,6 @@ class RelayStep(Step):
         yield Static("", id="relay-state", markup=False)
         yield Static("", id="relay-key", markup=False)
         yield Vertical(id="relay-checks")
-        yield StepStatus()
 
     # -- inputs -----------------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from cosmictui.ops.jobs import Job, JobsFormatError, JobView, parse_jobs, view_j
 from cosmictui.ops.runner import RunnerError
 from cosmictui.ops.wizard_steps import JobWatch, command_failure_hint, format_age, job_command
 from cosmictui.screens.confirm import ConfirmScreen
-from cosmictui.screens.step import Step, StepStatus, runner_problem
+from cosmictui.screens.step import Step, runner_problem
 
 
 class JobsTable(DataTable[str]):
@@ -75,7 +75,6 @@ class VerifyStep(Step):
         yield Static("", id="verify-intro", classes="step-intro")
         yield JobsTable(id="verify-jobs")
         yield Static("", id="verify-raw", markup=False)
-        yield StepStatus()
 
     def _restart_dt(self) -> datetime | None:
         r = self.ctx.restarted_at

@@ -49,6 +49,8 @@ class WizardScreen(Screen[None]):
         Binding("y", "copy_log", "Copy log"),
         Binding("m", "monitor", "Monitor"),
         Binding("q", "app.quit", "Quit"),
+        Binding("pagedown", "scroll_step('down')", "Scroll", show=False),
+        Binding("pageup", "scroll_step('up')", "Scroll", show=False),
     ]
 
     VERTICAL_BREAKPOINTS: ClassVar[list[tuple[int, str]] | None] = [(0, "-short"), (40, "-tall")]
@@ -199,6 +201,14 @@ class WizardScreen(Screen[None]):
 
     def action_monitor(self) -> None:
         self.app.open_monitor()  # type: ignore[attr-defined]
+
+    def action_scroll_step(self, direction: str) -> None:
+        """PgUp/PgDn scroll the step's body wherever the focus is (a long step at 80×24)."""
+        body = self.step.body
+        if direction == "down":
+            body.scroll_page_down()
+        else:
+            body.scroll_page_up()
 
     def action_step(self, name: str) -> None:
         self.step.run_step_action(name)

@@ -1,0 +1,59 @@
+"""Layout rules no snapshot can state: everything a step shows can be scrolled into view.
+
+Step 1 at 80×24 has more checks than fit; the status line under the body must never cover
+the last ones (it once did: the status was docked inside the scrolling area).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from textual.containers import ScrollableContainer
+
+from cosmictui.ops.checks import CheckResult
+from cosmictui.ops.config import Settings
+from cosmictui.screens.step import StepStatus
+from cosmictui.widgets.check_row import CheckRow
+from tests.e2e._wizard_support import make_app, step, wait_status
+
+CHECKS = [
+    CheckResult("Relay runs here", "ok", "Python relay 0.1.0; Ed25519 + Noise XX self-test passed"),
+    CheckResult("UDP port 49737", "fail", "held by pid 4242 (node)", "stop it, or choose another port"),
+    CheckResult("Free memory", "ok", "3120 MB available (the relay needs up to 200 MB)"),
+    CheckResult("Storage directory", "warn", "./corestore is relative", "use /var/lib/blind-relay"),
+    CheckResult("DHT reachable, port open", "warn", "not known until the relay runs", "start the relay"),
+    CheckResult("Deployment host reachable", "ok", "localhost: /srv/cosmicac"),
+    CheckResult("Relay answers from localhost", "warn", "not yet: the relay is not running", ""),
+]
+
+
+async def test_wizard_layout_last_check_scrolls_into_view_above_status(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+
+    async def fixed(*_a: object, **_k: object) -> list[CheckResult]:
+        return CHECKS
+
+    monkeypatch.setattr("cosmictui.screens.step_prereqs.gather_checks", fixed)
+    (tmp_path / "deploy").mkdir()
+    app = make_app(Settings(deployment=str(tmp_path / "deploy"), relay_storage=str(tmp_path / "relay")), save=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_status(pilot, app, "prereqs", ("error",))
+        prereqs = step(app, "prereqs")
+        scroller = next(iter(prereqs.query(".step-body")), prereqs)
+        assert isinstance(scroller, ScrollableContainer)
+        status = prereqs.query_one(StepStatus)
+        # The scrolling area (and so its scrollbar) ends where the status line begins.
+        assert not scroller.region.overlaps(status.region), (scroller.region, status.region)
+        assert scroller.max_scroll_y > 0  # more checks than fit: the point of the test
+        # PgDn reaches the end from the keyboard, wherever the focus is.
+        for _ in range(10):
+            await pilot.press("pagedown")
+            await pilot.pause()
+        assert scroller.scroll_y == scroller.max_scroll_y
+        last = list(prereqs.query(CheckRow))[-1]
+        assert last.result.name == "Relay answers from localhost"
+        assert scroller.content_region.contains_region(last.region), (last.region, scroller.content_region)
+        assert last.region.bottom <= status.region.y
