@@ -29,6 +29,11 @@ class Candidate:
     def address(self) -> Address:
         return (self.host, self.port)
 
+    @staticmethod
+    def at(addr: Address) -> Candidate:
+        """A node known only by address: its id is the one that address must claim."""
+        return Candidate(node_id(addr), addr[0], addr[1])
+
 
 @dataclass(slots=True)
 class DownHint:
@@ -64,7 +69,7 @@ class Query:
         self.replies: list[Reply] = []
         if self.nodes:
             for addr in reversed(self.nodes):
-                self._add_pending(Candidate(node_id(addr), addr[0], addr[1]), None)
+                self._add_pending(Candidate.at(addr), None)
 
     # ------------------------------------------------------------------ seeding
 
@@ -81,7 +86,7 @@ class Query:
         if len(self._pending) >= self.k:
             return
         for addr in self.bootstrap:
-            self._add_pending(Candidate(node_id(addr), addr[0], addr[1]), None)
+            self._add_pending(Candidate.at(addr), None)
 
     def _is_closer(self, id_: bytes) -> bool:
         return (
@@ -160,7 +165,7 @@ class Query:
         if reply.error == 0 and reply.peer.id is not None and self._is_closer(reply.peer.id):
             self._push_closest(reply)
         for addr in reply.closer_nodes:
-            cand = Candidate(node_id(addr), addr[0], addr[1])
+            cand = Candidate.at(addr)
             if cand.id == self.table.id:
                 continue
             if not self._add_pending(cand, reply.peer.address):
