@@ -9,6 +9,7 @@ refused with a fix, never rendered into a unit that would fail or start with a n
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
@@ -84,9 +85,15 @@ def _suggest(path: Path) -> str:
 
 
 def default_command() -> list[str]:
-    """The installed `blind-relay` script if on PATH, else this Python with `-m relay`."""
-    script = shutil.which("blind-relay")
-    return [script] if script else [sys.executable, "-m", "relay"]
+    """The relay that is running now: its `blind-relay` script, else this Python with `-m relay`.
+
+    Not whatever `blind-relay` PATH finds first: that may be another install (a home-dir venv
+    while the operator ran /opt/blind-relay/bin/blind-relay).
+    """
+    argv0 = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    if argv0 is not None and argv0.name == "blind-relay" and argv0.is_file():
+        return [os.path.abspath(argv0)]
+    return [sys.executable, "-m", "relay"]
 
 
 def exec_start(args: Sequence[str], command: Sequence[str] | None = None) -> str:

@@ -194,6 +194,18 @@ def test_unit_refuses_this_python_when_the_relay_package_lives_in_a_home(monkeyp
         _unit(command=None)
 
 
+def test_unit_runs_the_relay_that_printed_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from relay.service.systemd import default_command
+
+    script = tmp_path / "opt" / "bin" / "blind-relay"
+    script.parent.mkdir(parents=True)
+    script.write_text("#!/bin/sh\n")
+    monkeypatch.setattr(sys, "argv", [str(script), "--systemd-unit"])
+    assert default_command() == [str(script)]  # not another blind-relay that PATH finds first
+    monkeypatch.setattr(sys, "argv", [str(Path("relay/__main__.py").resolve()), "--systemd-unit"])
+    assert default_command() == [sys.executable, "-m", "relay"]
+
+
 def test_cli_unit_exec_under_home_is_a_usage_error() -> None:
     res = subprocess.run(
         [sys.executable, "-m", "relay", "--systemd-unit", "--unit-exec", "/home/alice/venv/bin/blind-relay"],
