@@ -130,12 +130,3 @@ def start_secret_stream(stream: Any, proto: SecretStreamProtocol) -> UDXTranspor
     transport = UDXTransport(stream, proto)
     proto.connection_made(transport)
     return transport
-
-
-def open_secret_stream(
-    stream: Any, handshake: HandshakeResult, *, keep_alive: float = KEEP_ALIVE, on_event: Any = None
-) -> SecretStreamProtocol:
-    """Create and start the responder secret stream on a connected UDX stream."""
-    proto = responder_secret_stream(handshake, keep_alive=keep_alive, on_event=on_event)
-    start_secret_stream(stream, proto)
-    return proto

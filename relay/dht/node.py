@@ -1052,9 +1052,5 @@ class DHTNode:
         self.rpc.relay(inc, value, to, socket)
         self._flush()
 
-    def send_raw(self, socket: str, data: bytes, addr: Address) -> None:
-        with contextlib.suppress(OSError):
-            self.socket_for(socket).send(data, addr)
-
 
 __all__ = ["Candidate", "DHTNode", "DatagramSocket", "parse_node"]
