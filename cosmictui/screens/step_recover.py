@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.widgets import SelectionList, Static
+from textual.widgets import Static
 from textual.widgets.selection_list import Selection
 
 from cosmictui.ops.jobs import Job, JobsFormatError, JobView, parse_jobs, view_jobs
@@ -16,6 +16,7 @@ from cosmictui.ops.runner import RunnerError
 from cosmictui.ops.wizard_steps import JobWatch, command_failure_hint, format_age, job_command, recoverable
 from cosmictui.screens.confirm import ConfirmScreen
 from cosmictui.screens.step import Step, runner_problem
+from cosmictui.widgets.job_picker import JobPicker
 
 
 class RecoverStep(Step):
@@ -38,7 +39,7 @@ class RecoverStep(Step):
             "space, then d deletes each and creates it again with the same fields.",
             classes="step-intro",
         )
-        yield SelectionList[str](id="recover-jobs")
+        yield JobPicker(id="recover-jobs")
         yield Static("", id="recover-fields", markup=False)
 
     def on_enter(self) -> None:
@@ -67,7 +68,8 @@ class RecoverStep(Step):
             return None
 
     @work(exclusive=True, group="recover", exit_on_error=False)
-    async def load(self) -> None:
+    async def load(self, keep_status: bool = False) -> None:
+        """List the stuck jobs; `keep_status` leaves the last verdict in the status line."""
         jobs = await self._list()
         if jobs is None:
             return
@@ -76,7 +78,7 @@ class RecoverStep(Step):
         views = view_jobs(jobs, self.ctx.now_dt(), restart, s.stuck_after, s.stale_after)
         stuck = recoverable(views)
         self.views = {v.job.id: v for v in stuck}
-        sel = self.query_one(SelectionList)
+        sel = self.query_one(JobPicker)
         chosen = set(sel.selected)
         sel.clear_options()
         sel.add_options(
@@ -94,12 +96,14 @@ class RecoverStep(Step):
                 sel.highlighted = 0
             sel.focus()
             self._show_fields(stuck[0].job)
-            self.status.set(f"{len(stuck)} stuck job(s). Select with space, then press d.", "info")
+            if not keep_status:
+                self.status.set(f"{len(stuck)} stuck job(s). Select with space, then press d.", "info")
         else:
             self.query_one("#recover-fields", Static).update("")
-            self.status.set("No stuck jobs. Press n (Finish) when done.", "ok")
+            if not keep_status:
+                self.status.set("No stuck jobs. Press n (Finish) when done.", "ok")
 
-    def on_selection_list_selection_highlighted(self, event: SelectionList.SelectionHighlighted) -> None:
+    def on_selection_list_selection_highlighted(self, event: JobPicker.SelectionHighlighted) -> None:
         v = self.views.get(event.selection.value)
         if v is not None:
             self._show_fields(v.job)
@@ -119,7 +123,7 @@ class RecoverStep(Step):
     def action_recreate(self) -> None:
         if self.busy:
             return
-        ids = list(self.query_one(SelectionList).selected)
+        ids = list(self.query_one(JobPicker).selected)
         if not ids:
             self.status.set("Select at least one job first (space).", "error")
             return
@@ -177,7 +181,7 @@ class RecoverStep(Step):
         self.status.set(verdict.message, "ok" if ok else "error")
         if ok:
             self.mark_done()
-        self.load()
+        self.load(keep_status=True)  # the list changed; the verdict is what the operator must see
 
     def validate_step(self) -> str | None:
         return None

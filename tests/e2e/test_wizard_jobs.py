@@ -127,8 +127,13 @@ async def test_wizard_recover_deletes_and_recreates_selected_job_and_watches_it(
         assert "name: llama train" in fields and "cosmicac jobs create --name 'llama train' --gpu a100" in fields
         await pilot.press("d")  # nothing selected: refused
         assert "Select at least one job" in status(app, "recover")
-        assert app.focused is step(app, "recover").query_one("#recover-jobs")
+        picker = step(app, "recover").query_one("#recover-jobs")
+        assert app.focused is picker
+        # Selected or not is said by a glyph, not by colour alone.
+        assert picker.render_line(0).text.startswith("[ ] job-001")
         await pilot.press("space")
+        await pilot.pause()
+        assert picker.render_line(0).text.startswith("[x] job-001")
         await pilot.press("d")
         await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the delete confirmation")
         body = str(app.screen.query_one("#confirm-body").render())
@@ -140,7 +145,13 @@ async def test_wizard_recover_deletes_and_recreates_selected_job_and_watches_it(
         await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the delete confirmation")
         await pilot.press("y")
         text = await wait_status(pilot, app, "recover", ("ok",), timeout=30)
-        assert "job-100 left Creating" in text
+        assert "job-100 left Creating (Running)" in text
+        # The list is reloaded afterwards; the verdict stays in the status line.
+        recover = step(app, "recover")
+        await wait_until(
+            pilot, lambda: not [w for w in app.workers if w.node is recover and w.is_running], "the reload"
+        )
+        assert "job-100 left Creating (Running)" in status(app, "recover")
     assert _cosmicac_calls(d) == ["jobs delete job-001", "jobs create --name llama train --gpu a100"]
     ids = [j["id"] for j in json.loads((d / "jobs.json").read_text())["jobs"]]
     assert ids == ["job-002", "job-100"]

@@ -1,0 +1,32 @@
+"""A list of jobs to select, with the selection in a glyph ("[x]" / "[ ]"), not in colour alone."""
+
+from __future__ import annotations
+
+from rich.segment import Segment
+from textual.strip import Strip
+from textual.widgets import SelectionList
+from textual.widgets.option_list import OptionDoesNotExist
+
+
+class JobPicker(SelectionList[str]):
+    """SelectionList whose toggle reads `[x]` when selected and `[ ]` when not.
+
+    The stock toggle draws the same `▐X▌` both ways and tells them apart by colour only, which
+    a monochrome terminal, a screen reader's text or a colour-blind operator cannot see.
+    """
+
+    def render_line(self, y: int) -> Strip:
+        line = super().render_line(y)
+        segments = list(line)
+        try:
+            selection = self.get_option_at_index(self.scroll_offset.y + y)
+        except OptionDoesNotExist:
+            return line
+        if len(segments) < 3:
+            return line
+        left, inner, right = segments[:3]
+        mark = "x" if selection.value in self.selected else " "
+        return Strip(
+            [Segment("[", left.style), Segment(mark, inner.style), Segment("]", right.style), *segments[3:]],
+            line.cell_length,
+        )
