@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cosmictui.ops import progress as progress_mod
+from cosmictui.ops import relayproc
 from cosmictui.ops.config import Settings
 from cosmictui.ops.runner import CommandResult, LocalRunner, Runner, RunnerError, open_deployment
 
@@ -23,6 +24,30 @@ if TYPE_CHECKING:
 STEP_IDS = ["prereqs", "relay", "env", "apply", "verify", "recover"]
 
 RunnerFactory = Callable[[Settings], Awaitable[Runner]]
+#: (storage, key) -> why that relay cannot serve jobs right now, or None when it runs.
+RelayCheck = Callable[[str, str], "str | None"]
+
+
+def relay_problem(storage: str, key: str) -> str | None:
+    """Is the relay the deployment was set up with still running? (runtime file + live pid)
+
+    A relay killed with -9 leaves its runtime file behind; progress saved earlier still says
+    step 2 is done, so without this a resumed wizard would send jobs to a relay that is gone.
+    """
+    status = relayproc.relay_status(storage)
+    rt = status.runtime
+    if status.running and rt is not None:
+        if rt.key != key:
+            return (
+                f"The relay running with storage {status.storage} has key {rt.key[:12]}…, not the key "
+                f"set up earlier ({key[:12]}…). Go back to step 2 (b) and check the storage directory."
+            )
+        return None
+    why = f"pid {rt.pid} is gone; it was stopped or killed" if rt is not None else "no relay-runtime.json"
+    return (
+        f"The relay (storage {status.storage}) is not running ({why}). Go back to step 2 (b) and "
+        "press s to start it again: jobs cannot leave Creating without it."
+    )
 
 
 async def _open_runner(settings: Settings) -> Runner:
@@ -76,6 +101,7 @@ class WizardContext:
         open_runner: RunnerFactory = _open_runner,
         save: bool = True,
         clock: Callable[[], float] = time.time,
+        relay_check: RelayCheck = relay_problem,
     ) -> None:
         self.settings = settings
         self.demo = demo
@@ -85,6 +111,7 @@ class WizardContext:
         self.local = LocalRunner(str(Path.cwd()), env=settings.command_env or None)
         self._save = save
         self._clock = clock
+        self._relay_check = relay_check
         self.progress = progress_mod.load_progress(settings.deployment)
         self.relay_key: str | None = self.progress.relay_key
         self.relay_storage: str = self.progress.relay_storage or settings.relay_storage
@@ -180,6 +207,12 @@ class WizardContext:
     def note(self, text: str) -> None:
         if self._log is not None:
             self._log.note(text)
+
+    def relay_problem(self) -> str | None:
+        """Why the relay set up in step 2 cannot serve jobs now; None when it runs (or before step 2)."""
+        if not self.relay_key:
+            return None
+        return self._relay_check(self.relay_storage, self.relay_key)
 
     # -- progress -------------------------------------------------------------------------------
 

@@ -77,6 +77,9 @@ class RecoverStep(Step):
         restart = datetime.fromtimestamp(self.ctx.restarted_at, UTC) if self.ctx.restarted_at else None
         views = view_jobs(jobs, self.ctx.now_dt(), restart, s.stuck_after, s.stale_after)
         stuck = recoverable(views)
+        if problem := self.ctx.relay_problem():
+            keep_status = True
+            self.status.set(problem, "error")
         self.views = {v.job.id: v for v in stuck}
         sel = self.query_one(JobPicker)
         chosen = set(sel.selected)
@@ -122,6 +125,9 @@ class RecoverStep(Step):
 
     def action_recreate(self) -> None:
         if self.busy:
+            return
+        if problem := self.ctx.relay_problem():
+            self.status.set(problem + " Nothing deleted.", "error")
             return
         ids = list(self.query_one(JobPicker).selected)
         if not ids:

@@ -91,6 +91,12 @@ class VerifyStep(Step):
             self.watch = JobWatch(r)  # first visit, or the worker was restarted again since
             if self.done:
                 self.mark_done(False)
+        problem = self.ctx.relay_problem()
+        if problem:
+            # Watching would wait forever: no job leaves Creating without the relay.
+            self.mark_done(False)
+            self.status.set(problem, "error")
+            return
         self.active = True
         if self.timer is None:
             self.timer = self.set_interval(self.ctx.settings.poll_interval, self.poll)

@@ -28,6 +28,8 @@ from cosmictui.widgets.command_log import CommandLog
 from cosmictui.widgets.step_list import StepList, StepState
 
 STEP_CLASSES: list[type[Step]] = [PrereqsStep, RelayStep, EnvStep, ApplyStep, VerifyStep, RecoverStep]
+RELAY_STEP = STEP_CLASSES.index(RelayStep)
+VERIFY_STEP = STEP_CLASSES.index(VerifyStep)  # from here on, jobs need the relay running
 
 
 def _step_bindings() -> list[BindingType]:
@@ -62,6 +64,8 @@ class WizardScreen(Screen[None]):
         self.steps: list[Step] = [cls(ctx) for cls in STEP_CLASSES]
         self.index = 0
         self.reached = 0
+        self.relay_down: str | None = None
+        """Why the relay of step 2 no longer serves jobs (checked on resume and past step 2)."""
 
     # -- layout ---------------------------------------------------------------------------------
 
@@ -88,6 +92,8 @@ class WizardScreen(Screen[None]):
         await self._show(resume)
         if resume:
             self.notify(f"Resumed at step {resume + 1}: {self.steps[resume].TITLE}", title="Progress restored")
+        if self.relay_down:
+            self.notify(self.relay_down, title="Step 2 needs attention", severity="error", timeout=15)
 
     # -- navigation -----------------------------------------------------------------------------
 
@@ -100,16 +106,29 @@ class WizardScreen(Screen[None]):
             self.steps[self.index].on_leave()
         self.index = index
         self.reached = max(self.reached, index)
+        if index > RELAY_STEP:
+            self._check_relay()
         await self.step.build()
         self.query_one("#content", ContentSwitcher).current = self.step.id
         self.step.on_enter()
         self._refresh_nav()
+
+    def _check_relay(self) -> str | None:
+        """Past step 2, the relay must still run: a dead one sends step 2 back to "not done"."""
+        self.relay_down = self.ctx.relay_problem()
+        if self.relay_down:
+            self.steps[RELAY_STEP].done = False
+            if self.ctx.progress.is_done("relay"):
+                self.ctx.progress.completed.remove("relay")
+        return self.relay_down
 
     def _refresh_nav(self) -> None:
         states: list[StepState] = []
         for i, s in enumerate(self.steps):
             if i == self.index:
                 states.append("busy" if s.busy else "current")
+            elif i == RELAY_STEP and self.relay_down:
+                states.append("failed")
             elif s.done or self.ctx.progress.is_done(s.STEP_ID):
                 states.append("done")
             else:
@@ -132,6 +151,8 @@ class WizardScreen(Screen[None]):
 
     @on(Step.Changed)
     def _step_changed(self, event: Step.Changed) -> None:
+        if self.relay_down and event.step is self.steps[RELAY_STEP] and event.step.done:
+            self.relay_down = self.ctx.relay_problem()  # started again in step 2
         self._refresh_nav()
 
     @on(Button.Pressed, "#next")
@@ -167,6 +188,9 @@ class WizardScreen(Screen[None]):
         if self.step.busy:
             return
         problem = self.step.validate_step()
+        if not problem and self.index + 1 >= VERIFY_STEP:
+            problem = self._check_relay()
+            self._refresh_nav()
         if problem:
             self._refuse(problem)
             return

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from pathlib import Path
 
@@ -10,6 +11,8 @@ import pytest
 
 from cosmictui.ops.config import Settings
 from cosmictui.screens.confirm import ConfirmScreen
+from cosmictui.screens.context import relay_problem
+from cosmictui.widgets.step_list import StepList
 from tests.e2e._wizard_support import (
     KEY,
     install_cosmicac,
@@ -165,3 +168,30 @@ async def test_wizard_verify_slow_cli_is_not_cancelled_by_the_next_tick(tmp_path
     async with app.run_test(size=(80, 24)) as pilot:
         text = await wait_status(pilot, app, "verify", ("info",))
         assert "create one now" in text and step(app, "verify").query_one("#verify-jobs").row_count == 2
+
+
+async def test_wizard_resume_with_dead_relay_marks_step_2_and_refuses_recover(tmp_path: Path) -> None:
+    """kill -9 on the relay leaves its runtime file; a resumed wizard must not trust step 2's ✔."""
+    d, settings = _deploy(tmp_path, "recover")
+    storage = tmp_path / "relay"
+    storage.mkdir()
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a pid that no longer runs, as after kill -9
+    runtime = {"pid": gone.pid, "key": KEY, "host": "127.0.0.1", "port": 49737, "metrics": None, "started_at": 1.0}
+    (storage / "relay-runtime.json").write_text(json.dumps(runtime))
+    app = make_app(settings.with_overrides(relay_storage=str(storage)), relay_check=relay_problem)
+    async with app.run_test(size=(100, 30)) as pilot:
+        text = await wait_status(pilot, app, "recover", ("error",))
+        assert "is not running" in text and f"pid {gone.pid} is gone" in text and "step 2" in text
+        assert app.screen.query_one(StepList).state_of(1) == "failed"
+        assert "Step 2 needs attention" in [n.title for n in app._notifications]
+        await pilot.press("space", "d")  # a recreated job would wait forever: refused
+        await pilot.pause()
+        assert not isinstance(app.screen, ConfirmScreen)
+        assert "Nothing deleted" in status(app, "recover")
+        await pilot.press("n")
+        assert "Finished" not in [n.title for n in app._notifications]
+        await pilot.press("b")  # verify does not start watching either
+        text = await wait_status(pilot, app, "verify", ("error",))
+        assert "is not running" in text
+    assert _cosmicac_calls(d) == []

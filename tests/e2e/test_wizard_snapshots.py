@@ -28,6 +28,7 @@ from tests.e2e._wizard_support import (
     OTHER_KEY,
     make_bin,
     path_with,
+    relay_running,
     resume_at,
     step,
     wait_status,
@@ -68,7 +69,7 @@ def _app(root: Path, resume: str | None, **settings: object) -> WizardApp:
     if resume:
         resume_at(str(deploy), resume, relay_key=KEY, relay_storage=str(root / "relay"), restarted_at=T - 60)
     s = Settings(deployment=str(deploy), relay_storage=str(root / "relay"), poll_interval=3600, **settings)  # type: ignore[arg-type]
-    return WizardApp(WizardContext(s, clock=lambda: T))
+    return WizardApp(WizardContext(s, clock=lambda: T, relay_check=relay_running))
 
 
 async def _ready(pilot: Pilot[object], resumed: bool = True) -> None:
