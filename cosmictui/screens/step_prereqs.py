@@ -17,7 +17,7 @@ from cosmictui.widgets.check_row import CheckRow
 class PrereqsStep(Step):
     STEP_ID = "prereqs"
     TITLE = "Prerequisites"
-    STEP_BINDINGS = (Binding("r", "step('rerun')", "Re-run checks"),)
+    STEP_BINDINGS = (Binding("r", "step('rerun')", "Re-check"),)
 
     def __init__(self, ctx) -> None:  # type: ignore[no-untyped-def]
         super().__init__(ctx)

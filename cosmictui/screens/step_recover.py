@@ -24,7 +24,7 @@ class RecoverStep(Step):
     TITLE = "Recover jobs"
     STEP_BINDINGS = (
         Binding("r", "step('refresh')", "Refresh"),
-        Binding("d", "step('recreate')", "Delete & recreate"),
+        Binding("d", "step('recreate')", "Recreate"),
     )
 
     def __init__(self, ctx) -> None:  # type: ignore[no-untyped-def]

@@ -31,7 +31,7 @@ class RelayStep(Step):
     STEP_ID = "relay"
     TITLE = "Relay"
     STEP_BINDINGS = (
-        Binding("s", "step('start')", "Start relay"),
+        Binding("s", "step('start')", "Start"),
         Binding("a", "step('attach')", "Attach"),
         Binding("c", "step('copy_key')", "Copy key"),
     )

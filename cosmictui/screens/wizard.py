@@ -47,10 +47,11 @@ class WizardScreen(Screen[None]):
         Binding("b", "back", "Back"),
         Binding("escape", "cancel", "Cancel"),
         *_step_bindings(),
-        Binding("l", "toggle_log", "Log"),
-        Binding("y", "copy_log", "Copy log"),
+        # What must fit at 80 columns comes first; the log keys are also on the log's border.
         Binding("m", "monitor", "Monitor"),
         Binding("q", "app.quit", "Quit"),
+        Binding("l", "toggle_log", "Log"),
+        Binding("y", "copy_log", "Copy log", show=False),
         Binding("pagedown", "scroll_step('down')", "Scroll", show=False),
         Binding("pageup", "scroll_step('up')", "Scroll", show=False),
     ]
@@ -81,7 +82,7 @@ class WizardScreen(Screen[None]):
                     yield Button("◀ Back", id="back", compact=True)
                     yield Button("Next ▶", id="next", variant="primary", compact=True)
         yield CommandLog(id="command-log")
-        yield Footer()
+        yield Footer(show_command_palette=False)  # ctrl+p still opens it; the room goes to keys
 
     async def on_mount(self) -> None:
         self.title = "cosmictui · relay setup"

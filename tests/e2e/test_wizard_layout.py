@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 from textual.containers import ScrollableContainer
+from textual.widgets._footer import FooterKey
 
 from cosmictui.ops.checks import CheckResult
 from cosmictui.ops.config import Settings
 from cosmictui.screens.step import StepStatus
 from cosmictui.widgets.check_row import CheckRow
-from tests.e2e._wizard_support import make_app, step, wait_status
+from tests.e2e._wizard_support import make_app, step, wait_status, wait_until
 
 CHECKS = [
     CheckResult("Relay runs here", "ok", "Python relay 0.1.0; Ed25519 + Noise XX self-test passed"),
@@ -57,3 +58,31 @@ async def test_wizard_layout_last_check_scrolls_into_view_above_status(
         assert last.result.name == "Relay answers from localhost"
         assert scroller.content_region.contains_region(last.region), (last.region, scroller.content_region)
         assert last.region.bottom <= status.region.y
+
+
+async def test_wizard_layout_footer_keeps_quit_monitor_and_step_keys_at_80_columns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+
+    async def fixed(*_a: object, **_k: object) -> list[CheckResult]:
+        return CHECKS[:1]
+
+    monkeypatch.setattr("cosmictui.screens.step_prereqs.gather_checks", fixed)
+    (tmp_path / "deploy").mkdir()
+    settings = Settings(
+        deployment=str(tmp_path / "deploy"), relay_storage=str(tmp_path / "relay"), command_env={"PATH": "/nonexistent"}
+    )
+    app = make_app(settings, save=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = app.screen
+        for index, s in enumerate(screen.steps):
+            await screen._show(index)
+            await wait_until(pilot, lambda s=s: not s.busy, f"step {index + 1} idle")
+            await pilot.pause()
+            shown = {k.key: k.description for k in screen.query(FooterKey) if k.region.right <= 80 and k.region.width}
+            wanted = {"q": "Quit", "m": "Monitor", "n": "Next"} | {
+                b.key: b.description for b in s.STEP_BINDINGS if b.show and s.has_action(b.action[6:-2])
+            }
+            missing = {k: v for k, v in wanted.items() if shown.get(k) != v}
+            assert not missing, f"step {index + 1} ({s.TITLE}): not in the footer at 80 columns: {missing}"
