@@ -16,6 +16,7 @@ from cosmictui.ops.checks import (
     check_dht,
     check_relay_from_deployment,
     fetch_stats,
+    ping_command,
     relay_address,
     run_checks,
 )
@@ -25,7 +26,16 @@ from cosmictui.ops.relayproc import RelayRuntime, attach
 from cosmictui.ops.runner import Runner, RunnerError
 
 FAILED_STATUSES = frozenset({"failed", "error", "errored", "crashloopbackoff", "deleted", "terminated", "cancelled"})
-__all__ = ["FAILED_STATUSES", "STUCK_STATUSES", "JobWatch", "format_age", "job_command", "recoverable"]
+__all__ = [
+    "FAILED_STATUSES",
+    "STUCK_STATUSES",
+    "JobWatch",
+    "format_age",
+    "job_command",
+    "recoverable",
+    "sentence",
+    "sentences",
+]
 # Fields that describe a job's life, not how it was made: never passed back to `create`.
 _LIFECYCLE_FIELDS = frozenset(
     {
@@ -55,6 +65,25 @@ _LIFECYCLE_FIELDS = frozenset(
 RELAY_REACH_PREFIX = "Relay answers from"
 
 
+_PING_PREFIX = ping_command("", 0).rsplit(" ", 3)[0]  # the program, without host, port and timeout
+
+
+def is_ping_command(cmd: str) -> bool:
+    """Whether `cmd` is the reachability PING that `check_relay_from_deployment` runs."""
+    return cmd.startswith(_PING_PREFIX)
+
+
+def sentence(text: str) -> str:
+    """`text` as one sentence: stripped, ending in . ! or ? (messages are glued from parts)."""
+    text = text.strip()
+    return text if not text or text[-1] in ".!?" else text + "."
+
+
+def sentences(*parts: str | None) -> str:
+    """Parts of a message as sentences separated by ". ": "…characters) Nothing" never again."""
+    return " ".join(sentence(p) for p in parts if p and p.strip())
+
+
 async def gather_checks(
     settings: Settings, connect: Callable[[], Awaitable[Runner]], storage: str | None = None
 ) -> list[CheckResult]:
@@ -67,12 +96,16 @@ async def gather_checks(
         settings = replace(settings, relay_storage=storage)
     unreachable: CheckResult | None = None
     runner: Runner | None
+    relay_runs = attach(settings.relay_storage) is not None
     try:
         runner = await connect()
     except RunnerError as e:
         runner = None
         unreachable = CheckResult("Deployment host reachable", "fail", f"{e.host}: {e.what}", e.fix)
-    relay_runs = attach(settings.relay_storage) is not None
+    expecting = getattr(runner, "expecting", None)
+    if not relay_runs and expecting is not None:
+        # The PING cannot be answered yet: its exit 1 is expected, not a failure to alarm anyone.
+        runner = expecting(is_ping_command, "the relay is not running yet")
     # Without a running relay the PING from the deployment host cannot be answered: don't wait long.
     results = await run_checks(settings, runner, ping_timeout=3.0 if relay_runs else 0.5)
     if unreachable is not None:

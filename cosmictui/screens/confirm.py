@@ -6,7 +6,7 @@ from typing import ClassVar
 
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, HorizontalScroll, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
@@ -20,10 +20,22 @@ class ConfirmScreen(ModalScreen[bool]):
         Binding("y", "answer(True)", "Yes", show=False),
     ]
 
-    def __init__(self, title: str, body: str, *, yes: str = "Yes", no: str = "Cancel", danger: bool = False) -> None:
+    def __init__(
+        self,
+        title: str,
+        body: str,
+        *,
+        commands: list[str] | tuple[str, ...] = (),
+        yes: str = "Yes",
+        no: str = "Cancel",
+        danger: bool = False,
+    ) -> None:
         super().__init__(classes="-danger" if danger else "")
         self.title_text = title
         self.body = body
+        #: Shell commands, one a line and never wrapped (a wrapped command reads as two); a wider
+        #: one scrolls sideways.
+        self.commands = list(commands)
         self.yes = yes
         self.no = no
         self.danger = danger
@@ -32,6 +44,9 @@ class ConfirmScreen(ModalScreen[bool]):
         with Vertical(id="confirm-box") as box:
             box.border_title = ("⚠ " if self.danger else "") + self.title_text
             yield Static(self.body, id="confirm-body", markup=False)
+            if self.commands:
+                with HorizontalScroll(id="confirm-commands"):
+                    yield Static("\n".join(self.commands), id="confirm-commands-text", markup=False)
             with Horizontal(id="confirm-buttons"):
                 yield Button(self.no, id="confirm-no", variant="default", compact=True)
                 yield Button(self.yes, id="confirm-yes", variant="error" if self.danger else "primary", compact=True)

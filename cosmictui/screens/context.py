@@ -63,16 +63,26 @@ async def _open_runner(settings: Settings) -> Runner:
 class LoggedRunner(Runner):
     """The deployment runner as the ops layer sees it, with every command going to the log."""
 
-    def __init__(self, ctx: WizardContext, inner: Runner) -> None:
+    def __init__(
+        self, ctx: WizardContext, inner: Runner, expect: tuple[Callable[[str], bool], str] | None = None
+    ) -> None:
         self._ctx = ctx
         self.inner = inner
         self.root = inner.root
         self.label = inner.label
+        self._expect = expect
+
+    def expecting(self, match: Callable[[str], bool], why: str) -> LoggedRunner:
+        """The same runner, logging a failure of commands that `match` as expected (`why`), not FAILED."""
+        return LoggedRunner(self._ctx, self.inner, (match, why))
 
     async def run(
         self, cmd: str, cwd: str | None = None, on_output: Any = None, timeout: float | None = None
     ) -> CommandResult:
-        return await self._ctx.run(cmd, on_output=on_output, runner=self.inner, timeout=timeout, cwd=cwd)
+        expected = self._expect[1] if self._expect is not None and self._expect[0](cmd) else None
+        return await self._ctx.run(
+            cmd, on_output=on_output, runner=self.inner, timeout=timeout, cwd=cwd, expected_failure=expected
+        )
 
     async def read_file(self, path: str) -> bytes:
         return await self.inner.read_file(path)
@@ -162,8 +172,12 @@ class WizardContext:
         runner: Runner | None = None,
         timeout: float | None = None,
         cwd: str | None = None,
+        expected_failure: str | None = None,
     ) -> CommandResult:
-        """Run `cmd` on the deployment (or `runner`), logged with its output and exit code."""
+        """Run `cmd` on the deployment (or `runner`), logged with its output and exit code.
+
+        `expected_failure` says why a non-zero exit is expected, so the log does not cry FAILED.
+        """
         runner = runner or await self.deployment()
         entry = self._log.begin(cmd, f"{runner.label}:{runner.root}") if self._log else None
         if self._on_command:
@@ -188,7 +202,7 @@ class WizardContext:
                 self._log.end(entry, -1)
             raise
         if entry is not None and self._log is not None:
-            self._log.end(entry, result.exit_code)
+            self._log.end(entry, result.exit_code, expected_failure)
         return result
 
     def begin_local(self, cmd: str) -> CommandEntry | None:

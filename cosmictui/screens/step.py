@@ -17,6 +17,8 @@ from textual.reactive import reactive
 from textual.widgets import Static
 from textual.worker import Worker, WorkerState
 
+from cosmictui.ops.wizard_steps import sentences
+
 if TYPE_CHECKING:
     from cosmictui.screens.context import WizardContext
 
@@ -139,4 +141,4 @@ def runner_problem(e: Exception, doing: str) -> str:
     host = getattr(e, "host", None)
     fix = getattr(e, "fix", "")
     where = f" on {host}" if host else ""
-    return f"Could not {doing}{where}: {what.rstrip('.')}." + (f" Fix: {fix}" if fix else "")
+    return sentences(f"Could not {doing}{where}: {what.rstrip('.')}", f"Fix: {fix}" if fix else None)

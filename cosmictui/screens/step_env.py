@@ -10,6 +10,7 @@ from textual.widgets import Static
 
 from cosmictui.ops.envfile import EnvFileError, EnvPlan, decode_text, plan_relays, read_relays, write_plan
 from cosmictui.ops.runner import RunnerError
+from cosmictui.ops.wizard_steps import sentences
 from cosmictui.screens.step import Step, runner_problem
 from cosmictui.widgets.diff_view import DiffView
 
@@ -198,4 +199,4 @@ class EnvStep(Step):
 
 def _env_problem(e: EnvFileError) -> str:
     where = f"{e.path} line {e.line}" if e.line is not None else e.path
-    return f"Cannot edit {where}: {e.problem}." + (f" Fix: {e.fix}" if e.fix else "") + " Nothing was changed."
+    return sentences(f"Cannot edit {where}: {e.problem}", f"Fix: {e.fix}" if e.fix else None, "Nothing was changed")

@@ -142,11 +142,16 @@ class RecoverStep(Step):
             except KeyError as e:
                 self.status.set(str(e.args[0]) + ": fix [commands] create in the config.", "error")
                 return
-        body = "These commands will run on the deployment host, in order:\n\n" + "\n".join(
-            f"  {d}\n  {c}" for _, d, c in plan
-        )
+        body = "These commands will run on the deployment host, in order:"
+        commands = [cmd for _, d, c in plan for cmd in (d, c)]
         self.app.push_screen(
-            ConfirmScreen(f"Delete and recreate {len(plan)} job(s)?", body, yes="Delete & recreate", danger=True),
+            ConfirmScreen(
+                f"Delete and recreate {len(plan)} job(s)?",
+                body,
+                commands=commands,
+                yes="Delete & recreate",
+                danger=True,
+            ),
             lambda ok: self.recreate(plan) if ok else self.status.set("Nothing deleted.", "info"),
         )
 

@@ -21,7 +21,7 @@ from cosmictui.ops.checks import CheckResult
 from cosmictui.ops.envfile import EnvFileError, decode_text, read_relays
 from cosmictui.ops.relayproc import RelayProcError, RelayRuntime
 from cosmictui.ops.runner import RunnerError
-from cosmictui.ops.wizard_steps import RELAY_REACH_PREFIX, relay_reach_checks
+from cosmictui.ops.wizard_steps import RELAY_REACH_PREFIX, relay_reach_checks, sentences
 from cosmictui.screens.confirm import ConfirmScreen
 from cosmictui.screens.step import Step, runner_problem
 from cosmictui.widgets.check_row import CheckRow
@@ -43,9 +43,15 @@ class RelayStep(Step):
 
     def compose_step(self) -> ComposeResult:
         yield Static("2. Start the relay", classes="step-title")
+        lifetime = (
+            "In this demo it is stopped, with the sandbox, when the wizard exits."
+            if self.ctx.demo is not None
+            else "It keeps running after the wizard exits."
+        )
         yield Static(
-            "Runs on this machine and keeps running after the wizard exits. Its key comes "
-            "from the storage directory: always use the same one.",
+            f"Runs on this machine as its own process. {lifetime} Its key comes from the storage "
+            "directory: always use the same one.",
+            id="relay-intro",
             classes="step-intro",
         )
         with Horizontal(classes="field-row"):
@@ -122,7 +128,8 @@ class RelayStep(Step):
         state.update(
             f"Relay:   running, pid {rt.pid}, since {since}\n"
             f"UDP:     {rt.host}:{rt.port}\n"
-            f"Log:     {relayproc.log_path(rt.storage)}"
+            # the storage path is in the field above: a path on its own would wrap mid-word
+            f"Log:     {relayproc.log_path(rt.storage).name} in the storage dir"
         )
         key.update(f"Relay key (c copies it):\n{rt.key}")
         key.add_class("-shown")
@@ -214,7 +221,7 @@ class RelayStep(Step):
             rt = await relayproc.start_relay(storage, port, s.relay_host, s.relay_bootstrap, metrics)
         except RelayProcError as e:
             self.ctx.end_local(entry, 1, (e.log_tail or "").strip())
-            msg = f"The relay did not start: {e.what}." + (f" Fix: {e.fix}" if e.fix else "")
+            msg = sentences(f"The relay did not start: {e.what.rstrip('.')}", f"Fix: {e.fix}" if e.fix else None)
             if e.log_tail:
                 msg += f"\nLast log lines:\n{e.log_tail.strip()}"
             self.status.set(msg, "error")

@@ -176,11 +176,10 @@ class VerifyStep(Step):
         except KeyError as e:
             self.status.set(str(e.args[0]), "error")
             return
-        body = f"Run on the deployment host:\n\n  {cmd}\n\n" + (
-            f"(fields copied from job {job.id})" if job is not None else ""
-        )
+        body = "Run on the deployment host" + (f" (fields copied from job {job.id}):" if job is not None else ":")
         self.app.push_screen(
-            ConfirmScreen("Create a job", body, yes="Create"), lambda ok: self.create_job(cmd) if ok else None
+            ConfirmScreen("Create a job", body, commands=[cmd], yes="Create"),
+            lambda ok: self.create_job(cmd) if ok else None,
         )
 
     @work(exclusive=True, group="verify-create", exit_on_error=False)

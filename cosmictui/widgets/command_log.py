@@ -60,9 +60,10 @@ class CommandLog(Vertical):
         entry.output.extend(lines)
         self._log.write_lines(f"  │ {line}" for line in lines)
 
-    def end(self, entry: CommandEntry, exit_code: int) -> None:
+    def end(self, entry: CommandEntry, exit_code: int, expected: str | None = None) -> None:
+        """`expected` says why a non-zero exit is no failure (e.g. the relay does not run yet)."""
         entry.exit_code = exit_code
-        mark = "ok" if exit_code == 0 else "FAILED"
+        mark = "ok" if exit_code == 0 else (f"expected: {expected}" if expected else "FAILED")
         self._log.write_line(f"  └ exit {exit_code} ({mark})")
 
     def note(self, text: str) -> None:

@@ -50,6 +50,13 @@ async def test_wizard_demo_end_to_end_new_job_leaves_creating(sandbox: Sandbox) 
         assert "Started the relay" in text, text
         key = app.screen.ctx.relay_key
         assert key and key in str(step(app, "relay").query_one("#relay-key").render())
+        # In the demo the relay does not outlive the wizard: the step says so.
+        assert "stopped, with the sandbox, when the wizard exits" in str(
+            step(app, "relay").query_one("#relay-intro").render()
+        )
+        assert "Log:     blind-relay.log in the storage dir" in str(
+            step(app, "relay").query_one("#relay-state").render()
+        )
         reach = [r.text for r in step(app, "relay").query("CheckRow")]
         assert any(r.startswith("✔ ok Relay answers from") for r in reach), reach
         await pilot.press("c")

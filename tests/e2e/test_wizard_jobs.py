@@ -83,9 +83,8 @@ async def test_wizard_verify_marks_old_jobs_and_confirms_a_new_job_left_creating
         assert app.screen.index == 4
         await pilot.press("j")
         await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the create confirmation")
-        assert "cosmicac jobs create --name 'llama train' --gpu a100" in str(
-            app.screen.query_one("#confirm-body").render()
-        )
+        assert app.screen.commands == ["cosmicac jobs create --name 'llama train' --gpu a100"]
+        assert "fields copied from job" in str(app.screen.query_one("#confirm-body").render())
         await pilot.press("y")
         text = await wait_status(pilot, app, "verify", ("ok",), timeout=30)
         assert "job-100 left Creating (Running) and keeps updating" in text
@@ -139,8 +138,8 @@ async def test_wizard_recover_deletes_and_recreates_selected_job_and_watches_it(
         assert picker.render_line(0).text.startswith("[x] job-001")
         await pilot.press("d")
         await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the delete confirmation")
-        body = str(app.screen.query_one("#confirm-body").render())
-        assert "cosmicac jobs delete job-001" in body and app.screen.has_class("-danger")
+        shown = str(app.screen.query_one("#confirm-commands-text").render())
+        assert shown.splitlines()[0] == "cosmicac jobs delete job-001" and app.screen.has_class("-danger")
         await pilot.press("escape")  # first: say no — nothing runs
         await pilot.pause()
         assert _cosmicac_calls(d) == [] and "Nothing deleted" in status(app, "recover")

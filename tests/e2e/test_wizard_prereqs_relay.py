@@ -10,6 +10,7 @@ from textual.widgets import Input
 
 from cosmictui.ops.config import Settings
 from cosmictui.screens.confirm import ConfirmScreen
+from cosmictui.widgets.command_log import CommandLog
 from tests.e2e._wizard_support import ENV_VAR, OTHER_KEY, make_app, resume_at, status, step, wait_status, wait_until
 
 
@@ -32,6 +33,9 @@ async def test_wizard_prereqs_port_taken_fails_with_fix_and_rerun_passes(tmp_pat
         async with app.run_test(size=(80, 24)) as pilot:
             text = await wait_status(pilot, app, "prereqs", ("error",))
             assert "1 check(s) failed" in text
+            # The PING to a relay that does not run yet fails as expected: no FAILED in the log.
+            log = app.screen.query_one(CommandLog).transcript()
+            assert "exit 1 (expected: the relay is not running yet)" in log and "FAILED" not in log, log
             rows = {r.result.name: r for r in step(app, "prereqs").query("CheckRow")}
             udp = next(r for name, r in rows.items() if name.startswith("UDP port"))
             assert udp.result.status == "fail" and udp.result.fix and f"{port}" in udp.text

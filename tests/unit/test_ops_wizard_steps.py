@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from cosmictui.ops.jobs import Job, view_jobs
-from cosmictui.ops.wizard_steps import JobWatch, command_failure_hint, job_command, recoverable
+from cosmictui.ops.wizard_steps import JobWatch, command_failure_hint, job_command, recoverable, sentences
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 
@@ -76,3 +76,21 @@ def test_recoverable_jobs_are_stuck_or_old_and_starting() -> None:
         job("running", "Running", T0, now),
     ]
     assert [v.job.id for v in recoverable(view_jobs(jobs, now, restart))] == ["stuck", "young-old"]
+
+
+def test_sentences_are_separated_even_when_a_part_ends_in_a_parenthesis() -> None:
+    assert sentences("Cannot edit .env line 3: bad key", "Fix: use the key (52 characters)", "Nothing was changed") == (
+        "Cannot edit .env line 3: bad key. Fix: use the key (52 characters). Nothing was changed."
+    )
+    assert sentences("Done!", None, "  ", "Next?") == "Done! Next?"
+
+
+def test_env_problem_message_reads_as_sentences() -> None:
+    from cosmictui.ops.envfile import EnvFileError
+    from cosmictui.screens.step_env import _env_problem
+
+    e = EnvFileError("the relay key is malformed", 3, "use the printed key (52 z-base-32 characters)", "/d/.env")
+    assert _env_problem(e) == (
+        "Cannot edit /d/.env line 3: the relay key is malformed. "
+        "Fix: use the printed key (52 z-base-32 characters). Nothing was changed."
+    )
