@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import PurePosixPath
+
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -36,7 +38,7 @@ class EnvStep(Step):
     STEP_ID = "env"
     TITLE = "Configure .env"
     STEP_BINDINGS = (
-        Binding("w", "step('write')", "Write .env"),
+        Binding("w", "step('write')", "Write"),
         Binding("t", "step('toggle_mode')", "Merge/replace"),
         Binding("e", "step('reload')", "Re-read"),
     )
@@ -184,7 +186,9 @@ class EnvStep(Step):
         self.written_key = self.ctx.relay_key
         self.ctx.env_writes += 1
         self.query_one("#env-summary", Static).update(
-            f"Wrote:  {path}\nBackup: {backup or '(none)'}\nRelays: {len(keys)} ({self.mode})"
+            # the backup sits next to the .env: its name alone, so no path wraps mid-word
+            f"Wrote:  {path}\nBackup: {PurePosixPath(backup).name if backup else '(none)'} (same directory)\n"
+            f"Relays: {len(keys)} ({self.mode})"
         )
         self.mark_done()
         self.status.set("Wrote the .env. Press n to apply it and restart the worker.", "ok")

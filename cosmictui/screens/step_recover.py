@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.containers import HorizontalScroll
 from textual.widgets import Static
 from textual.widgets.selection_list import Selection
 
@@ -41,6 +42,8 @@ class RecoverStep(Step):
         )
         yield JobPicker(id="recover-jobs")
         yield Static("", id="recover-fields", markup=False)
+        with HorizontalScroll(id="recover-command"):  # a command is one line, never wrapped
+            yield Static("", id="recover-command-text", markup=False)
 
     def on_enter(self) -> None:
         if not self.busy:
@@ -103,6 +106,7 @@ class RecoverStep(Step):
                 self.status.set(f"{len(stuck)} stuck job(s). Select with space, then press d.", "info")
         else:
             self.query_one("#recover-fields", Static).update("")
+            self.query_one("#recover-command-text", Static).update("")
             if not keep_status:
                 self.status.set("No stuck jobs. Press n (Finish) when done.", "ok")
 
@@ -119,9 +123,8 @@ class RecoverStep(Step):
             cmd = job_command(self.ctx.settings.create_command, job)
         except KeyError as e:
             cmd = f"(cannot build: {e.args[0]})"
-        self.query_one("#recover-fields", Static).update(
-            f"{why}Job {job.id} ({job.status}):\n{fields}\nRecreate with:\n  {cmd}"
-        )
+        self.query_one("#recover-fields", Static).update(f"{why}Job {job.id} ({job.status}):\n{fields}\nRecreate with:")
+        self.query_one("#recover-command-text", Static).update(cmd)
 
     def action_recreate(self) -> None:
         if self.busy:

@@ -66,7 +66,7 @@ async def test_wizard_env_merge_shows_diff_writes_backup_and_keeps_other_bytes(t
         backups = [p for p in d.iterdir() if p.name.startswith(".env.bak-")]
         assert len(backups) == 1 and backups[0].read_bytes() == original
         summary = str(step(app, "env").query_one("#env-summary").render())
-        assert str(backups[0]) in summary
+        assert f"Backup: {backups[0].name} (same directory)" in summary  # the full path is in the log
         assert any(str(backups[0]) in line for line in app.screen.query_one("#command-log-text").lines)
         await pilot.press("n")
         assert app.screen.index == 3

@@ -126,7 +126,8 @@ async def test_wizard_recover_deletes_and_recreates_selected_job_and_watches_it(
         text = await wait_status(pilot, app, "recover", ("info",))
         assert "1 stuck job(s)" in text
         fields = str(step(app, "recover").query_one("#recover-fields").render())
-        assert "name: llama train" in fields and "cosmicac jobs create --name 'llama train' --gpu a100" in fields
+        command = str(step(app, "recover").query_one("#recover-command-text").render())
+        assert "name: llama train" in fields and command == "cosmicac jobs create --name 'llama train' --gpu a100"
         await pilot.press("d")  # nothing selected: refused
         assert "Select at least one job" in status(app, "recover")
         picker = step(app, "recover").query_one("#recover-jobs")
