@@ -51,7 +51,11 @@ class PrereqsStep(Step):
         self.results = results
         rows = self.query_one("#check-rows", Vertical)
         await rows.remove_children()
-        await rows.mount_all([CheckRow(r) for r in results])
+        row_widgets = [CheckRow(r) for r in results]
+        await rows.mount_all(row_widgets)
+        first_bad = next((w for w in row_widgets if w.result.status == "fail"), None)
+        if first_bad is not None:
+            first_bad.scroll_visible(animate=False)  # a failure must be seen, even at 80×24
         fails = [r for r in results if r.status == "fail"]
         warns = [r for r in results if r.status == "warn"]
         if fails:

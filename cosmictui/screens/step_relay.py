@@ -257,6 +257,7 @@ class RelayStep(Step):
         box = self.query_one("#relay-checks", Vertical)
         await box.remove_children()
         await box.mount_all([CheckRow(r) for r in results])
+        box.scroll_visible(animate=False)  # at 80×24 the checks land below the key: bring them up
         blocking = self._blocking()
         if blocking:
             self.mark_done(False)

@@ -86,3 +86,28 @@ async def test_wizard_layout_footer_keeps_quit_monitor_and_step_keys_at_80_colum
             }
             missing = {k: v for k, v in wanted.items() if shown.get(k) != v}
             assert not missing, f"step {index + 1} ({s.TITLE}): not in the footer at 80 columns: {missing}"
+
+
+async def test_wizard_layout_failed_check_below_the_fold_is_scrolled_into_view(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    late_failure = [
+        *CHECKS[:1],
+        *CHECKS[2:],
+        CheckResult("Relay answers from 10.0.0.7", "fail", "no reply", "open UDP"),
+    ]
+
+    async def fixed(*_a: object, **_k: object) -> list[CheckResult]:
+        return late_failure
+
+    monkeypatch.setattr("cosmictui.screens.step_prereqs.gather_checks", fixed)
+    (tmp_path / "deploy").mkdir()
+    app = make_app(Settings(deployment=str(tmp_path / "deploy"), relay_storage=str(tmp_path / "relay")), save=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_status(pilot, app, "prereqs", ("error",))
+        await pilot.pause()
+        prereqs = step(app, "prereqs")
+        failed = next(r for r in prereqs.query(CheckRow) if r.result.status == "fail")
+        assert prereqs.body.max_scroll_y > 0  # it starts below the fold
+        assert prereqs.body.content_region.contains_region(failed.region), (failed.region, prereqs.body.content_region)
