@@ -106,6 +106,8 @@ def main_wizard(deployment: str | None, demo: bool, config: str | None) -> int:
         result = app.run()
     finally:
         if ctx.demo is not None:
+            for sig in WizardApp.EXIT_SIGNALS:  # a second SIGHUP must not cut the cleanup short
+                signal.signal(sig, signal.SIG_IGN)
             close_demo(ctx)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
