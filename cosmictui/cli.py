@@ -66,7 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=fmt,
     )
     m.add_argument("--storage", metavar="DIR", action="append", default=[], help="relay storage dir (repeatable)")
-    m.add_argument("--metrics", metavar="URL", action="append", default=[], help="HOST:PORT or URL (repeatable)")
+    m.add_argument(
+        "--metrics", metavar="URL", action="append", type=_metrics_addr, default=[], help="HOST:PORT or URL (repeat)"
+    )
     m.add_argument("--interval", metavar="S", type=_interval, default=1.0, help="refresh interval in seconds (1)")
 
     c = sub.add_parser(
@@ -128,8 +130,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rs.add_argument("--json", action="store_true", help="print a JSON object")
     rs.add_argument("--storage", metavar="DIR", help="relay storage directory (config)")
-    rs.add_argument("--metrics", metavar="URL", help="ask this metrics address instead of the runtime file's")
+    rs.add_argument(
+        "--metrics", metavar="URL", type=_metrics_addr, help="ask this metrics address instead of the runtime file's"
+    )
     return p
+
+
+def _metrics_addr(text: str) -> str:
+    """Checked while parsing, so a typo is one usage line (exit 2), never a traceback later."""
+    from cosmictui.ops.metrics import normalize_url
+
+    try:
+        normalize_url(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
 
 
 def _interval(text: str) -> float:

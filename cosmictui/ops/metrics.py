@@ -8,6 +8,7 @@ scrapes and times in and never touches the network; `RelayWatch.poll` is the I/O
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import math
 import time
@@ -92,11 +93,28 @@ def normalize_url(target: str) -> str:
     host, _, path = rest.partition("/")
     if not host:
         raise ValueError(f"metrics address has no host: {target!r}")
+    _check_hostport(host, target)
     path = "/" + path if path else ""
     for suffix in ("/metrics", "/stats"):
         if path.endswith(suffix):
             path = path[: -len(suffix)]
     return f"{scheme}://{host}{path.rstrip('/')}"
+
+
+def _check_hostport(hostport: str, target: str) -> None:
+    """HOST[:PORT] must be something http.client can connect to: a name, an IPv4 address or a
+    [bracketed] IPv6 address, and a port 1-65535 (`bad:addr:x` is refused here, not mid-scrape)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit("http://" + hostport)
+        port = parts.port
+    except ValueError:
+        raise ValueError(f"bad metrics address {target!r}: expected HOST:PORT") from None
+    if not parts.hostname or "@" in hostport or (":" in parts.hostname and not hostport.startswith("[")):
+        raise ValueError(f"bad metrics address {target!r}: expected HOST:PORT")
+    if port == 0:
+        raise ValueError(f"bad metrics address {target!r}: port must be 1-65535")
 
 
 def parse_metrics(text: str) -> dict[str, float]:
@@ -181,17 +199,33 @@ def _get(url: str, timeout: float) -> bytes:
         # operator's browsing must not swallow them.
         _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     req = urllib.request.Request(url, headers={"User-Agent": "cosmictui-monitor"})
-    with _OPENER.open(req, timeout=timeout) as resp:
-        return resp.read(8 * 1024 * 1024)
+    try:
+        with _OPENER.open(req, timeout=timeout) as resp:
+            return resp.read(8 * 1024 * 1024)
+    except (ValueError, http.client.InvalidURL) as e:
+        # urllib/http.client refuse an address they cannot even connect to (InvalidURL is not a
+        # ValueError): to the operator that relay is down with a bad address, not a crash.
+        raise BadAddress(str(e)) from e
+    except http.client.HTTPException as e:  # e.g. a status line that is not HTTP: not our relay
+        raise ConnectionError(f"not an HTTP answer: {e!r}") from e
+
+
+class BadAddress(OSError):
+    """The metrics address cannot be connected to at all (e.g. a non-numeric port)."""
 
 
 def fetch(base_url: str, timeout: float = 2.0) -> Scrape:
     """Blocking scrape of `/metrics` and `/stats`; MetricsError says what went wrong."""
     import urllib.error
 
-    base = normalize_url(base_url)
+    try:
+        base = normalize_url(base_url)
+    except ValueError as e:
+        raise MetricsError(base_url, f"bad address ({e})") from e
     try:
         body = _get(base + "/metrics", timeout)
+    except BadAddress as e:
+        raise MetricsError(base, f"bad address ({e})") from e
     except urllib.error.HTTPError as e:
         raise MetricsError(base, f"/metrics answered HTTP {e.code}") from e
     except (urllib.error.URLError, OSError, TimeoutError) as e:
@@ -373,7 +407,10 @@ class RelayWatch:
             return None, f"pid {st.runtime.pid} is gone (stale {RUNTIME_FILE})"
         if not st.runtime.metrics:
             return None, "the relay runs with --metrics off"
-        self.url = normalize_url(st.runtime.metrics)
+        try:
+            self.url = normalize_url(st.runtime.metrics)
+        except ValueError as e:
+            return None, f"bad address in {RUNTIME_FILE}: {e}"
         return self.url, ""
 
     async def poll(self, timeout: float = 2.0) -> bool:

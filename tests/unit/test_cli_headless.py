@@ -70,9 +70,22 @@ def test_usage_errors_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]
     assert "usage:" in capsys.readouterr().err
 
 
-def test_bad_metrics_address_and_missing_config_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert run("monitor", "--metrics", "ftp://relay:1")[0] == 2
-    assert "--metrics ftp://relay:1" in capsys.readouterr().err
+@pytest.mark.parametrize("addr", ["ftp://relay:1", "bad:addr:x", "relay:0", "relay:70000"])
+@pytest.mark.parametrize("cmd", [["monitor"], ["relay", "status"]])
+def test_bad_metrics_address_is_a_usage_error_at_parse_time(
+    cmd: list[str], addr: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as e:
+        cli.main([*cmd, "--metrics", addr])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert [line for line in err.splitlines() if "error:" in line] == [
+        next(line for line in err.splitlines() if "argument --metrics" in line and addr in line)
+    ]
+
+
+def test_missing_or_bad_config_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert run("--config", str(tmp_path / "missing.toml"), "relay", "status")[0] == 2
     assert "missing.toml" in capsys.readouterr().err
     bad = tmp_path / "bad.toml"

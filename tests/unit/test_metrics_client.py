@@ -33,6 +33,53 @@ def test_normalize_url_accepts_the_forms_operators_type():
             m.normalize_url(bad)
 
 
+def test_normalize_url_refuses_addresses_http_client_cannot_connect_to():
+    for bad in ("bad:addr:x", "h:0", "h:70000", "::1:9", "http://user@h:1", "h:port"):
+        with pytest.raises(ValueError, match="bad metrics address"):
+            m.normalize_url(bad)
+    assert m.normalize_url("[::1]:9") == "http://[::1]:9"
+
+
+def test_bad_address_is_a_down_relay_not_a_crash():
+    # urllib raises http.client.InvalidURL (not a ValueError, not an OSError) for these
+    with pytest.raises(m.BadAddress):
+        m._get("http://bad:addr:x/metrics", 1.0)
+    with pytest.raises(m.MetricsError, match="bad address"):
+        m.fetch("bad:addr:x", timeout=1.0)
+
+
+async def test_watch_of_a_bad_address_from_a_runtime_file_is_down_not_a_crash(monkeypatch):
+    w = m.RelayWatch(m.Target(metrics="127.0.0.1:1"))
+    w.url = "http://bad:addr:x"  # as if a runtime file named it: poll must not raise
+    monkeypatch.setattr(w, "resolve", lambda: (w.url, ""))
+    await w.poll(timeout=1.0)
+    assert w.state is m.RelayState.DOWN and w.error is not None and "bad address" in w.error
+
+
+def test_fetch_of_a_server_that_does_not_speak_http_is_an_error():
+    import socket
+    import threading
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+
+    def answer() -> None:
+        conn, _ = srv.accept()
+        conn.recv(1024)
+        conn.sendall(b"SSH-2.0-nothttp\r\n\r\n")
+        conn.close()
+
+    t = threading.Thread(target=answer, daemon=True)
+    t.start()
+    try:
+        with pytest.raises(m.MetricsError, match="no answer"):
+            m.fetch(f"127.0.0.1:{srv.getsockname()[1]}", timeout=5.0)
+    finally:
+        t.join(10)
+        srv.close()
+
+
 def test_parse_metrics_reads_contract_names_sums_labels_and_drops_created():
     text = (
         "# TYPE blind_relay_relayed_bytes counter\n"
