@@ -112,24 +112,28 @@ def test_interop_relay_metrics_move_with_a_real_pair(node: str, testnet: Testnet
 
 
 def test_interop_relay_default_path_upgrades_to_direct(node: str, testnet: Testnet, relay: RelayProcess) -> None:
-    """hyperdht's default: relayed first, then the peers punch through and drop the relay.
+    """hyperdht's default: relayed through our relay first, then the peers punch through and drop it.
 
-    On loopback the direct path sometimes wins the race before the relay carried anything; each
-    round runs 3 pairs (both sides naming the relay, punching on) and we need one that started
-    relayed and then moved to a direct address, with data intact both before and after.
+    Both sides name the relay and keep punching on. The JS peers hold hole punching until every
+    pair has echoed 20 kB through the relay, as hyperdht's own upgrade test does: left free, the
+    punch sometimes wins on loopback before the client's relay pairing, and hyperdht strands the
+    server's first packets at the relay (the stall is hyperdht's, not the relay's: the npm
+    blind-relay showed it at the same rate, 4 of 35 rounds vs 7 of 35 for ours; see
+    js/relay_peers.js). Every pair must start on the relay's port, then change remote on both
+    ends to a direct address and echo again.
     """
-    seen = []
-    for _ in range(4):
-        res = run_peers(node, testnet.bootstrap, relay.key or "", relay.port, "upgrade-both", pairs=3, size=20_000)
-        assert res.all_ok, (res.pairs, res.stderr[-2000:], relay.stderr[-3000:])
-        seen += res.pairs
-        upgraded = [p for p in res.pairs if p["relayed"]]
-        if upgraded:
-            break
-    assert upgraded, f"the relay never carried the first bytes: {seen}"
-    for p in upgraded:
-        assert p["clientRemotePort"] == relay.port and p["serverRemotePort"] == relay.port, p
-        assert p["upgradedRemotePort"] != relay.port and p["okAfterUpgrade"], p
+    before = metrics(relay)
+    res = run_peers(node, testnet.bootstrap, relay.key or "", relay.port, "upgrade-both", pairs=3, size=20_000)
+    assert_relayed(res, relay, pairs=3)  # all started on our port and echoed 20 kB through it
+    for p in res.pairs:
+        assert p["okAfterUpgrade"], p
+        assert p["upgradedRemotePort"] != relay.port and p["serverUpgradedRemotePort"] != relay.port, p
+    after = metrics(relay)
+    assert after["blind_relay_pairings_matched"] - before["blind_relay_pairings_matched"] == 3
+    relayed = after["blind_relay_relayed_bytes_total"] - before["blind_relay_relayed_bytes_total"]
+    assert relayed >= 2 * 3 * 20_000, relayed  # each pair's 20 kB went out and came back via the relay
+    # the peers left the relay once direct: every pairing and its two streams are released
+    wait_until(lambda: metrics(relay)["blind_relay_pairings_active"] == 0)
 
 
 def test_interop_relay_40_concurrent_pairs(node: str, testnet: Testnet, relay: RelayProcess) -> None:
