@@ -225,7 +225,7 @@ def cmd_wizard(args: argparse.Namespace, out: TextIO) -> int:
 def monitor_targets(args: argparse.Namespace, settings: Any) -> list[Any]:
     """--storage/--metrics as given; neither: the configured storage if a relay runs there,
     else the configured metrics address."""
-    from cosmictui.ops.metrics import Target, normalize_url
+    from cosmictui.ops.metrics import Target, normalize_url, unique_targets
     from cosmictui.ops.relayproc import read_runtime
 
     targets: list[Target] = [Target(storage=Path(s).expanduser().absolute()) for s in args.storage]
@@ -241,7 +241,7 @@ def monitor_targets(args: argparse.Namespace, settings: Any) -> list[Any]:
             targets.append(Target(storage=storage))
         else:
             targets.append(Target(metrics=settings.metrics_url))
-    return targets
+    return unique_targets(targets)
 
 
 def cmd_monitor(args: argparse.Namespace, out: TextIO) -> int:

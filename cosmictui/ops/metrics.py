@@ -289,6 +289,8 @@ class RelayState(Enum):
     UP = "up"
     DOWN = "down"
     NOT_RUNNING = "not running"
+    METRICS_OFF = "running, metrics off"
+    """the pid in the runtime file is alive, but the relay serves no /metrics to read"""
 
 
 # Words and symbols, so state never depends on colour alone.
@@ -297,7 +299,13 @@ STATE_BADGE = {
     RelayState.UP: "▲ UP",
     RelayState.DOWN: "✖ DOWN",
     RelayState.NOT_RUNNING: "■ NOT RUNNING",
+    RelayState.METRICS_OFF: "▲ RUNNING",
 }
+
+RUNNING = (RelayState.UP, RelayState.METRICS_OFF)
+"""States in which the relay process is alive."""
+
+METRICS_OFF_NOTE = "metrics off — start the relay with --metrics HOST:PORT to see numbers"
 
 SERIES = ("rss_mb", "cpu_percent", "in_bps", "out_bps", "relayed_bps", "in_pps", "out_pps")
 
@@ -313,6 +321,19 @@ class Target:
     def label(self) -> str:
         return str(self.storage) if self.storage is not None else normalize_url(self.metrics or DEFAULT_METRICS)
 
+    @property
+    def short_label(self) -> str:
+        """The label without `http://`, for narrow columns (the host:port is what tells relays apart)."""
+        label = self.label
+        return label.split("://", 1)[1] if self.storage is None and "://" in label else label
+
+    @property
+    def identity(self) -> tuple[str, str]:
+        """Two targets with the same identity are the same relay (`h:1` and `http://h:1/metrics`)."""
+        if self.storage is not None:
+            return ("storage", str(Path(self.storage).expanduser().absolute()))
+        return ("metrics", normalize_url(self.metrics or DEFAULT_METRICS))
+
     def status(self) -> relayproc.RelayStatus | None:
         """The relay process of a storage target (runtime file + pid check), via ops.relayproc."""
         return relayproc.relay_status(str(self.storage)) if self.storage is not None else None
@@ -322,6 +343,17 @@ class Target:
             return self.storage / LOG_FILE
         storage = (stats or {}).get("storage")
         return Path(storage) / LOG_FILE if isinstance(storage, str) else None
+
+
+def unique_targets(targets: Iterable[Target]) -> list[Target]:
+    """Targets in the order given, each relay once however its address was spelled."""
+    seen: set[tuple[str, str]] = set()
+    out: list[Target] = []
+    for t in targets:
+        if t.identity not in seen:
+            seen.add(t.identity)
+            out.append(t)
+    return out
 
 
 @dataclass
@@ -406,7 +438,7 @@ class RelayWatch:
         if not st.running:
             return None, f"pid {st.runtime.pid} is gone (stale {RUNTIME_FILE})"
         if not st.runtime.metrics:
-            return None, "the relay runs with --metrics off"
+            return None, METRICS_OFF_NOTE
         try:
             self.url = normalize_url(st.runtime.metrics)
         except ValueError as e:
@@ -418,6 +450,8 @@ class RelayWatch:
         url, why = self.resolve()
         if url is None:
             state = RelayState.NOT_RUNNING if self.target.storage is not None else RelayState.DOWN
+            if why == METRICS_OFF_NOTE:
+                state = RelayState.METRICS_OFF
             return self.observe_failure(why, time.time(), state)
         try:
             s = await scrape(url, timeout)
@@ -427,21 +461,35 @@ class RelayWatch:
 
     # -- what the screen shows -----------------------------------------------------------------
     @property
+    def runtime(self) -> relayproc.RelayRuntime | None:
+        """The runtime file as last read (storage targets only)."""
+        return self._runtime
+
+    @property
     def key(self) -> str | None:
         k = self.last.stat("key") if self.last else None
         if k is None and self._runtime is not None:
             k = self._runtime.key
         return k if isinstance(k, str) else None
 
+    def started_at(self) -> float | None:
+        """Wall time the relay process started: /stats uptime, else the process start time, else
+        the runtime file's started_at. Not when this monitor first saw it."""
+        if self.state is RelayState.UP and self.last is not None:
+            up = self.last.stat("uptime_seconds")
+            if isinstance(up, int | float):
+                return self.last.wall - float(up)
+            start = self.last.get("process_start_time_seconds")
+            if start:
+                return start
+        if self.state in RUNNING and self._runtime is not None and self._runtime.started_at:
+            return float(self._runtime.started_at)
+        return None
+
     def uptime(self, now: float | None = None) -> float | None:
-        """Seconds the relay process has run, from /stats or the process start time."""
-        if self.last is None or self.state is not RelayState.UP:
-            return None
-        up = self.last.stat("uptime_seconds")
-        if isinstance(up, int | float):
-            return float(up) + ((now or time.time()) - self.last.wall)
-        start = self.last.get("process_start_time_seconds")
-        return (now or time.time()) - start if start else None
+        """Seconds the relay process has run (see `started_at`)."""
+        start = self.started_at()
+        return None if start is None else max(0.0, (now or time.time()) - start)
 
 
 def summarize(watches: Iterable[RelayWatch]) -> dict[str, float]:
@@ -450,6 +498,9 @@ def summarize(watches: Iterable[RelayWatch]) -> dict[str, float]:
     out |= {"pairings_active": 0.0, "pairings_pending": 0.0, "streams_errors": 0.0}
     for w in watches:
         out["relays"] += 1
+        if w.state is RelayState.METRICS_OFF:
+            out["up"] += 1  # running; it just has no numbers to add
+            continue
         if w.state is not RelayState.UP or w.last is None:
             continue
         out["up"] += 1

@@ -26,9 +26,9 @@ from textual.widgets import DataTable, Footer, Log, Static
 
 from cosmictui.ops.metrics import (
     MEMORY_BUDGET_BYTES,
+    RUNNING,
     STATE_BADGE,
     LogTail,
-    RelayState,
     RelayWatch,
     Target,
 )
@@ -223,7 +223,7 @@ class MonitorScreen(Screen[None]):
             parts.insert(0, "cosmictui monitor")
         status = self.query_one("#status", Static)
         status.update("  ·  ".join(parts), layout=False)
-        status.set_class(w.state is not RelayState.UP, "-down")
+        status.set_class(w.state not in RUNNING, "-down")
 
     # -- reactions ------------------------------------------------------------------------------
     def watch_paused(self) -> None:

@@ -27,6 +27,7 @@ STATE_STYLE = {
     RelayState.DOWN: "bold reverse $error",
     RelayState.NOT_RUNNING: "bold $warning",
     RelayState.CONNECTING: "bold $secondary",
+    RelayState.METRICS_OFF: "bold $success",
 }
 
 
@@ -100,22 +101,29 @@ class RelayFacts(Static):
     def render_facts(self, w: RelayWatch, key_width: int, roomy: bool, now: float) -> _Rows:
         t = _Rows()
         badge = Text(f" {STATE_BADGE[w.state]} ", style=self._style(STATE_STYLE[w.state]))
-        since = time.strftime("%H:%M:%S", time.localtime(w.since))
+        started = w.started_at()
+        since = time.strftime("%H:%M:%S", time.localtime(w.since if started is None else started))
         width = max(20, (self.size.width or 40) - _Rows.LABEL - 2)
         suffix = f" since {since}"
         t.add_row("relay", Text.assemble(badge, suffix) if len(badge) + len(suffix) <= width else badge)
         if w.error and w.state is not RelayState.UP:
             # the reason is what the operator needs here: wrapped, never cut off
             for i, part in enumerate(textwrap.wrap(w.error, width, max_lines=3, placeholder=" …") or [w.error]):
-                t.add_row("why" if i == 0 else "", Text(part, style=self._style("$text-warning")))
+                first = "note" if w.state is RelayState.METRICS_OFF else "why"
+                t.add_row(first if i == 0 else "", Text(part, style=self._style("$text-warning")))
             if w.last is not None:
                 seen = time.strftime("%H:%M:%S", time.localtime(w.last.wall))
                 t.add_row("last seen", f"{seen} ({human_duration(now - w.last.wall)} ago)")
         t.add_row("key", short_key(w.key, key_width))
         if roomy:
-            t.add_row("metrics", w.url or w.target.label)
+            if w.target.storage is not None and w.url is None:
+                t.add_row("storage", str(w.target.storage))
+            else:
+                t.add_row("metrics", w.url or w.target.label)
         s = w.last if w.state is RelayState.UP else None
         pid = s.stat("pid") if s else None
+        if pid is None and w.state is RelayState.METRICS_OFF and w.runtime is not None:
+            pid = w.runtime.pid
         t.add_row("uptime", f"{human_duration(w.uptime(now))}" + (f"   pid {pid}" if pid else ""))
         rss = s.rss_bytes if s else None
         if rss is not None:

@@ -27,6 +27,11 @@ PALETTE = {
 }
 
 
+# Line markers by role, so the legend tells in from out without colour (plotext draws the marker
+# as the legend's glyph): fine braille for in, dots for out, half blocks for relayed.
+MARKERS = {"out": "dot", "relayed": "hd"}
+
+
 @dataclass(frozen=True)
 class Series:
     label: str
@@ -117,7 +122,7 @@ class TimePlot(PlotextPlot):
             xs = [x for x, _ in pts]
             ys = [v / scale for _, v in pts]
             label = s.label if len(self.series) > 1 else None  # one line: the title names it
-            plt.plot(xs, ys, label=label, color=self._rgb(s.color), marker="braille")
+            plt.plot(xs, ys, label=label, color=self._rgb(s.color), marker=MARKERS.get(s.color, "braille"))
         if not any(visible):  # no data yet: the axes still show the scale
             plt.hline(0, color=self._rgb("foreground"))
             plt.text("no data yet", x=-window / 2, y=top / 2, alignment="center", color=self._rgb("foreground"))

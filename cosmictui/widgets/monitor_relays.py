@@ -10,7 +10,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import DataTable
 
-from cosmictui.ops.metrics import RelayState, RelayWatch, human_bytes, human_duration, summarize
+from cosmictui.ops.metrics import RUNNING, RelayState, RelayWatch, human_bytes, human_duration, summarize
 from cosmictui.widgets.monitor_facts import short_key
 
 COLUMNS = ("state", "relay", "key", "uptime", "memory", "cpu", "in", "out", "pairs", "errors")
@@ -21,6 +21,7 @@ TABLE_BADGE = {
     RelayState.DOWN: "✖ DOWN",
     RelayState.NOT_RUNNING: "■ STOPPED",
     RelayState.CONNECTING: "… wait",
+    RelayState.METRICS_OFF: "▲ RUNNING",
 }
 
 
@@ -52,11 +53,11 @@ class RelayTable(DataTable[Text | str]):
 
     def _row(self, w: RelayWatch, now: float) -> dict[str, Text | str]:
         state = Text(TABLE_BADGE[w.state])
-        if w.state is not RelayState.UP:
+        if w.state not in RUNNING:
             state.stylize("bold reverse")
         s = w.last if w.state is RelayState.UP else None
         r = w.rates
-        label = w.target.label
+        label = w.target.short_label
         if self.compact and len(label) > WIDTHS["relay"]:
             label = "…" + label[-(WIDTHS["relay"] - 1) :]
         row: dict[str, Text | str] = {

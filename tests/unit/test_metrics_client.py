@@ -162,6 +162,20 @@ def _scrape(at, pid=1, **values):
     return m.Scrape(at=at, wall=at, values=base | {k: float(v) for k, v in values.items()}, stats={"pid": pid})
 
 
+def test_up_since_is_when_the_relay_started_not_when_the_monitor_first_saw_it():
+    w = m.RelayWatch(m.Target(metrics="a:1"))
+    s = m.Scrape(at=5000.0, wall=5000.0, values={"process_start_time_seconds": 1000.0}, stats={"uptime_seconds": 3600})
+    w.observe(s)
+    assert w.since == 5000.0  # the state change the monitor saw
+    assert w.started_at() == 1400.0  # /stats uptime wins
+    assert w.uptime(now=5010.0) == 3610.0
+    w2 = m.RelayWatch(m.Target(metrics="a:1"))
+    w2.observe(m.Scrape(at=5000.0, wall=5000.0, values={"process_start_time_seconds": 1000.0}))
+    assert w2.started_at() == 1000.0  # a plain exporter: the process start time
+    w2.observe_failure("gone", 5001.0)
+    assert w2.started_at() is None and w2.uptime() is None
+
+
 def test_rates_difference_counters_per_second():
     a = _scrape(
         10.0,
@@ -274,10 +288,15 @@ async def test_storage_target_follows_the_runtime_file(tmp_path: Path, relay, re
     await w.poll(timeout=5)
     assert w.state is m.RelayState.UP and w.key == relay.key
     assert w.target.log_path() == tmp_path / m.LOG_FILE
-    rt["metrics"] = None
+    rt["metrics"], rt["started_at"] = None, 50.0
     (tmp_path / m.RUNTIME_FILE).write_text(json.dumps(rt))
     await w.poll()
-    assert w.state is m.RelayState.NOT_RUNNING and "metrics off" in (w.error or "")
+    # the pid is alive: running, just without numbers (not "NOT RUNNING")
+    assert w.state is m.RelayState.METRICS_OFF and w.state in m.RUNNING
+    assert w.error == "metrics off — start the relay with --metrics HOST:PORT to see numbers"
+    assert m.STATE_BADGE[w.state] == "▲ RUNNING"
+    assert w.started_at() == 50.0 and w.uptime(now=100.0) == 50.0  # from the runtime file's started_at
+    assert m.summarize([w])["up"] == 1
 
 
 def test_summary_adds_up_relays_that_answer():

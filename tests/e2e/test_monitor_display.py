@@ -1,0 +1,78 @@
+"""What the monitor's widgets say for one relay, drawn without an app (fast, no Pilot)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from cosmictui import cli
+from cosmictui.ops import metrics as m
+from cosmictui.widgets.monitor_facts import RelayFacts
+from cosmictui.widgets.monitor_graphs import MARKERS
+from cosmictui.widgets.monitor_relays import TABLE_BADGE, RelayTable
+
+
+def facts_text(w: m.RelayWatch, now: float) -> str:
+    f = RelayFacts()
+    f._style = lambda style: ""  # type: ignore[method-assign]  # theme colours need a running app
+    return f.render_facts(w, 24, True, now).to_text().plain
+
+
+def row_of(w: m.RelayWatch, compact: bool) -> dict[str, str]:
+    t = RelayTable()
+    t.compact = compact
+    return {k: str(v) for k, v in t._row(w, 0.0).items()}
+
+
+def test_stale_relay_shows_its_storage_under_storage_not_metrics(tmp_path: Path) -> None:
+    w = m.RelayWatch(m.Target(storage=tmp_path))
+    w.observe_failure("pid 5 is gone (stale relay-runtime.json)", 10.0, m.RelayState.NOT_RUNNING)
+    lines = facts_text(w, 20.0).splitlines()
+    assert any(line.startswith("storage") and str(tmp_path) in line for line in lines)
+    assert not any(line.startswith("metrics") for line in lines)
+
+
+def test_metrics_off_relay_reads_running_with_a_note() -> None:
+    w = m.RelayWatch(m.Target(storage=Path("/srv/relay")))
+    w.observe_failure(m.METRICS_OFF_NOTE, 10.0, m.RelayState.METRICS_OFF)
+    text = facts_text(w, 20.0)
+    assert "▲ RUNNING" in text and "NOT RUNNING" not in text
+    flat = " ".join(text.split())  # the note is wrapped to the pane
+    assert "note metrics off — start the relay with --metrics HOST:PORT to see numbers" in flat
+    assert TABLE_BADGE[m.RelayState.METRICS_OFF] == "▲ RUNNING"
+    assert str(row_of(w, compact=True)["state"]) == "▲ RUNNING"
+
+
+def test_up_since_is_the_relay_start_time() -> None:
+    import time
+
+    w = m.RelayWatch(m.Target(metrics="127.0.0.1:9"))
+    started = time.mktime((2027, 1, 15, 5, 0, 0, 0, 0, -1))
+    w.observe(m.Scrape(at=1.0, wall=started + 3 * 3600, values={}, stats={"uptime_seconds": 3 * 3600}))
+    assert "since 05:00:00" in facts_text(w, started + 3 * 3600)
+
+
+@pytest.mark.parametrize("compact", [True, False])
+def test_relay_column_drops_the_scheme(compact: bool) -> None:
+    w = m.RelayWatch(m.Target(metrics="http://127.0.0.1:9"))
+    assert row_of(w, compact)["relay"] == "127.0.0.1:9"
+
+
+def test_the_same_relay_spelled_two_ways_is_watched_once(tmp_path: Path) -> None:
+    args = argparse.Namespace(
+        storage=[str(tmp_path), str(tmp_path / "." / "")],
+        metrics=["127.0.0.1:9", "http://127.0.0.1:9/metrics", "http://127.0.0.1:9/", "127.0.0.1:10"],
+    )
+    targets = cli.monitor_targets(args, settings=None)
+    assert [t.identity for t in targets] == [
+        ("storage", str(tmp_path)),
+        ("metrics", "http://127.0.0.1:9"),
+        ("metrics", "http://127.0.0.1:10"),
+    ]
+
+
+def test_in_and_out_lines_have_distinct_legend_markers() -> None:
+    assert MARKERS.get("in", "braille") != MARKERS.get("out", "braille")
+    assert len({MARKERS.get(r, "braille") for r in ("in", "out", "relayed")}) == 3
