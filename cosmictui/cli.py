@@ -101,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     sr.add_argument("--env", metavar="PATH", help=".env path (relative to the deployment)")
     sr.add_argument("--replace", action="store_true", help="replace the array instead of merging")
     sr.add_argument("--dry-run", action="store_true", help="print the diff, write nothing")
+    sr.add_argument("--json", action="store_true", help="print the plan and what was written as a JSON object")
 
     j = sub.add_parser(
         "jobs",
@@ -166,9 +167,16 @@ def _settings(args: argparse.Namespace, **overrides: Any) -> Any:
     if getattr(args, "deployment", None) is not None:
         overrides["deployment"] = args.deployment
     try:
-        return load_settings(getattr(args, "config", None), **overrides)
+        settings = load_settings(getattr(args, "config", None), **overrides)
     except ConfigError as e:
         raise UsageError(str(e)) from None
+    from cosmictui.ops.runner import RunnerError, parse_deployment
+
+    try:
+        parse_deployment(settings.deployment)
+    except RunnerError as e:  # ftp://x, ssh:// without a host or with a bad port: configuration
+        raise UsageError(f"--deployment: {e.what}" + (f" ({e.fix})" if e.fix else "")) from None
+    return settings
 
 
 def _plain(obj: Any) -> Any:
@@ -186,8 +194,10 @@ def _plain(obj: Any) -> Any:
     return obj
 
 
-def _dump(obj: Any, out: TextIO) -> None:
-    out.write(json.dumps(_plain(obj), indent=None if out is not sys.stdout else 2) + "\n")
+def _dump(obj: Any, out: TextIO, stream: bool = False) -> None:
+    """Pretty on a terminal's stdout; `stream` (watch modes): always one object per line (NDJSON)."""
+    pretty = out is sys.stdout and not stream
+    out.write(json.dumps(_plain(obj), indent=2 if pretty else None) + "\n")
 
 
 async def _open_runner(settings: Any) -> Any:
@@ -319,14 +329,34 @@ def cmd_env_set_relay(args: argparse.Namespace, out: TextIO) -> int:
             plan = plan_relays(
                 decode_text(data), key, mode="replace" if args.replace else "merge", var=settings.env_var, path=path
             )
+            report: dict[str, Any] = {
+                "path": path,
+                "var": settings.env_var,
+                "key": key,
+                "mode": "replace" if args.replace else "merge",
+                "old_relays": list(plan.old_keys),
+                "new_relays": list(plan.new_keys),
+                "changed": plan.changed,
+                "dry_run": bool(args.dry_run),
+                "written": False,
+                "backup": None,
+                "diff": plan.diff,
+            }
+            if args.json and (not plan.changed or args.dry_run):
+                _dump(report, out)
+                return OK
             if not plan.changed:
                 out.write(f"{path}: {settings.env_var} already holds {key}; nothing to change\n")
                 return OK
-            out.write(plan.diff if plan.diff.endswith("\n") else plan.diff + "\n")
+            if not args.json:
+                out.write(plan.diff if plan.diff.endswith("\n") else plan.diff + "\n")
             if args.dry_run:
                 out.write(f"dry run: {path} not written\n")
                 return OK
             backup = await write_plan(runner, path, plan)
+            if args.json:
+                _dump(report | {"written": True, "backup": backup}, out)
+                return OK
             out.write(f"wrote {path}" + (f" (backup {backup})" if backup else "") + "\n")
             out.write("next: apply the config and restart the worker (the wizard's step 4)\n")
             return OK
@@ -354,12 +384,21 @@ def _jobs_table(views: Sequence[Any]) -> str:
     )
 
 
+def worker_restart_time(deployment: str) -> datetime | None:
+    """When the wizard last restarted this deployment's worker (its progress file), if it did."""
+    from cosmictui.ops.progress import load_progress
+
+    at = load_progress(deployment).restarted_at
+    return datetime.fromtimestamp(at, UTC) if isinstance(at, int | float) else None
+
+
 def cmd_jobs(args: argparse.Namespace, out: TextIO) -> int:
     settings = _settings(args)
     from cosmictui.ops.jobs import JobsFormatError, parse_jobs, view_jobs
     from cosmictui.ops.runner import RunnerError
 
     interval = args.interval or settings.poll_interval
+    restart_at = worker_restart_time(settings.deployment)
 
     async def once(runner: Any) -> tuple[int, Any]:
         result = await runner.run(settings.list_command)
@@ -370,13 +409,15 @@ def cmd_jobs(args: argparse.Namespace, out: TextIO) -> int:
         except JobsFormatError as e:
             return FAILED, {"error": str(e), "output": e.raw}
         now = datetime.now(UTC)
-        views = view_jobs(jobs, now, stuck_after=settings.stuck_after, stale_after=settings.stale_after)
+        views = view_jobs(
+            jobs, now, restart_at=restart_at, stuck_after=settings.stuck_after, stale_after=settings.stale_after
+        )
         return OK, views
 
     def show(rc: int, res: Any) -> None:
         if rc != OK:
             if args.json:
-                _dump(res, out)
+                _dump(res, out, stream=args.watch)
             else:
                 print(f"cosmictui jobs: {res['error']}\n{res['output']}", file=sys.stderr)
             return
@@ -388,13 +429,14 @@ def cmd_jobs(args: argparse.Namespace, out: TextIO) -> int:
                     "created": v.job.created,
                     "updated": v.job.updated,
                     "age_seconds": v.age,
-                    "before_restart": v.before_restart,
+                    # unknown (null), not false, when no wizard run recorded a worker restart
+                    "before_restart": v.before_restart if restart_at is not None else None,
                     "stuck": v.stuck,
                     "fields": v.job.fields,
                 }
                 for v in res
             ]
-            _dump({"at": datetime.now(UTC), "jobs": payload} if args.watch else payload, out)
+            _dump({"at": datetime.now(UTC), "jobs": payload} if args.watch else payload, out, stream=args.watch)
         else:
             if args.watch:
                 out.write(f"-- {datetime.now().strftime('%H:%M:%S')} --\n")
@@ -434,12 +476,13 @@ def relay_status_report(storage: str | None, metrics: str | None, timeout: float
     from cosmictui.ops.metrics import MetricsError, fetch
 
     report: dict[str, Any] = {"state": "not running", "storage": storage, "runtime": None, "stats": None}
-    report |= {"metrics": metrics, "error": None}
+    report |= {"metrics": metrics, "error": None, "key": None}
     if storage is not None:
         st = relayproc.relay_status(storage)
         report["storage"] = st.storage
         report["log"] = st.log_path
         report["runtime"] = _plain(st.runtime) if st.runtime else None
+        report["key"] = st.runtime.key if st.runtime else None
         if st.runtime is None:
             report["error"] = f"no relay is running with storage {st.storage}"
         elif not st.running or st.stale_runtime:
@@ -465,6 +508,8 @@ def relay_status_report(storage: str | None, metrics: str | None, timeout: float
     report["state"] = "up"
     report["error"] = None
     report["stats"] = s.stats
+    if isinstance(s.stat("key"), str):
+        report["key"] = s.stat("key")
     report["rss_bytes"] = s.rss_bytes
     return report
 

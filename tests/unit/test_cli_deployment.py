@@ -168,3 +168,54 @@ def test_jobs_failures_exit_1_with_the_output(deploy: Path, tmp_path: Path, caps
     rc, out = run("--config", str(_jobs_config(tmp_path, bin_dir)), "--deployment", str(deploy), "jobs", "--json")
     doc = json.loads(out)
     assert rc == 1 and "cannot read the jobs list" in doc["error"] and doc["output"].strip() == "all good, 2 jobs"
+
+
+def test_env_set_relay_json_reports_the_plan_and_the_backup(deploy: Path) -> None:
+    rc, out = run("--deployment", str(deploy), "env", "set-relay", KEY_B, "--json", "--dry-run")
+    doc = json.loads(out)
+    assert rc == 0 and doc["dry_run"] and not doc["written"] and doc["changed"]
+    assert doc["old_relays"] == [KEY_A] and doc["new_relays"] == [KEY_A, KEY_B] and doc["mode"] == "merge"
+    assert doc["path"] == str(deploy / ".env") and doc["backup"] is None
+    assert (deploy / ".env").read_bytes() == ENV.encode()
+    rc, out = run("--deployment", str(deploy), "env", "set-relay", KEY_B, "--json", "--replace")
+    doc = json.loads(out)
+    assert rc == 0 and doc["written"] and doc["new_relays"] == [KEY_B] and doc["mode"] == "replace"
+    assert doc["backup"] and Path(doc["backup"]).read_bytes() == ENV.encode()
+    rc, out = run("--deployment", str(deploy), "env", "set-relay", KEY_B, "--json", "--replace")
+    doc = json.loads(out)
+    assert rc == 0 and not doc["changed"] and not doc["written"]
+
+
+@pytest.mark.parametrize("spec", ["ftp://x", "ssh://", "ssh://h:port/x"])
+@pytest.mark.parametrize("cmd", [["jobs"], ["check"], ["env", "set-relay", KEY_A]])
+def test_unsupported_deployment_is_a_usage_error(spec: str, cmd: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out = run("--deployment", spec, *cmd)
+    err = capsys.readouterr().err
+    assert rc == 2 and out == "" and "--deployment" in err and "Traceback" not in err
+
+
+def test_jobs_watch_json_on_stdout_is_ndjson_and_before_restart_comes_from_the_wizard(
+    deploy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    now = time.time()
+    jobs = [
+        {"id": "job-old", "name": "a", "gpu": "1", "created": now - 600, "updated": now, "script": ["Running"]},
+        {"id": "job-new", "name": "b", "gpu": "1", "created": now - 10, "updated": now, "script": ["Running"]},
+    ]
+    seed_jobs(deploy, jobs)
+    cfg = _jobs_config(tmp_path, install_cosmicac(tmp_path))
+    argv = ["--config", str(cfg), "--deployment", str(deploy), "jobs", "--json"]
+    # no wizard run recorded a restart: unknown, not false
+    assert cli.main(argv) == 0  # out=None: the real sys.stdout (pretty when not watching)
+    docs = json.loads(capsys.readouterr().out)
+    assert [d["before_restart"] for d in docs] == [None, None]
+    from cosmictui.ops.progress import WizardProgress, save_progress
+
+    save_progress(WizardProgress(deployment=str(deploy), restarted_at=now - 300))
+    assert cli.main([*argv, "--watch", "--interval", "0.2", "--count", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2  # one JSON object per line
+    for line in lines:
+        by_id = {j["id"]: j for j in json.loads(line)["jobs"]}
+        assert by_id["job-old"]["before_restart"] is True and by_id["job-new"]["before_restart"] is False

@@ -103,6 +103,7 @@ def test_relay_status_by_metrics_address_up(fake: FakeRelayMetrics) -> None:
     rc, out = run("relay", "status", "--metrics", fake.url, "--json")
     doc = json.loads(out)
     assert rc == 0 and doc["state"] == "up" and doc["stats"]["key"] == fake.key and doc["error"] is None
+    assert doc["key"] == fake.key
     assert doc["rss_bytes"] == 42_000_000
 
 
@@ -132,7 +133,12 @@ def test_relay_status_by_storage(tmp_path: Path, fake: FakeRelayMetrics) -> None
         rc, out = run("relay", "status", "--storage", str(storage), "--json")
         doc = json.loads(out)
         assert rc == 0 and doc["state"] == "up" and doc["runtime"]["pid"] == proc.pid
-        assert doc["metrics"] == fake.url and doc["stats"]["pid"] == fake.pid
+        assert doc["metrics"] == fake.url and doc["stats"]["pid"] == fake.pid and doc["key"] == fake.key
+        # metrics off: still up, and the key comes from the runtime file (not null)
+        (storage / "relay-runtime.json").write_text(json.dumps(rt | {"metrics": None, "started_at": 1, "version": "t"}))
+        rc, out = run("relay", "status", "--storage", str(storage), "--json")
+        doc = json.loads(out)
+        assert rc == 0 and doc["state"] == "up" and doc["stats"] is None and doc["key"] == fake.key
     finally:
         proc.kill()
         proc.wait(30)
