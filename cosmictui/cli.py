@@ -274,21 +274,24 @@ def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
         overrides["relay_port"] = args.port
     settings = _settings(args, **overrides)
     from cosmictui.ops.checks import run_checks
-    from cosmictui.ops.runner import RunnerError
+    from cosmictui.ops.wizard_steps import gather_checks
 
     async def go() -> list[Any]:
-        runner = None
-        if getattr(args, "deployment", None) is not None or settings.deployment != ".":
-            try:
-                runner = await _open_runner(settings)
-            except RunnerError as e:
-                from cosmictui.ops.checks import CheckResult
+        if getattr(args, "deployment", None) is None and settings.deployment == ".":
+            return await run_checks(settings, None)  # no deployment: the local checks only
+        opened: list[Any] = []
 
-                return [CheckResult("deployment host", "fail", e.what, e.fix)]
+        async def connect() -> Any:
+            runner = await _open_runner(settings)
+            opened.append(runner)
+            return runner
+
+        # the wizard's own step 1: local checks always, the unreachable host as one more failed
+        # check ("Deployment host reachable"), relay-from-host a warning until the relay runs
         try:
-            return await run_checks(settings, runner)
+            return await gather_checks(settings, connect)
         finally:
-            if runner is not None:
+            for runner in opened:
                 await runner.close()
 
     results = asyncio.run(go())

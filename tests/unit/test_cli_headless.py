@@ -187,3 +187,20 @@ def test_no_subcommand_hands_the_flags_to_the_wizard(monkeypatch: pytest.MonkeyP
     assert cli.main(["--deployment", "ssh://ops@gpu-host/opt/cosmicac"]) == 0
     assert cli.main(["--config", "bad.toml"]) == 2  # the wizard's exit code is the command's
     assert calls == [(None, True, None), ("ssh://ops@gpu-host/opt/cosmicac", False, None), (None, False, "bad.toml")]
+
+
+def test_check_with_an_unreachable_ssh_deployment_keeps_the_local_checks(loopback_config: Path) -> None:
+    with socket.socket() as s:  # a loopback TCP port nobody listens on: connection refused
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        free = s.getsockname()[1]
+    spec = f"ssh://ops@127.0.0.1:{closed}/opt/cosmicac"
+    rc, out = run("--config", str(loopback_config), "--deployment", spec, "check", "--json", "--port", str(free))
+    results = {r["name"]: r for r in json.loads(out)}
+    assert rc == 1
+    assert results["Deployment host reachable"]["status"] == "fail"
+    assert "deployment host" not in results
+    assert results[f"UDP port {free}"]["status"] == "ok"  # the local checks are still there
+    assert len(results) > 2
