@@ -259,8 +259,10 @@ def cmd_monitor(args: argparse.Namespace, out: TextIO) -> int:
     targets = monitor_targets(args, settings)
     from cosmictui.monitor_app import MonitorApp
 
-    MonitorApp(targets, interval=args.interval).run()
-    return OK
+    app = MonitorApp(targets, interval=args.interval)
+    app.run()
+    # a crash inside the app (Textual prints the traceback) must not look like success to scripts
+    return FAILED if app.return_code else OK
 
 
 STATUS_WORD = {"ok": "[ OK ]", "warn": "[WARN]", "fail": "[FAIL]"}

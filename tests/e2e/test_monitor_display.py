@@ -76,3 +76,16 @@ def test_the_same_relay_spelled_two_ways_is_watched_once(tmp_path: Path) -> None
 def test_in_and_out_lines_have_distinct_legend_markers() -> None:
     assert MARKERS.get("in", "braille") != MARKERS.get("out", "braille")
     assert len({MARKERS.get(r, "braille") for r in ("in", "out", "relayed")}) == 3
+
+
+def test_monitor_that_crashes_exits_1_not_0(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from cosmictui.monitor_app import MonitorApp
+
+    async def broken_poll(self: m.RelayWatch, timeout: float = 2.0) -> bool:
+        raise RuntimeError("boom")
+
+    run = MonitorApp.run
+    monkeypatch.setattr(m.RelayWatch, "poll", broken_poll)
+    monkeypatch.setattr(MonitorApp, "run", lambda self: run(self, headless=True, size=(80, 24)))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    assert cli.main(["monitor", "--metrics", "127.0.0.1:9"]) == 1
