@@ -114,13 +114,13 @@ def test_interop_relay_metrics_move_with_a_real_pair(node: str, testnet: Testnet
 def test_interop_relay_default_path_upgrades_to_direct(node: str, testnet: Testnet, relay: RelayProcess) -> None:
     """hyperdht's default: relayed through our relay first, then the peers punch through and drop it.
 
-    Both sides name the relay and keep punching on. The JS peers hold hole punching until every
-    pair has echoed 20 kB through the relay, as hyperdht's own upgrade test does: left free, the
-    punch sometimes wins on loopback before the client's relay pairing, and hyperdht strands the
-    server's first packets at the relay (the stall is hyperdht's, not the relay's: the npm
-    blind-relay showed it at the same rate, 4 of 35 rounds vs 7 of 35 for ours; see
-    js/relay_peers.js). Every pair must start on the relay's port, then change remote on both
-    ends to a direct address and echo again.
+    Both sides name the relay and keep punching on. The JS peers hold the client's hole punching
+    until every pair has echoed 20 kB through the relay, as hyperdht's own upgrade tests do: left
+    free, the direct path sometimes wins on loopback before the client's relay pairing and
+    hyperdht strands the server's first packets at the relay (both ends ETIMEDOUT, ~28 s). That
+    stall is hyperdht's, not the relay's: with the old free-running peers the npm blind-relay
+    failed 8 of 75 rounds and ours 9 of 75, same signature (js/relay_peers.js has the details).
+    Every pair must start on the relay's port, change remote on both ends, and echo again.
     """
     before = metrics(relay)
     res = run_peers(node, testnet.bootstrap, relay.key or "", relay.port, "upgrade-both", pairs=3, size=20_000)
