@@ -16,6 +16,7 @@ import fcntl
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -44,6 +45,7 @@ class Sandbox:
     bin_dir: Path
     relay_storage: Path
     settings: Settings
+    temporary: bool = False  # made in a fresh temp dir: `close()` removes it too
 
     @property
     def env_path(self) -> Path:
@@ -62,11 +64,17 @@ class Sandbox:
         return stop_dht(self.root, timeout)
 
     def close(self, timeout: float = 10.0) -> None:
-        """Stop what the sandbox runs in the background: its relay and its private DHT."""
+        """Stop what the sandbox runs in the background: its relay and its private DHT.
+
+        A sandbox made in its own temp dir is throwaway, so its files go too; one made under a
+        caller's `root` is left for the caller.
+        """
         rt = attach(str(self.relay_storage))
         if rt is not None:
             _terminate(rt.pid, timeout)
         self.stop_dht(timeout)
+        if self.temporary:
+            shutil.rmtree(self.root, ignore_errors=True)
 
 
 def _free_port(kind: int) -> int:
@@ -123,6 +131,7 @@ def create_sandbox(
     `Sandbox.close()` to stop it and the relay; it also exits by itself once no relay has run on
     the sandbox storage for 15 minutes or the sandbox directory is removed.
     """
+    temporary = root is None
     base = Path(root) if root is not None else Path(tempfile.mkdtemp(prefix="cosmictui-demo-"))
     base = base.expanduser().absolute()
     deployment = base / "deployment"
@@ -176,7 +185,7 @@ def create_sandbox(
         relay_bootstrap=boot,
         poll_interval=2.0,
     )
-    return Sandbox(base, deployment, bin_dir, storage, settings)
+    return Sandbox(base, deployment, bin_dir, storage, settings, temporary)
 
 
 _dht_children: dict[int, subprocess.Popen[bytes]] = {}

@@ -251,3 +251,13 @@ def test_private_dht_stops(tmp_path: Path) -> None:
     with pytest.raises(ProcessLookupError):
         os.kill(info["pid"], 0)
     assert sb.stop_dht() is False
+
+
+def test_close_removes_a_temp_sandbox_but_not_a_callers_root(tmp_path: Path) -> None:
+    kept = create_sandbox(tmp_path / "kept", start_dht=False)
+    kept.close()
+    assert kept.env_path.exists()  # the caller's root is the caller's to remove
+    throwaway = create_sandbox(start_dht=False)
+    assert throwaway.temporary and throwaway.env_path.exists()
+    throwaway.close()
+    assert not throwaway.root.exists()
