@@ -3,12 +3,11 @@
 // client's own public key, exactly as hyperdht does it (relay.Client.from(socket, {id: socket.publicKey})).
 // Run with cwd tests/interop. Used by tests/interop/test_interop_blind.py.
 const net = require('net')
-const readline = require('readline')
 const SecretStream = require('@hyperswarm/secret-stream')
 const relay = require('blind-relay')
 const crypto = require('hypercore-crypto')
 
-const out = (o) => process.stdout.write(JSON.stringify(o) + '\n')
+const { out, serveCommands } = require('./command_loop')
 const hex = (b) => (b ? Buffer.from(b).toString('hex') : null)
 const buf = (h) => Buffer.from(h, 'hex')
 
@@ -38,14 +37,4 @@ const commands = {
   exit () { process.exit(0) }
 }
 
-readline.createInterface({ input: process.stdin }).on('line', (line) => {
-  if (!line.trim()) return
-  const cmd = JSON.parse(line)
-  try {
-    commands[cmd.op](cmd)
-    out({ ev: 'done', op: cmd.op, seq: cmd.seq })
-  } catch (err) {
-    out({ ev: 'command-error', op: cmd.op, seq: cmd.seq, message: err.message })
-  }
-})
-process.stdin.on('end', () => process.exit(0))
+serveCommands(commands)

@@ -2,13 +2,12 @@
 // stdout. Runs the real npm packages: @hyperswarm/secret-stream over TCP, protomux on top.
 // Run with cwd tests/interop. Used by tests/interop/test_interop_protomux.py.
 const net = require('net')
-const readline = require('readline')
 const SecretStream = require('@hyperswarm/secret-stream')
 const Protomux = require('protomux')
 const c = require('compact-encoding')
 const crypto = require('hypercore-crypto')
 
-const out = (o) => process.stdout.write(JSON.stringify(o) + '\n')
+const { out, serveCommands } = require('./command_loop')
 const hex = (b) => (b ? Buffer.from(b).toString('hex') : null)
 const buf = (h) => (h === null || h === undefined ? null : Buffer.from(h, 'hex'))
 
@@ -65,14 +64,4 @@ const commands = {
   exit () { process.exit(0) }
 }
 
-readline.createInterface({ input: process.stdin }).on('line', (line) => {
-  if (!line.trim()) return
-  const cmd = JSON.parse(line)
-  try {
-    commands[cmd.op](cmd)
-    out({ ev: 'done', op: cmd.op, seq: cmd.seq })
-  } catch (err) {
-    out({ ev: 'command-error', op: cmd.op, seq: cmd.seq, message: err.message })
-  }
-})
-process.stdin.on('end', () => process.exit(0))
+serveCommands(commands)
