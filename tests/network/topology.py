@@ -312,6 +312,7 @@ table inet security_group {{
     iifname "lo" accept
     ct state established,related accept
     udp dport {{ {ports} }} accept
+    counter drop
   }}
 }}
 """,
@@ -348,7 +349,9 @@ table inet security_group {{
         return p
 
     def start_testnet(self, size: int = 12, timeout: float = 90) -> list[str]:
-        self.testnet = self.spawn("dht", ["node", str(JS / "testnet.js"), json.dumps({"host": self.dht_host, "size": size})])
+        self.testnet = self.spawn(
+            "dht", ["node", str(JS / "testnet.js"), json.dumps({"host": self.dht_host, "size": size})]
+        )
         line = self.testnet.wait_line(lambda ln: ln.startswith("{"), timeout, "dht testnet ready")
         self.bootstrap = json.loads(line)["bootstrap"]
         return self.bootstrap
@@ -375,7 +378,9 @@ table inet security_group {{
         return RelayInNs(self, p, key=info["key"], port=int(info["port"]), metrics=None)
 
     def exec_in(self, host: str, *argv: str, timeout: float = 30) -> str:
-        r = subprocess.run(["ip", "netns", "exec", self.ns(host), *argv], capture_output=True, text=True, timeout=timeout)
+        r = subprocess.run(
+            ["ip", "netns", "exec", self.ns(host), *argv], capture_output=True, text=True, timeout=timeout
+        )
         if r.returncode != 0:
             raise RuntimeError(f"{argv} in {host} failed: {r.stderr.strip()}")
         return r.stdout
@@ -419,7 +424,8 @@ class RelayInNs:
 
     def stats(self) -> dict[str, Any]:
         assert self.metrics, "the Node relay has no /stats"
-        code = f"import urllib.request,sys;sys.stdout.write(urllib.request.urlopen({self.metrics + '/stats'!r},timeout=10).read().decode())"
+        url = self.metrics + "/stats"
+        code = f"import urllib.request as u, sys; sys.stdout.write(u.urlopen({url!r}, timeout=10).read().decode())"
         return json.loads(self.topo.exec_in("relay", sys.executable, "-c", code))
 
     def stop(self) -> None:
