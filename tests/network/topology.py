@@ -260,9 +260,14 @@ class Topology:
             run("ip", "netns", "exec", router, "sysctl", "-qw", "net.ipv4.ip_forward=1")
             self.nft(f"r{side}", self._router_rules())
             if self.udp_timeout is not None:
-                # conntrack timeouts are per namespace: only our routers forget mappings early
-                for key in ("nf_conntrack_udp_timeout", "nf_conntrack_udp_timeout_stream"):
-                    run("ip", "netns", "exec", router, "sysctl", "-qw", f"net.netfilter.{key}={self.udp_timeout}")
+                self.set_udp_timeout(self.udp_timeout, side)
+
+    def set_udp_timeout(self, seconds: int, *sides: str) -> None:
+        """How long the routers keep an idle UDP mapping (both conntrack UDP timeouts). They are
+        per namespace, so only our routers forget early; an entry takes the new value on its next packet."""
+        for side in sides or tuple(ROUTERS):
+            for key in ("nf_conntrack_udp_timeout", "nf_conntrack_udp_timeout_stream"):
+                run("ip", "netns", "exec", self.ns(f"r{side}"), "sysctl", "-qw", f"net.netfilter.{key}={seconds}")
 
     def _router_rules(self) -> str:
         masq = "masquerade fully-random" if self.nat == "random" else "masquerade"
