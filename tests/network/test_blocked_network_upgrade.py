@@ -63,5 +63,6 @@ def test_blocked_network_relayed_connection_upgrades_to_direct(
     # the server switches on its own punch result; poll its view (bounded) until it has
     deadline = time.monotonic() + 30
     while server_side["remotes"][-1]["host"] != net.router_wan("b") and time.monotonic() < deadline:
+        time.sleep(0.1)
         server_side = a.call("serverConnections")["connections"][-1]
     assert server_side["remotes"][-1]["host"] == net.router_wan("b"), server_side
