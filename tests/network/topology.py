@@ -40,6 +40,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 JS = Path(__file__).resolve().parent / "js"
 NODE_MODULES = ROOT / "tests" / "interop" / "node_modules"
+DELAY_LINE = Path(__file__).resolve().parent / "delay_line.py"
 
 WAN_NET = "11.0.0"  # never leaves the namespaces: the wan bridge has no link to the host
 WAN_MIN_TTL = 10  # the wan drops what has fewer hops left (hyperdht's HOLEPUNCH_TTL is 5)
@@ -180,12 +181,20 @@ class Peer:
 class Topology:
     """Build with `Topology(nat=...).build()` (or as a context manager); `close()` always tears down."""
 
-    def __init__(self, *, nat: str = "random", udp_timeout: int | None = None, wan_loss_percent: float = 0) -> None:
+    def __init__(
+        self,
+        *,
+        nat: str = "random",
+        udp_timeout: int | None = None,
+        wan_loss_percent: float = 0,
+        wan_delay_ms: float = 0,
+    ) -> None:
         if nat not in ("random", "consistent"):
             raise ValueError(f"nat must be 'random' or 'consistent', got {nat!r}")
         self.nat = nat
         self.udp_timeout = udp_timeout
         self.wan_loss_percent = wan_loss_percent
+        self.wan_delay_ms = wan_delay_ms  # one way, on each router's uplink
         self.prefix = f"bn{os.getpid()}x{next(_counter)}"
         self.namespaces: list[str] = []
         self.procs: list[NsProcess] = []
@@ -240,10 +249,19 @@ class Topology:
         run("ip", "-n", wan, "link", "set", "br0", "up")
         self.nft("wan", self._wan_rules())
 
-        def on_wan(host: str, addr: str) -> str:
+        def on_wan(host: str, addr: str, delayed: bool = False) -> str:
             ns = self.ns(host) if self.ns(host) in self.namespaces else self._add_ns(host)
             port = f"p{host}"
-            self._veth(ns, "wan0", wan, port)
+            if delayed:  # host -- [delay line namespace] -- bridge
+                line = self._add_ns(f"d{host}")
+                self._veth(ns, "wan0", line, "x0")
+                self._veth(line, "x1", wan, port)
+                for dev in ("x0", "x1"):
+                    run("ip", "-n", line, "link", "set", dev, "promisc", "on")
+                dl = self.spawn(f"d{host}", [sys.executable, str(DELAY_LINE), "x0", "x1", str(self.wan_delay_ms)])
+                dl.wait_line(lambda ln: ln == "ready", 30, f"delay line for {host}")
+            else:
+                self._veth(ns, "wan0", wan, port)
             run("ip", "-n", wan, "link", "set", port, "master", "br0")
             run("ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", "wan0")
             return ns
@@ -251,7 +269,7 @@ class Topology:
         for host, addr in HOSTS.items():
             on_wan(host, addr)
         for side, (wan_addr, lan_net) in ROUTERS.items():
-            router = on_wan(f"r{side}", wan_addr)
+            router = on_wan(f"r{side}", wan_addr, delayed=self.wan_delay_ms > 0)
             lan = self._add_ns(side)
             self._veth(router, "lan0", lan, "eth0")
             run("ip", "-n", router, "addr", "add", f"{lan_net}.1/24", "dev", "lan0")
