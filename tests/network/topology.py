@@ -398,7 +398,7 @@ table inet security_group {{
         opts = {"bootstrap": self.bootstrap, "port": port, "host": self.relay_host, "seed": seed}
         p = self.spawn("relay", ["node", str(script), json.dumps(opts)])
         info = json.loads(p.wait_line(lambda ln: ln.startswith("{"), timeout, "node relay listening"))
-        return RelayInNs(self, p, key=info["key"], port=int(info["port"]), metrics=None)
+        return RelayInNs(self, p, key=info["key"], port=int(info["port"]), metrics=None, ports=list(info["ports"]))
 
     def exec_in(self, host: str, *argv: str, timeout: float = 30) -> str:
         r = subprocess.run(
@@ -440,10 +440,15 @@ class RelayInNs:
     key: str
     port: int
     metrics: str | None
+    ports: list[int] = field(default_factory=list)  # every UDP port the relay owns (Node: server + client socket)
 
     @property
     def address(self) -> dict[str, Any]:
         return {"host": self.topo.relay_host, "port": self.port}
+
+    def is_relay(self, remote: dict[str, Any]) -> bool:
+        """Is this remote (a peer's rawStream view) one of the relay's sockets?"""
+        return remote.get("host") == self.topo.relay_host and remote.get("port") in (self.ports or [self.port])
 
     def stats(self) -> dict[str, Any]:
         assert self.metrics, "the Node relay has no /stats"
