@@ -40,7 +40,7 @@ class RunnerError(Exception):
         self.fix = fix
         self.host = host
         self.kind = kind  # auth | host-key-mismatch | host-key-unknown | refused | unresolvable | timeout
-        #                 | missing-command | missing-directory | missing-file | io | error
+        #                 | missing-command | missing-directory | missing-file | io | disconnected | error
         super().__init__(what + (f" — {fix}" if fix else ""))
 
 
@@ -406,16 +406,33 @@ class SSHRunner(Runner):
         )
 
     @property
+    def lost(self) -> bool:
+        """The SSH connection was open and is gone (server restarted, network dropped)."""
+        return self._conn is not None and self._conn.is_closed()
+
+    def _lost(self, e: BaseException) -> RunnerError:
+        return RunnerError(
+            f"the SSH connection to {self.label} was lost ({type(e).__name__}: {e})".replace(": )", ")"),
+            "the next action connects again",
+            self.label,
+            "disconnected",
+        )
+
+    @property
     def conn(self) -> asyncssh.SSHClientConnection:
         if self._conn is None:
             raise RunnerError(f"not connected to {self.label}", "call connect() first", self.label)
         return self._conn
 
     async def sftp(self) -> asyncssh.SFTPClient:
+        if self.lost:
+            raise self._lost(ConnectionError("closed"))
         if self._sftp is None:
             try:
                 self._sftp = await self.conn.start_sftp_client()
             except (asyncssh.Error, OSError) as e:
+                if self.lost:
+                    raise self._lost(e) from None
                 raise RunnerError(
                     f"SFTP is not available on {self.label}: {e}", "enable the sftp subsystem in sshd", self.label, "io"
                 ) from None
@@ -426,7 +443,11 @@ class SSHRunner(Runner):
     ) -> CommandResult:
         where = self.resolve(cwd) if cwd else self.root
         sftp = await self.sftp()
-        if not await sftp.isdir(where):
+        try:
+            isdir = await sftp.isdir(where)
+        except (asyncssh.Error, OSError) as e:
+            raise self._lost(e) from None
+        if not isdir:
             raise RunnerError(
                 f"directory {where} does not exist on {self.label}",
                 "check the path in the deployment (ssh://user@host/path)",
@@ -441,6 +462,8 @@ class SSHRunner(Runner):
                 full, stdin=asyncssh.DEVNULL, stderr=asyncssh.STDOUT, encoding="utf-8", errors="replace"
             )
         except (asyncssh.Error, OSError) as e:
+            if self.lost:
+                raise self._lost(e) from None
             raise RunnerError(f"cannot start `{cmd}` on {self.label}: {e}", "", self.label, "error") from None
 
         async def pump() -> int:
@@ -465,6 +488,9 @@ class SSHRunner(Runner):
                 self.label,
                 "timeout",
             ) from None
+        except (asyncssh.Error, OSError) as e:
+            proc.close()
+            raise self._lost(e) from None
         except BaseException:
             proc.close()
             raise
@@ -490,6 +516,8 @@ class SSHRunner(Runner):
                 "missing-file",
             ) from None
         except (asyncssh.SFTPError, OSError) as e:
+            if self.lost or isinstance(e, asyncssh.SFTPNoConnection | asyncssh.SFTPConnectionLost):
+                raise self._lost(e) from None
             raise RunnerError(f"cannot read {full} on {self.label}: {e}", "", self.label, "io") from None
 
     async def write_file_atomic(self, path: str, data: bytes, backup: bool = True) -> str | None:

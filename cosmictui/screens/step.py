@@ -17,7 +17,7 @@ from textual.reactive import reactive
 from textual.widgets import Static
 from textual.worker import Worker, WorkerState
 
-from cosmictui.ops.wizard_steps import sentences
+from cosmictui.ops.joblist import runner_problem as _runner_problem
 
 if TYPE_CHECKING:
     from cosmictui.screens.context import WizardContext
@@ -29,6 +29,11 @@ class StepStatus(Static):
     DEFAULT_CLASSES = "step-status"
 
     kind = ""
+
+    def __init__(self) -> None:
+        # Plain text: statuses carry remote output and config names like [commands], which
+        # markup would swallow.
+        super().__init__("", markup=False)
 
     def set(self, text: str, kind: str = "info") -> None:
         if kind != self.kind:
@@ -136,9 +141,5 @@ class Step(Vertical):
 
 
 def runner_problem(e: Exception, doing: str) -> str:
-    """A RunnerError (or any I/O error) as one sentence an operator can act on."""
-    what = getattr(e, "what", None) or str(e)
-    host = getattr(e, "host", None)
-    fix = getattr(e, "fix", "")
-    where = f" on {host}" if host else ""
-    return sentences(f"Could not {doing}{where}: {what.rstrip('.')}", f"Fix: {fix}" if fix else None)
+    """A RunnerError (or any I/O error) as one sentence an operator can act on (`ops.joblist`)."""
+    return _runner_problem(e, doing)

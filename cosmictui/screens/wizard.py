@@ -24,6 +24,7 @@ from cosmictui.screens.step_prereqs import PrereqsStep
 from cosmictui.screens.step_recover import RecoverStep
 from cosmictui.screens.step_relay import RelayStep
 from cosmictui.screens.step_verify import VerifyStep
+from cosmictui.widgets.banner import Banner, LostJob
 from cosmictui.widgets.command_log import CommandLog
 from cosmictui.widgets.step_list import StepList, StepState
 
@@ -51,6 +52,7 @@ class WizardScreen(Screen[None]):
         Binding("m", "monitor", "Monitor"),
         Binding("q", "app.quit", "Quit"),
         Binding("l", "toggle_log", "Log"),
+        Binding("x", "dismiss_banner", "Dismiss"),
         Binding("y", "copy_log", "Copy log", show=False),
         Binding("pagedown", "scroll_step('down')", "Scroll", show=False),
         Binding("pageup", "scroll_step('up')", "Scroll", show=False),
@@ -75,6 +77,7 @@ class WizardScreen(Screen[None]):
         with Horizontal(id="body"):
             yield StepList([s.TITLE for s in self.steps], id="step-list")
             with Vertical(id="main"):
+                yield Banner(id="banner")
                 with ContentSwitcher(id="content", initial=self.steps[0].id):
                     yield from self.steps
                 with Horizontal(id="nav"):
@@ -88,6 +91,9 @@ class WizardScreen(Screen[None]):
         self.title = "cosmictui · relay setup"
         self.sub_title = self.ctx.describe_deployment()
         self.ctx.attach_log(self.query_one(CommandLog), self._on_command)
+        banner = self.query_one(Banner)
+        for text in self.ctx.lost_jobs():  # a lost job stays on screen until dismissed, across runs
+            banner.add(text)
         resume = min(self.ctx.progress_step(), len(self.steps) - 1)
         self.reached = resume
         await self._show(resume)
@@ -213,6 +219,16 @@ class WizardScreen(Screen[None]):
             self.step.cancel_work()
             self._refresh_nav()
 
+    @on(LostJob)
+    def _lost_job(self, event: LostJob) -> None:
+        self.query_one(Banner).add(event.text)
+        self.refresh_bindings()
+
+    def action_dismiss_banner(self) -> None:
+        if self.query_one(Banner).clear_all():
+            self.ctx.dismiss_lost()
+        self.refresh_bindings()
+
     def action_toggle_log(self) -> None:
         log = self.query_one(CommandLog)
         log.toggle_class("-shown")
@@ -247,6 +263,8 @@ class WizardScreen(Screen[None]):
             return self.step.busy
         if action == "next":
             return not self.step.busy
+        if action == "dismiss_banner":
+            return bool(self.query_one(Banner).messages)
         return True
 
     def _on_command(self, cmd: str) -> None:
