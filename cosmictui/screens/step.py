@@ -67,6 +67,14 @@ class Step(Vertical):
             super().__init__()
             self.step = step
 
+    class LaterInvalid(Message):
+        """What later steps did no longer holds (the .env changed, apply failed): untick them."""
+
+        def __init__(self, step: Step, why: str) -> None:
+            super().__init__()
+            self.step = step
+            self.why = why
+
     def __init__(self, ctx: WizardContext) -> None:
         super().__init__(id=f"step-{self.STEP_ID}", classes="step")
         self.ctx = ctx
@@ -104,6 +112,9 @@ class Step(Vertical):
     def mark_done(self, done: bool = True) -> None:
         self.done = done
         self.post_message(self.Changed(self))
+
+    def invalidate_later(self, why: str) -> None:
+        self.post_message(self.LaterInvalid(self, why))
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """A bug in a worker must not take the wizard down: say what broke, keep the UI."""

@@ -16,6 +16,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Button, ContentSwitcher, Footer, Header, Static
 
+from cosmictui.screens.confirm import ConfirmScreen
 from cosmictui.screens.context import WizardContext
 from cosmictui.screens.step import Step
 from cosmictui.screens.step_apply import ApplyStep
@@ -50,7 +51,7 @@ class WizardScreen(Screen[None]):
         *_step_bindings(),
         # What must fit at 80 columns comes first; the log keys are also on the log's border.
         Binding("m", "monitor", "Monitor"),
-        Binding("q", "app.quit", "Quit"),
+        Binding("q", "quit", "Quit"),
         Binding("l", "toggle_log", "Log"),
         Binding("x", "dismiss_banner", "Dismiss"),
         Binding("y", "copy_log", "Copy log", show=False),
@@ -162,6 +163,18 @@ class WizardScreen(Screen[None]):
             self.relay_down = self.ctx.relay_problem()  # started again in step 2
         self._refresh_nav()
 
+    @on(Step.LaterInvalid)
+    def _later_invalid(self, event: Step.LaterInvalid) -> None:
+        """Ticks of the steps after `event.step` are taken back (screen and progress file)."""
+        at = self.steps.index(event.step)
+        later = self.steps[at + 1 :]
+        if any(s.done or self.ctx.progress.is_done(s.STEP_ID) for s in later):
+            for s in later:
+                s.done = False
+            self.ctx.uncomplete(*(s.STEP_ID for s in later))
+            self.notify(f"{event.why}: steps {at + 2}–{len(self.steps)} need doing again.", title="Progress reset")
+        self._refresh_nav()
+
     @on(Button.Pressed, "#next")
     async def _next_pressed(self) -> None:
         await self.action_next()
@@ -218,6 +231,34 @@ class WizardScreen(Screen[None]):
             self.step.status.set("Cancelled; nothing further was run.", "warn")
             self.step.cancel_work()
             self._refresh_nav()
+
+    def running_command(self) -> str | None:
+        """What a step is running right now (a command in flight), None when nothing is."""
+        for s in self.steps:
+            if s.busy:
+                entries = self.query_one(CommandLog).entries
+                running = [e.cmd for e in entries if e.running]
+                return running[-1] if running else f"step {self.steps.index(s) + 1} ({s.TITLE})"
+        return None
+
+    def action_quit(self) -> None:
+        """Quitting while a command runs would kill it halfway (a restart, a delete): ask first."""
+        running = self.running_command()
+        if running is None:
+            self.app.exit()
+            return
+        self.app.push_screen(
+            ConfirmScreen(
+                "Quit while a command runs?",
+                "This is still running on the deployment host. Quitting now stops it halfway; its step stays "
+                "not done and runs again next time.",
+                commands=[running],
+                yes="Quit anyway",
+                no="Keep running",
+                danger=True,
+            ),
+            lambda ok: self.app.exit() if ok else None,
+        )
 
     @on(LostJob)
     def _lost_job(self, event: LostJob) -> None:

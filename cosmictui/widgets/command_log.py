@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 
 from textual.app import ComposeResult
 from textual.containers import Vertical
-from textual.widgets import Log
+
+from cosmictui.widgets.output_log import OutputLog
 
 
 @dataclass
@@ -41,11 +42,11 @@ class CommandLog(Vertical):
         self.border_subtitle = "y copy · l hide"
 
     def compose(self) -> ComposeResult:
-        yield Log(max_lines=5000, auto_scroll=True, id="command-log-text")
+        yield OutputLog(max_lines=5000, id="command-log-text")
 
     @property
-    def _log(self) -> Log:
-        return self.query_one("#command-log-text", Log)
+    def _log(self) -> OutputLog:
+        return self.query_one("#command-log-text", OutputLog)
 
     def begin(self, cmd: str, where: str) -> CommandEntry:
         """Record that `cmd` started on `where` (a host or "local")."""
@@ -74,4 +75,5 @@ class CommandLog(Vertical):
         """The log as text: every command, with or without its output."""
         if commands_only:
             return "\n".join(e.cmd for e in self.entries) + ("\n" if self.entries else "")
-        return "\n".join(self._log.lines) + ("\n" if self._log.lines else "")
+        lines = self._log.plain_lines
+        return "\n".join(lines) + ("\n" if lines else "")

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import asyncssh
 import pytest
-from textual.widgets import Log
 
 from cosmictui.ops.config import Settings
+from cosmictui.widgets.output_log import OutputLog
 from tests.e2e._wizard_support import (
     ENV_VAR,
     KEY,
@@ -166,7 +166,7 @@ async def test_wizard_ssh_apply_streams_remote_output_and_stops_at_failure(ssh_d
         await pilot.press("r")
         text = await wait_status(pilot, app, "apply", ("error",))
         assert 'task restart SERVICES="cosmicac-wrk-server-k8s-nvidia" exited 3; stopped here' in text
-        out = step(app, "apply").query_one("#apply-output", Log).lines
+        out = step(app, "apply").query_one("#apply-output", OutputLog).plain_lines
         assert "rendering apply-wrk-server-k8s-nvidia-common-config" in out
         assert "rollout failed: ImagePullBackOff" in out
         assert app.screen.ctx.restarted_at is None
