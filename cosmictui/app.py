@@ -135,4 +135,5 @@ def close_demo(ctx: WizardContext) -> None:
         demo.close()
     finally:
         progress_mod.clear_progress(ctx.settings.deployment)
+        progress_mod.journal_path(ctx.settings.deployment).unlink(missing_ok=True)
         shutil.rmtree(demo.root, ignore_errors=True)

@@ -96,13 +96,15 @@ def check_udp_port(port: int, host: str = "0.0.0.0", storage: str | None = None)
         return CheckResult(name, "fail", f"not allowed to bind {host}:{port}", "use a port above 1023 (--port)")
     except OSError as e:
         if e.errno != errno.EADDRINUSE:
-            return CheckResult(name, "fail", f"cannot bind {host}:{port}: {e.strerror or e}", "check --host")
+            return CheckResult(
+                name, "fail", f"cannot bind {host}:{port}: {e.strerror or e}", "check [relay] host in the config"
+            )
         holder = _udp_holder(port)
         return CheckResult(
             name,
             "fail",
             f"already in use{' by ' + holder if holder else ''}",
-            "stop that process, or choose another port in the relay settings (and open it in the firewall)",
+            "stop that process, or choose another port ([relay] port in the config; open it in the firewall)",
         )
     finally:
         sock.close()
@@ -212,7 +214,7 @@ def check_dht(stats: dict[str, Any] | None) -> CheckResult:
             name,
             "fail" if not dht.get("note") else "warn",
             f"not bootstrapped: the relay has not reached the DHT{note}",
-            "allow outbound UDP to the bootstrap nodes (or pass --bootstrap HOST:PORT for a private DHT)",
+            'allow outbound UDP to the bootstrap nodes (or set [relay] bootstrap = ["HOST:PORT"] for a private DHT)',
         )
     public = dht.get("public_host")
     where = f"{public}:{dht.get('public_port')}" if public else "unknown public address"

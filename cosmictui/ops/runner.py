@@ -108,7 +108,8 @@ def _missing_command(cmd: str, output: str, host: str) -> RunnerError:
             break
     return RunnerError(
         f"`{prog}` is not installed or not on PATH on {host}",
-        f"install `{prog}` there, or give its full path in the command settings ([commands] in config.toml)",
+        f"install `{prog}` there, add its directory to [commands] env PATH in config.toml, or give its full "
+        "path in that command's key ([commands] list, apply, restart, …)",
         host,
         "missing-command",
     )
@@ -351,7 +352,8 @@ class SSHRunner(Runner):
         except asyncssh.PermissionDenied:
             raise RunnerError(
                 f"SSH authentication to {self.label} failed",
-                "check the user name, load your key into ssh-agent (ssh-add), pass --identity, or use a password",
+                "check the user name in the deployment (ssh://USER@host/path), load your key into ssh-agent "
+                "(ssh-add), or name the key file in the config ([ssh] identity = [\"~/.ssh/id_ed25519\"])",
                 self.label,
                 "auth",
             ) from None
@@ -393,14 +395,17 @@ class SSHRunner(Runner):
             return RunnerError(
                 f"the host key of {self.label} does NOT match the one in {known_file} — possibly a different "
                 "machine or a man-in-the-middle",
-                f"if the host was reinstalled, verify its new key out of band, then `ssh-keygen -R '{entry}'`",
+                f"if the host was reinstalled, verify its new key out of band, then "
+                f"`ssh-keygen -f {shlex.quote(known_file)} -R {shlex.quote(entry)}`",
                 self.label,
                 "host-key-mismatch",
             )
         return RunnerError(
             f"{self.label} is not in {known_file or 'known_hosts'}, so its host key cannot be verified",
-            f"connect once with `ssh -p {self.port} {self.host}` and check the fingerprint, or "
-            f"`ssh-keyscan -p {self.port} {self.host} >> ~/.ssh/known_hosts` after verifying it",
+            f"connect once with `ssh -o UserKnownHostsFile={shlex.quote(known_file or '~/.ssh/known_hosts')} "
+            f"-p {self.port} {self.host}` and check the fingerprint, or "
+            f"`ssh-keyscan -p {self.port} {self.host} >> {shlex.quote(known_file or '~/.ssh/known_hosts')}` "
+            "after verifying it ([ssh] known_hosts in the config names that file)",
             self.label,
             "host-key-unknown",
         )

@@ -174,6 +174,12 @@ class WizardContext:
             return rt.metrics if "://" in rt.metrics else f"http://{rt.metrics}"
         return self.settings.metrics_url
 
+    def journal(self) -> progress_mod.CommandJournal | None:
+        """The command log's file beside the progress file (none when progress is not saved)."""
+        if not self._save:
+            return None
+        return progress_mod.CommandJournal(progress_mod.journal_path(self.settings.deployment))
+
     def remember_lost(self, message: str) -> None:
         """Keep "job X was DELETED and NOT recreated" in the progress file until dismissed."""
         lost = self.progress.data.setdefault("lost_jobs", [])

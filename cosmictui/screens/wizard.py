@@ -91,7 +91,11 @@ class WizardScreen(Screen[None]):
     async def on_mount(self) -> None:
         self.title = "cosmictui · relay setup"
         self.sub_title = self.ctx.describe_deployment()
-        self.ctx.attach_log(self.query_one(CommandLog), self._on_command)
+        log = self.query_one(CommandLog)
+        log.journal = self.ctx.journal()
+        self.ctx.attach_log(log, self._on_command)
+        if log.journal is not None:
+            log.note(f"this log is also written to {log.journal.path}")
         banner = self.query_one(Banner)
         for text in self.ctx.lost_jobs():  # a lost job stays on screen until dismissed, across runs
             banner.add(text)
@@ -102,6 +106,11 @@ class WizardScreen(Screen[None]):
             self.notify(f"Resumed at step {resume + 1}: {self.steps[resume].TITLE}", title="Progress restored")
         if self.relay_down:
             self.notify(self.relay_down, title="Step 2 needs attention", severity="error", timeout=15)
+
+    def on_unmount(self) -> None:
+        journal = self.query_one(CommandLog).journal
+        if journal is not None:
+            journal.close()
 
     # -- navigation -----------------------------------------------------------------------------
 

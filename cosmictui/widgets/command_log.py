@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from textual.app import ComposeResult
 from textual.containers import Vertical
 
+from cosmictui.ops.progress import CommandJournal
 from cosmictui.widgets.output_log import OutputLog
 
 
@@ -38,6 +39,8 @@ class CommandLog(Vertical):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.entries: list[CommandEntry] = []
+        #: The same log on disk (beside the progress file), when the wizard gives one.
+        self.journal: CommandJournal | None = None
         self.border_title = "Command log"
         self.border_subtitle = "y copy · l hide"
 
@@ -66,10 +69,14 @@ class CommandLog(Vertical):
         entry.exit_code = exit_code
         mark = "ok" if exit_code == 0 else (f"expected: {expected}" if expected else "FAILED")
         self._log.write_line(f"  └ exit {exit_code} ({mark})")
+        if self.journal is not None:
+            self.journal.command(entry.cmd, entry.where, entry.output, exit_code, mark, entry.started)
 
     def note(self, text: str) -> None:
         """A line that is not a command (file written, backup made) so the transcript is complete."""
         self._log.write_line(f"# {text}")
+        if self.journal is not None:
+            self.journal.note(text)
 
     def transcript(self, *, commands_only: bool = False) -> str:
         """The log as text: every command, with or without its output."""

@@ -133,7 +133,7 @@ async def test_wizard_ssh_failures_are_explained_and_change_nothing(
         known = d.tmp / "known_wrong"
         known.write_bytes(d.known_hosts.read_bytes().split(b" ", 1)[0] + b" " + other.export_public_key())
         settings = _settings(d, known=known)
-        expect, fix = "does NOT match", "ssh-keygen -R"
+        expect, fix = "does NOT match", f"ssh-keygen -f {known} -R"
     before = snapshot_tree(d.deploy)
     # Step 1 shows the deployment host as a failed prerequisite and will not go on.
     app = make_app(settings)
