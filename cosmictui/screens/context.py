@@ -136,6 +136,8 @@ class WizardContext:
         self.env_writes = 0  # bumped on every .env write: an apply from before a write is stale
         self._log: CommandLog | None = None
         self._on_command: Callable[[str], None] | None = None
+        self._on_notice: Callable[[str], None] | None = None
+        self._dropped: str | None = None  # label of a connection that was lost, until it is back
 
     # -- deployment -----------------------------------------------------------------------------
 
@@ -149,6 +151,9 @@ class WizardContext:
                 self.drop_connection()  # reconnect on the next action, with a plain note in the log
             if self._runner is None:
                 self._runner = await self._open_runner(self.settings)
+                if self._dropped is not None:
+                    self._dropped = None
+                    self._notice(f"Connected to {self._runner.label} again.")
             return self._runner
 
     async def logged_deployment(self) -> Runner:
@@ -164,7 +169,8 @@ class WizardContext:
         if runner is None or (e is not None and e.kind != "disconnected" and not getattr(runner, "lost", False)):
             return
         self._runner = None
-        self.note(f"connection to {runner.label} lost; the next action connects again")
+        self._dropped = runner.label
+        self._notice(f"The SSH connection to {runner.label} was lost; the next action connects again.")
         asyncio.get_running_loop().create_task(_close_quietly(runner))
 
     def relay_metrics_url(self) -> str | None:
@@ -219,9 +225,20 @@ class WizardContext:
 
     # -- commands and files, all logged ---------------------------------------------------------
 
-    def attach_log(self, log: CommandLog, on_command: Callable[[str], None] | None = None) -> None:
+    def attach_log(
+        self,
+        log: CommandLog,
+        on_command: Callable[[str], None] | None = None,
+        on_notice: Callable[[str], None] | None = None,
+    ) -> None:
         self._log = log
         self._on_command = on_command
+        self._on_notice = on_notice
+
+    def _notice(self, text: str) -> None:
+        self.note(text)
+        if self._on_notice is not None:
+            self._on_notice(text)
 
     async def run(
         self,

@@ -16,6 +16,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Button, ContentSwitcher, Footer, Header, Static
 
+from cosmictui.ops.progress import CommandJournal
 from cosmictui.screens.confirm import ConfirmScreen
 from cosmictui.screens.context import WizardContext
 from cosmictui.screens.step import Step
@@ -68,6 +69,7 @@ class WizardScreen(Screen[None]):
         self.steps: list[Step] = [cls(ctx) for cls in STEP_CLASSES]
         self.index = 0
         self.reached = 0
+        self._journal: CommandJournal | None = None
         self.relay_down: str | None = None
         """Why the relay of step 2 no longer serves jobs (checked on resume and past step 2)."""
 
@@ -92,8 +94,8 @@ class WizardScreen(Screen[None]):
         self.title = "cosmictui · relay setup"
         self.sub_title = self.ctx.describe_deployment()
         log = self.query_one(CommandLog)
-        log.journal = self.ctx.journal()
-        self.ctx.attach_log(log, self._on_command)
+        log.journal = self._journal = self.ctx.journal()
+        self.ctx.attach_log(log, self._on_command, lambda text: self.notify(text, title="Deployment host"))
         if log.journal is not None:
             log.note(f"this log is also written to {log.journal.path}")
         banner = self.query_one(Banner)
@@ -108,9 +110,8 @@ class WizardScreen(Screen[None]):
             self.notify(self.relay_down, title="Step 2 needs attention", severity="error", timeout=15)
 
     def on_unmount(self) -> None:
-        journal = self.query_one(CommandLog).journal
-        if journal is not None:
-            journal.close()
+        if self._journal is not None:
+            self._journal.close()
 
     # -- navigation -----------------------------------------------------------------------------
 
