@@ -167,6 +167,8 @@ class JobWatch:
         self.statuses = statuses or StatusSets()
         self.seen: dict[str, _Seen] = {}
         self.confirmed: Job | None = None
+        #: Why an earlier confirmation was taken back; said with every verdict until one holds again.
+        self.withdrawn: str | None = None
 
     def is_new(self, job: Job) -> bool:
         if self.by_id:
@@ -205,12 +207,16 @@ class JobWatch:
         for j in new:
             if self._confirms(self.seen[j.id]):
                 self.confirmed = j
+                self.withdrawn = None
                 how = "keeps updating" if j.updated is not None else "stayed there in two lists in a row"
                 return WatchVerdict("confirmed", j, f"Job {j.id} left Creating ({j.status}) and {how}.")
         if previous is not None:
-            return self._withdrawn(previous, next((j for j in new if j.id == previous.id), None))
+            v = self._withdrawn(previous, next((j for j in new if j.id == previous.id), None))
+            self.withdrawn = v.message.removesuffix(" Watching …")
+            return v
         if not new:
-            return WatchVerdict("waiting", None, "No job created after the restart yet: create one now.")
+            v = WatchVerdict("waiting", None, "No job created after the restart yet: create one now.")
+            return self._noted(v)
         order = {"failed": 0, "left": 1, "unknown": 2, "creating": 3}
         best: WatchVerdict | None = None
         for j in new:
@@ -218,7 +224,10 @@ class JobWatch:
             if best is None or order[v.state] > order[best.state]:
                 best = v
         assert best is not None
-        return best
+        return self._noted(best)
+
+    def _noted(self, v: WatchVerdict) -> WatchVerdict:
+        return replace(v, message=f"{self.withdrawn} {v.message}") if self.withdrawn else v
 
     def _verdict(self, j: Job) -> WatchVerdict:
         kind = self.seen[j.id].kinds[-1]
