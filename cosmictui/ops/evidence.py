@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any, Literal
 
+from cosmictui.ops.jobs import JobView, StatusSets
 from cosmictui.ops.metrics import MetricsError, Scrape, scrape
 
 COUNTERS = {
@@ -110,6 +111,16 @@ async def relay_evidence(
     except MetricsError as e:
         return RelayEvidence(False, "", detail=f"{e.url}: {e.reason}")
     return evidence_from(counters(s), baseline, restart_at)
+
+
+def new_job_left_creating(views: list[JobView], restart_at: datetime | None, statuses: StatusSets) -> bool:
+    """From one list: a job created after the restart is in a done status (the CLI's one-shot view)."""
+    if restart_at is None:
+        return False
+    return any(
+        v.job.created is not None and v.job.created > restart_at and statuses.classify(v.job.status) == "done"
+        for v in views
+    )
 
 
 CaseKind = Literal["relayed", "direct", "no-session", "waiting", "unknown"]
