@@ -265,3 +265,22 @@ def recoverable(views: list[JobView], statuses: StatusSets | None = None) -> lis
     restart (those never get the relay key, however young they are)."""
     sets = statuses or StatusSets()
     return [v for v in views if v.stuck or (v.before_restart and sets.classify(v.job.status) == "stuck")]
+
+
+def keep_running_commands(settings: Settings, storage: str, port: int) -> list[str]:
+    """How to keep this relay running after a reboot: the unit `blind-relay --systemd-unit` prints.
+
+    The wizard starts the relay detached, which does not survive a reboot; systemd does.
+    """
+    import os
+    import shutil
+    import sys
+
+    exe = shutil.which("blind-relay") or os.path.join(os.path.dirname(sys.executable), "blind-relay")
+    flags = [f"--storage {shlex.quote(storage)}", f"--port {int(port)}"]
+    if settings.relay_bootstrap:
+        flags.append("--bootstrap " + shlex.quote(",".join(settings.relay_bootstrap)))
+    return [
+        f"{shlex.quote(exe)} --systemd-unit {' '.join(flags)} > /etc/systemd/system/blind-relay.service",
+        "systemctl daemon-reload && systemctl enable --now blind-relay",
+    ]

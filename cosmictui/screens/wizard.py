@@ -16,7 +16,9 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Button, ContentSwitcher, Footer, Header, Static
 
+from cosmictui.ops import relayproc
 from cosmictui.ops.progress import CommandJournal
+from cosmictui.ops.wizard_steps import keep_running_commands
 from cosmictui.screens.confirm import ConfirmScreen
 from cosmictui.screens.context import WizardContext
 from cosmictui.screens.step import Step
@@ -228,8 +230,33 @@ class WizardScreen(Screen[None]):
         self.ctx.save_progress(self.index + 1)
         if self.index == len(self.steps) - 1:
             self.notify("All steps done. The relay is set up.", title="Finished")
+            self._finish()
             return
         await self._show(self.index + 1)
+
+    def _finish(self) -> None:
+        """The relay the wizard started does not survive a reboot: say how to make it."""
+        ctx = self.ctx
+        rt = relayproc.attach(ctx.relay_storage) if ctx.relay_storage else None
+        port = rt.port if rt is not None else ctx.settings.relay_port
+        stop = "the wizard starts the relay detached: it runs until this host reboots"
+        if ctx.demo is not None:
+            stop = "the demo's relay stops with the wizard; on a real relay host"
+        body = (
+            f"Done. Keep the relay running after a reboot ({stop}): stop this relay, then let systemd run it "
+            "with the same storage (same key) — as root:"
+        )
+        self.app.push_screen(
+            ConfirmScreen(
+                "Finished: the relay is set up",
+                body,
+                commands=([f"kill {rt.pid}"] if rt is not None and ctx.demo is None else [])
+                + keep_running_commands(ctx.settings, ctx.relay_storage, port),
+                yes="Quit",
+                no="Stay",
+            ),
+            lambda ok: self.app.exit() if ok else None,
+        )
 
     async def action_back(self) -> None:
         if self.step.busy or self.index == 0:

@@ -95,6 +95,11 @@ async def test_wizard_demo_end_to_end_new_job_leaves_creating(sandbox: Sandbox) 
         assert "left Creating" in text, text
         await pilot.press("n")
         assert "Finished" in [n.title for n in app._notifications]
+        # Finish says how to keep the relay running after a reboot: the unit blind-relay prints.
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the finish dialog")
+        assert any("--systemd-unit --storage" in c for c in app.screen.commands), app.screen.commands
+        assert "systemctl daemon-reload && systemctl enable --now blind-relay" in app.screen.commands
+        await pilot.press("escape")
         assert status(app, "recover")
     jobs = sandbox_state(sandbox)["jobs"]
     assert "job-7f3a21" not in [j["id"] for j in jobs]  # the stuck job was deleted …
