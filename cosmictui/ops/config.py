@@ -18,7 +18,9 @@ TOML layout (every key optional)::
     restart = 'task restart SERVICES="cosmicac-wrk-server-k8s-nvidia"'
     list = "cosmicac jobs list"
     delete = "cosmicac jobs delete {id}"
-    create = "cosmicac jobs create {fields}"
+    create = ""           # unknown by default; {name} {tags} {location} {gpu_model} {gpu_count}
+                          # {image} {disk_gb}, {id} or any column (see README's config section)
+    test_job = ""         # the small job step 5 creates with j; empty: the operator creates one
     env = { PATH = "/opt/bin:/usr/bin" }              # extra environment for commands
 
     [relay]
@@ -38,6 +40,11 @@ TOML layout (every key optional)::
     poll_interval = 5
     stuck_after = 300     # seconds in Creating/Starting before a job counts as stuck
     stale_after = 300     # seconds without a status update before a job counts as stale
+    stuck_statuses = ["creating", "starting", "pending"]
+    done_statuses = ["running", "ready", "active", "completed", "succeeded", "stopped"]
+    failed_statuses = ["failed", "error", ...]   # any other status is unknown: never "left Creating"
+
+README's "Configuration" section has a real deployment's file; a test loads it with this loader.
 """
 
 from __future__ import annotations
