@@ -382,7 +382,7 @@ def _jobs_table(views: Sequence[Any]) -> str:
     rows = [("ID", "STATUS", "AGE", "NOTE")]
     for v in views:
         note = v.stuck or ("created before the restart" if v.before_restart else "")
-        rows.append((v.job.id, v.job.status, format_age(v.age), note))
+        rows.append((v.job.id, v.job.status.strip() or "unknown", format_age(v.age), note))
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     return "".join(
         f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:>{widths[2]}}  {r[3]}".rstrip() + "\n" for r in rows
@@ -399,25 +399,28 @@ def worker_restart_time(deployment: str) -> datetime | None:
 
 def cmd_jobs(args: argparse.Namespace, out: TextIO) -> int:
     settings = _settings(args)
-    from cosmictui.ops.jobs import JobsFormatError, parse_jobs, view_jobs
+    from cosmictui.ops.evidence import name_case, new_job_left_creating, relay_evidence
+    from cosmictui.ops.joblist import list_jobs
+    from cosmictui.ops.progress import load_progress
+    from cosmictui.ops.relayproc import attach
     from cosmictui.ops.runner import RunnerError
 
     interval = args.interval or settings.poll_interval
     restart_at = worker_restart_time(settings.deployment)
+    baseline = load_progress(settings.deployment).data.get("relay_at_restart")
+    runtime = attach(settings.relay_storage)
+    metrics = runtime.metrics if runtime is not None and runtime.metrics else settings.metrics_url
+    if metrics and "://" not in metrics:
+        metrics = f"http://{metrics}"
 
     async def once(runner: Any) -> tuple[int, Any]:
-        result = await runner.run(settings.list_command)
-        if not result.ok:
-            return FAILED, {"error": f"`{result.cmd}` exited {result.exit_code}", "output": result.output}
-        try:
-            jobs = parse_jobs(result.output)
-        except JobsFormatError as e:
-            return FAILED, {"error": str(e), "output": e.raw}
-        now = datetime.now(UTC)
-        views = view_jobs(
-            jobs, now, restart_at=restart_at, stuck_after=settings.stuck_after, stale_after=settings.stale_after
-        )
-        return OK, views
+        # The same use case (and error wording) as the wizard's steps 5 and 6.
+        listing = await list_jobs(runner.run, settings, datetime.now(UTC), restart_at)
+        if not listing.ok:
+            return FAILED, {"error": listing.error, "output": listing.raw or ""}
+        evidence = await relay_evidence(metrics, baseline if isinstance(baseline, dict) else None, restart_at)
+        kind, case = name_case(new_job_left_creating(listing.views, restart_at, settings.statuses), evidence)
+        return OK, (listing.views, evidence, kind, case)
 
     def show(rc: int, res: Any) -> None:
         if rc != OK:
@@ -426,11 +429,13 @@ def cmd_jobs(args: argparse.Namespace, out: TextIO) -> int:
             else:
                 print(f"cosmictui jobs: {res['error']}\n{res['output']}", file=sys.stderr)
             return
+        views, evidence, kind, case = res
         if args.json:
             payload = [
                 {
                     "id": v.job.id,
                     "status": v.job.status,
+                    "status_class": settings.statuses.classify(v.job.status),
                     "created": v.job.created,
                     "updated": v.job.updated,
                     "age_seconds": v.age,
@@ -439,13 +444,15 @@ def cmd_jobs(args: argparse.Namespace, out: TextIO) -> int:
                     "stuck": v.stuck,
                     "fields": v.job.fields,
                 }
-                for v in res
+                for v in views
             ]
-            _dump({"at": datetime.now(UTC), "jobs": payload} if args.watch else payload, out, stream=args.watch)
+            doc = {"at": datetime.now(UTC), "jobs": payload, "relay": evidence.as_json(), "case": kind, "verdict": case}
+            _dump(doc, out, stream=args.watch)
         else:
             if args.watch:
                 out.write(f"-- {datetime.now().strftime('%H:%M:%S')} --\n")
-            out.write(_jobs_table(res))
+            out.write(_jobs_table(views))
+            out.write(f"{evidence.line()}\n{case}\n")
         out.flush()
 
     async def go() -> int:

@@ -40,7 +40,7 @@ class RunnerError(Exception):
         self.fix = fix
         self.host = host
         self.kind = kind  # auth | host-key-mismatch | host-key-unknown | refused | unresolvable | timeout
-        #                 | missing-command | missing-directory | missing-file | io | error
+        #                 | missing-command | missing-directory | missing-file | io | disconnected | error
         super().__init__(what + (f" — {fix}" if fix else ""))
 
 
@@ -108,7 +108,8 @@ def _missing_command(cmd: str, output: str, host: str) -> RunnerError:
             break
     return RunnerError(
         f"`{prog}` is not installed or not on PATH on {host}",
-        f"install `{prog}` there, or give its full path in the command settings ([commands] in config.toml)",
+        f"install `{prog}` there, add its directory to [commands] env PATH in config.toml, or give its full "
+        "path in that command's key ([commands] list, apply, restart, …)",
         host,
         "missing-command",
     )
@@ -351,7 +352,8 @@ class SSHRunner(Runner):
         except asyncssh.PermissionDenied:
             raise RunnerError(
                 f"SSH authentication to {self.label} failed",
-                "check the user name, load your key into ssh-agent (ssh-add), pass --identity, or use a password",
+                "check the user name in the deployment (ssh://USER@host/path), load your key into ssh-agent "
+                "(ssh-add), or name the key file in the config ([ssh] identity = [\"~/.ssh/id_ed25519\"])",
                 self.label,
                 "auth",
             ) from None
@@ -393,16 +395,32 @@ class SSHRunner(Runner):
             return RunnerError(
                 f"the host key of {self.label} does NOT match the one in {known_file} — possibly a different "
                 "machine or a man-in-the-middle",
-                f"if the host was reinstalled, verify its new key out of band, then `ssh-keygen -R '{entry}'`",
+                f"if the host was reinstalled, verify its new key out of band, then "
+                f"`ssh-keygen -f {shlex.quote(known_file)} -R {shlex.quote(entry)}`",
                 self.label,
                 "host-key-mismatch",
             )
         return RunnerError(
             f"{self.label} is not in {known_file or 'known_hosts'}, so its host key cannot be verified",
-            f"connect once with `ssh -p {self.port} {self.host}` and check the fingerprint, or "
-            f"`ssh-keyscan -p {self.port} {self.host} >> ~/.ssh/known_hosts` after verifying it",
+            f"connect once with `ssh -o UserKnownHostsFile={shlex.quote(known_file or '~/.ssh/known_hosts')} "
+            f"-p {self.port} {self.host}` and check the fingerprint, or "
+            f"`ssh-keyscan -p {self.port} {self.host} >> {shlex.quote(known_file or '~/.ssh/known_hosts')}` "
+            "after verifying it ([ssh] known_hosts in the config names that file)",
             self.label,
             "host-key-unknown",
+        )
+
+    @property
+    def lost(self) -> bool:
+        """The SSH connection was open and is gone (server restarted, network dropped)."""
+        return self._conn is not None and self._conn.is_closed()
+
+    def _lost(self, e: BaseException) -> RunnerError:
+        return RunnerError(
+            f"the SSH connection to {self.label} was lost ({type(e).__name__}: {e})".replace(": )", ")"),
+            "the next action connects again",
+            self.label,
+            "disconnected",
         )
 
     @property
@@ -412,10 +430,14 @@ class SSHRunner(Runner):
         return self._conn
 
     async def sftp(self) -> asyncssh.SFTPClient:
+        if self.lost:
+            raise self._lost(ConnectionError("closed"))
         if self._sftp is None:
             try:
                 self._sftp = await self.conn.start_sftp_client()
             except (asyncssh.Error, OSError) as e:
+                if self.lost:
+                    raise self._lost(e) from None
                 raise RunnerError(
                     f"SFTP is not available on {self.label}: {e}", "enable the sftp subsystem in sshd", self.label, "io"
                 ) from None
@@ -426,7 +448,11 @@ class SSHRunner(Runner):
     ) -> CommandResult:
         where = self.resolve(cwd) if cwd else self.root
         sftp = await self.sftp()
-        if not await sftp.isdir(where):
+        try:
+            isdir = await sftp.isdir(where)
+        except (asyncssh.Error, OSError) as e:
+            raise self._lost(e) from None
+        if not isdir:
             raise RunnerError(
                 f"directory {where} does not exist on {self.label}",
                 "check the path in the deployment (ssh://user@host/path)",
@@ -441,6 +467,8 @@ class SSHRunner(Runner):
                 full, stdin=asyncssh.DEVNULL, stderr=asyncssh.STDOUT, encoding="utf-8", errors="replace"
             )
         except (asyncssh.Error, OSError) as e:
+            if self.lost:
+                raise self._lost(e) from None
             raise RunnerError(f"cannot start `{cmd}` on {self.label}: {e}", "", self.label, "error") from None
 
         async def pump() -> int:
@@ -465,6 +493,9 @@ class SSHRunner(Runner):
                 self.label,
                 "timeout",
             ) from None
+        except (asyncssh.Error, OSError) as e:
+            proc.close()
+            raise self._lost(e) from None
         except BaseException:
             proc.close()
             raise
@@ -490,6 +521,8 @@ class SSHRunner(Runner):
                 "missing-file",
             ) from None
         except (asyncssh.SFTPError, OSError) as e:
+            if self.lost or isinstance(e, asyncssh.SFTPNoConnection | asyncssh.SFTPConnectionLost):
+                raise self._lost(e) from None
             raise RunnerError(f"cannot read {full} on {self.label}: {e}", "", self.label, "io") from None
 
     async def write_file_atomic(self, path: str, data: bytes, backup: bool = True) -> str | None:
