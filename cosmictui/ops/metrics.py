@@ -833,6 +833,18 @@ class LogTail:
         return self._tail, True
 
 
+def by_cause(counts: Any, top: int = 3) -> str:
+    """`{"garbage": 12, "unknown_stream": 3}` → "garbage 12 · unknown_stream 3", biggest first
+    (the /stats `dropped` and `shed` blocks; validated as counts before they get here)."""
+    if not isinstance(counts, dict):
+        return "–"
+    items = sorted(((str(k), int(v)) for k, v in counts.items() if v), key=lambda kv: (-kv[1], kv[0]))
+    if not items:
+        return "none"
+    shown = " · ".join(f"{k} {v}" for k, v in items[:top])
+    return shown + (f" · +{len(items) - top} more" if len(items) > top else "")
+
+
 def human_bytes(n: float | None, per_second: bool = False) -> str:
     """1536 → '1.5 KB'; decimal units like the MB in the seed page's budget."""
     if n is None:

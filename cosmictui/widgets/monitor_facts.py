@@ -18,6 +18,7 @@ from cosmictui.ops.metrics import (
     STATE_BADGE,
     RelayState,
     RelayWatch,
+    by_cause,
     human_bytes,
     human_duration,
 )
@@ -53,18 +54,6 @@ def _rate(v: float | None, unit: str = "/s") -> str:
 
 def _int(v: Any) -> str:
     return "–" if v is None else f"{int(v)}"
-
-
-def by_cause(counts: Any, top: int = 3) -> str:
-    """`{"garbage": 12, "unknown_stream": 3}` → "garbage 12 · unknown_stream 3", biggest first
-    (the /stats `dropped` and `shed` blocks; validated as counts before they get here)."""
-    if not isinstance(counts, dict):
-        return "–"
-    items = sorted(((str(k), int(v)) for k, v in counts.items() if v), key=lambda kv: (-kv[1], kv[0]))
-    if not items:
-        return "none"
-    shown = " · ".join(f"{k} {v}" for k, v in items[:top])
-    return shown + (f" · +{len(items) - top} more" if len(items) > top else "")
 
 
 class _Rows:
