@@ -86,9 +86,11 @@ class MetricsError(Exception):
         self.fix = fix
 
     def at(self, url: str) -> MetricsError:
-        """The same error, said of the relay's address instead of the bare path."""
+        """The same error said of the relay's address (parsers only know the path they read)."""
         e = copy.copy(self)
-        e.url, e.args = url, (f"{url}: {self.reason}",)
+        where = _hostport(url) + (self.url if self.url.startswith("/") else "")
+        e.reason = f"{self.reason} from {where}" if isinstance(self, BadData) else f"{where}: {self.reason}"
+        e.url, e.args = url, (f"{url}: {e.reason}",)
         return e
 
     def __copy__(self) -> MetricsError:
@@ -176,7 +178,7 @@ def parse_stats(data: bytes | str) -> dict[str, Any]:
     except RecursionError:
         raise MetricsError("/stats", "not JSON: nested too deeply", NOT_A_RELAY) from None
     if not isinstance(obj, dict):
-        raise MetricsError("/stats", f"expected a JSON object, got {type(obj).__name__}")
+        raise MetricsError("/stats", f"expected a JSON object, got {type(obj).__name__}", NOT_A_RELAY)
     if _depth(obj) > MAX_STATS_DEPTH:
         raise MetricsError("/stats", f"nested deeper than {MAX_STATS_DEPTH} levels", "is that a blind relay?")
     return obj
@@ -210,7 +212,9 @@ MAX_UNIX_TIME = 1e11
 
 
 def _finite(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+    if isinstance(v, bool):
+        return False
+    return isinstance(v, int) or (isinstance(v, float) and math.isfinite(v))  # ints never overflow here
 
 
 def _number(lo: float, hi: float) -> Any:
@@ -300,6 +304,8 @@ def _lookup(stats: dict[str, Any], path: str) -> tuple[bool, Any]:
 
 
 def _shown(v: Any) -> str:
+    if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 64:
+        return f"{float(v):.3g}" if v.bit_length() < 1000 else f"a {int(v.bit_length() * 0.30103)}-digit number"
     try:
         text = json.dumps(v, allow_nan=True)
     except (TypeError, ValueError):
