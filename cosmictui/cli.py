@@ -32,11 +32,24 @@ class UsageError(Exception):
     """Bad input from the operator: exit 2 with the message."""
 
 
+class _ParseError(Exception):
+    def __init__(self, parser: argparse.ArgumentParser, message: str) -> None:
+        super().__init__(message)
+        self.parser = parser
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises instead of exiting, so a bad flag under `--json` is JSON too."""
+
+    def error(self, message: str) -> Any:
+        raise _ParseError(self, message)
+
+
 # -- parser ---------------------------------------------------------------------------------------
 
 
 def build_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument("--config", metavar="PATH", default=argparse.SUPPRESS, help="TOML config file")
     common.add_argument(
         "--deployment",
@@ -46,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     fmt = argparse.RawDescriptionHelpFormatter
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="cosmictui",
         description="Set up a CosmicAC blind relay and watch it. Without a subcommand: the setup wizard.",
         epilog=EXIT_CODES,
@@ -81,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.add_argument("--json", action="store_true", help="print a JSON array of results")
     c.add_argument("--storage", metavar="DIR", help="relay storage directory to check")
-    c.add_argument("--port", type=int, help="relay UDP port to check")
+    c.add_argument("--port", type=_port, help="relay UDP port to check (1-65535)")
 
     e = sub.add_parser(
         "env", parents=[common], help="edit the deployment's .env", epilog=EXIT_CODES, formatter_class=fmt
@@ -148,6 +161,17 @@ def _metrics_addr(text: str) -> str:
     return text
 
 
+def _port(text: str) -> int:
+    """1-65535 at parse time: 70000 is a usage error, not a traceback; 0 is not a port to check."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 1 <= v <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be 1-65535, got {v}")
+    return v
+
+
 def _interval(text: str) -> float:
     try:
         v = float(text)
@@ -195,9 +219,22 @@ def _plain(obj: Any) -> Any:
 
 
 def _dump(obj: Any, out: TextIO, stream: bool = False) -> None:
-    """Pretty on a terminal's stdout; `stream` (watch modes): always one object per line (NDJSON)."""
+    """Pretty on a terminal's stdout; `stream` (watch modes): always one object per line (NDJSON).
+
+    Always strict JSON: remote values (a relay's /stats) may hold NaN or Infinity, which
+    `json.dumps` would print as bare words no JSON parser takes; they become null."""
+    from cosmictui.ops.metrics import strict_json
+
     pretty = out is sys.stdout and not stream
-    out.write(json.dumps(_plain(obj), indent=2 if pretty else None) + "\n")
+    out.write(json.dumps(strict_json(_plain(obj)), indent=2 if pretty else None, allow_nan=False) + "\n")
+
+
+def _fail(args: argparse.Namespace, out: TextIO, command: str, error: str, code: int, fix: str = "") -> int:
+    """An error for people on stderr and, with --json, for programs on stdout; returns `code`."""
+    print(f"cosmictui {command}: {error}" + (f"\n  fix: {fix}" if fix else ""), file=sys.stderr)
+    if getattr(args, "json", False):
+        _dump({"error": error, "fix": fix or None, "exit_code": code}, out)
+    return code
 
 
 async def _open_runner(settings: Any) -> Any:
@@ -215,7 +252,7 @@ async def _open_runner(settings: Any) -> Any:
 def _runner_exit(e: Exception) -> int:
     """A deployment or file that does not exist is the operator's configuration (2); a host that
     does not answer, refuses us or fails a command is a failure (1)."""
-    return USAGE if getattr(e, "kind", "") in ("missing-file", "missing-directory") else FAILED
+    return USAGE if getattr(e, "kind", "") in ("missing-file", "missing-directory", "not-a-file") else FAILED
 
 
 # -- subcommands ----------------------------------------------------------------------------------
@@ -313,7 +350,7 @@ def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
 
 def cmd_env_set_relay(args: argparse.Namespace, out: TextIO) -> int:
     settings = _settings(args)
-    from cosmictui.ops.envfile import EnvFileError, decode_text, normalize_key, plan_relays, write_plan
+    from cosmictui.ops.envfile import EnvChanged, EnvFileError, decode_text, normalize_key, plan_relays, write_plan
     from cosmictui.ops.runner import RunnerError
 
     try:
@@ -326,8 +363,7 @@ def cmd_env_set_relay(args: argparse.Namespace, out: TextIO) -> int:
         try:
             runner = await _open_runner(settings)
         except RunnerError as e:
-            print(f"cosmictui env: {e}", file=sys.stderr)
-            return _runner_exit(e)
+            return _fail(args, out, "env", str(e), _runner_exit(e))
         try:
             path = runner.resolve(env_path)
             data = await runner.read_file(path)
@@ -346,6 +382,7 @@ def cmd_env_set_relay(args: argparse.Namespace, out: TextIO) -> int:
                 "written": False,
                 "backup": None,
                 "diff": plan.diff,
+                "bom": plan.bom,
             }
             if args.json and (not plan.changed or args.dry_run):
                 _dump(report, out)
@@ -353,6 +390,8 @@ def cmd_env_set_relay(args: argparse.Namespace, out: TextIO) -> int:
             if not plan.changed:
                 out.write(f"{path}: {settings.env_var} already holds {key}; nothing to change\n")
                 return OK
+            if plan.bom:
+                out.write(f"note: {path} starts with a UTF-8 byte order mark (BOM); it is kept as it was\n")
             if not args.json:
                 out.write(plan.diff if plan.diff.endswith("\n") else plan.diff + "\n")
             if args.dry_run:
@@ -365,11 +404,12 @@ def cmd_env_set_relay(args: argparse.Namespace, out: TextIO) -> int:
             out.write(f"wrote {path}" + (f" (backup {backup})" if backup else "") + "\n")
             out.write("next: apply the config and restart the worker (the wizard's step 4)\n")
             return OK
+        except EnvChanged as e:  # another writer, not the operator's mistake: nothing written, exit 1
+            return _fail(args, out, "env", str(e), FAILED)
         except EnvFileError as e:
             raise UsageError(str(e)) from None
         except RunnerError as e:
-            print(f"cosmictui env: {e}", file=sys.stderr)
-            return _runner_exit(e)
+            return _fail(args, out, "env", str(e), _runner_exit(e))
         finally:
             await runner.close()
 
@@ -485,10 +525,10 @@ def cmd_jobs(args: argparse.Namespace, out: TextIO) -> int:
 def relay_status_report(storage: str | None, metrics: str | None, timeout: float = 3.0) -> dict[str, Any]:
     """What `relay status` prints: runtime file, process liveness, /stats, and a verdict."""
     from cosmictui.ops import relayproc
-    from cosmictui.ops.metrics import MetricsError, fetch
+    from cosmictui.ops.metrics import BadData, MetricsError, fetch
 
     report: dict[str, Any] = {"state": "not running", "storage": storage, "runtime": None, "stats": None}
-    report |= {"metrics": metrics, "error": None, "key": None}
+    report |= {"metrics": metrics, "error": None, "fix": None, "key": None}
     if storage is not None:
         st = relayproc.relay_status(storage)
         report["storage"] = st.storage
@@ -497,8 +537,10 @@ def relay_status_report(storage: str | None, metrics: str | None, timeout: float
         report["key"] = st.runtime.key if st.runtime else None
         if st.runtime is None:
             report["error"] = f"no relay is running with storage {st.storage}"
+            report["fix"] = f"start it: blind-relay --storage {st.storage}"
         elif not st.running or st.stale_runtime:
             report["error"] = f"pid {st.runtime.pid} from {relayproc.RUNTIME_FILE} is gone"
+            report["fix"] = f"start it again: blind-relay --storage {st.storage} (and see its log {st.log_path})"
         elif metrics is None:
             metrics = st.runtime.metrics
             report["metrics"] = metrics
@@ -513,9 +555,13 @@ def relay_status_report(storage: str | None, metrics: str | None, timeout: float
         return report
     try:
         s = fetch(metrics, timeout=timeout)
-    except (MetricsError, ValueError) as e:
+    except BadData as e:  # it answers, with numbers no relay has: nothing of it is shown
+        report["state"] = "bad data"
+        report["error"], report["fix"], report["bad_field"] = e.reason, e.fix, e.field
+        return report
+    except MetricsError as e:
         report["state"] = "down"
-        report["error"] = f"{e}"
+        report["error"], report["fix"] = e.reason, e.fix or None
         return report
     report["state"] = "up"
     report["error"] = None
@@ -527,7 +573,7 @@ def relay_status_report(storage: str | None, metrics: str | None, timeout: float
 
 
 def cmd_relay_status(args: argparse.Namespace, out: TextIO) -> int:
-    from cosmictui.ops.metrics import human_bytes, human_duration
+    from cosmictui.ops.metrics import by_cause, human_bytes, human_duration
 
     settings = _settings(args)
     storage = args.storage if args.storage is not None else (None if args.metrics else settings.relay_storage)
@@ -535,7 +581,7 @@ def cmd_relay_status(args: argparse.Namespace, out: TextIO) -> int:
     if args.json:
         _dump(rep, out)
         return OK if rep["state"] == "up" else FAILED
-    badge = {"up": "▲ UP", "down": "✖ DOWN", "not running": "■ NOT RUNNING"}[rep["state"]]
+    badge = {"up": "▲ UP", "down": "✖ DOWN", "not running": "■ NOT RUNNING", "bad data": "✖ BAD DATA"}[rep["state"]]
     stats = rep["stats"] or {}
     rt = rep["runtime"] or {}
     key = stats.get("key") or rt.get("key") or "–"
@@ -558,12 +604,20 @@ def cmd_relay_status(args: argparse.Namespace, out: TextIO) -> int:
         pub = f"{dht.get('public_host')}:{dht.get('public_port')}" if dht.get("public_host") else "unknown"
         ann = dht.get("last_announce")
         ago = f"{human_duration(time.time() - ann)} ago" if isinstance(ann, int | float) else "never"
+        joined = dht.get("bootstrapped")
         out.write(
-            f"dht      bootstrapped {'yes' if dht.get('bootstrapped') else 'NO'}   "
+            f"dht      bootstrapped {'yes' if joined else 'NO'}   "
             f"firewalled {'YES' if dht.get('firewalled') else 'no'}   public {pub}   last announce {ago}\n"
         )
+        if joined is False:
+            out.write("         not joined to the DHT yet — retrying\n")
+        for block in ("dropped", "shed"):
+            if block in stats:
+                out.write(f"{block:<8} {by_cause(stats[block], top=8)}\n")
     if rep["error"]:
         out.write(f"note     {rep['error']}\n")
+    if rep.get("fix"):
+        out.write(f"next     {rep['fix']}\n")
     return OK if rep["state"] == "up" else FAILED
 
 
@@ -573,7 +627,14 @@ def cmd_relay_status(args: argparse.Namespace, out: TextIO) -> int:
 def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except _ParseError as e:
+        e.parser.print_usage(sys.stderr)
+        print(f"{e.parser.prog}: error: {e}", file=sys.stderr)
+        if "--json" in (sys.argv[1:] if argv is None else argv):
+            _dump({"error": str(e), "fix": f"see `{e.parser.prog} --help`", "exit_code": USAGE}, out)
+        raise SystemExit(USAGE) from None  # as argparse itself does: callers and tests expect it
     handlers = {
         None: cmd_wizard,
         "monitor": cmd_monitor,
@@ -588,6 +649,8 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
         return handlers[args.command](args, out)
     except UsageError as e:
         print(f"cosmictui: {e}", file=sys.stderr)
+        if getattr(args, "json", False):
+            _dump({"error": str(e), "fix": None, "exit_code": USAGE}, out)
         return USAGE
     except NotImplementedError:
         print(f"cosmictui {args.command}: not available in this build yet", file=sys.stderr)
