@@ -72,6 +72,7 @@ log = logging.getLogger("relay.dht.client")
 CONNECT_TIMEOUT = 20.0
 RELAY_TIMEOUT = 15.0  # hyperdht: relayTimeout 15000 ms
 RELAY_KEEP_ALIVE = 5.0  # hyperdht: relayKeepAlive 5000 ms
+PASSIVE_CONNECT_TIMEOUT = 10.0  # hyperdht: passiveConnectTimeout when we claimed OPEN
 
 __all__ = ["CONNECT_TIMEOUT", "ConnectTrace", "RelayPairing", "connect", "pair_through_relay", "public_address"]
 
@@ -180,12 +181,14 @@ class _Connector:
         self._loop = asyncio.get_running_loop()
         self._connected: asyncio.Future[None] = self._loop.create_future()
         self._tasks: set[asyncio.Task[Any]] = set()
+        self.claimed_open = False
         self.done = False
 
     # ------------------------------------------------------------------ steps
 
     def _message1(self) -> bytes:
         ra = self.node.remote_address() if self.punch else None
+        self.claimed_open = ra is not None
         addresses: list[Address] = [ra] if ra else []
         payload = NoisePayload(
             version=1,
@@ -254,7 +257,7 @@ class _Connector:
                 except DHTError as e:
                     log.debug("handshake through %s failed: %s", addr, e)
                     errors.append(f"{addr[0]}:{addr[1]}: {e}")
-                    if e.code in ("SERVER_ERROR", "SERVER_INCOMPATIBLE"):
+                    if e.code in ("SERVER_ERROR", "SERVER_INCOMPATIBLE", "CANNOT_HOLEPUNCH"):
                         raise
         finally:
             walker.cancel()
@@ -302,6 +305,9 @@ class _Connector:
             self._connect_raw(self.node.socket_for(self.node.rpc.socket), target)
         elif not relayed:
             self._connect_raw(self.node.socket_for(self.node.rpc.socket), addr)
+        elif self.claimed_open:
+            # we said we are reachable: the server connects to us, our firewall hook takes it
+            self._loop.call_later(PASSIVE_CONNECT_TIMEOUT, self._passive_timeout)
         elif not use_relay:
             raise DHTError(
                 "the server is firewalled and this client does not hole-punch; use a relay (relay_through)",
@@ -332,6 +338,16 @@ class _Connector:
         p = self.pairing
         self._connect_raw(p.socket, p.relay_address, remote_id=p.remote_id)
 
+    def _passive_timeout(self) -> None:
+        if not self._connected.done() and not self.done and (self.pairing is None or not self.relay_through):
+            self._connected.set_exception(
+                DHTError(
+                    f"the server did not reach us within {PASSIVE_CONNECT_TIMEOUT:g}s "
+                    "although we claimed to be reachable",
+                    "HOLEPUNCH_ABORTED",
+                )
+            )
+
     def _firewall(self, stream: Any, sock: Any, addr: Address) -> bool:
         """UDX firewall of our raw stream: True drops the packet."""
         if stream.connected or not self.punch:
@@ -357,9 +373,10 @@ class _Connector:
     async def _open(self) -> Connection:
         await self._connected
         assert self.proto is not None and self.result is not None and self.payload is not None
-        closed = asyncio.ensure_future(self.proto.wait_closed())
+        closed: asyncio.Future[Any] = asyncio.ensure_future(self.proto.wait_closed())
+        opened: asyncio.Future[Any] = self.proto.opened
         try:
-            await asyncio.wait({self.proto.opened, closed}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait([opened, closed], return_when=asyncio.FIRST_COMPLETED)
         finally:
             closed.cancel()
         if not self.proto.opened.done():

@@ -17,10 +17,11 @@ import inspect
 import logging
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import psutil
 
+from relay.keys import KeyPair
 from relay.udx import UDXSocket
 
 from .announcer import Announcer, SigningKeyPair
@@ -241,7 +242,8 @@ class HyperDHTServer:
             return
         self.stats["relay_attempts"] = self.stats.get("relay_attempts", 0) + 1
         try:
-            pairing = await pair_through_relay(self.node, key, token, initiator, stream.id, key_pair=self.key_pair)
+            kp = cast(KeyPair, self.key_pair)  # a SigningKeyPair is a KeyPair (same fields)
+            pairing = await pair_through_relay(self.node, key, token, initiator, stream.id, key_pair=kp)
         except DHTError as e:
             self.stats["relay_aborts"] = self.stats.get("relay_aborts", 0) + 1
             log.info("relaying a connection failed: %s", e)
@@ -259,7 +261,9 @@ class HyperDHTServer:
         self._connect(a, stream, sock, addr)
         return False
 
-    def _connect(self, a: Attempt, stream: Any, sock: Any, addr: Address, *, pairing: RelayPairing | None = None) -> None:
+    def _connect(
+        self, a: Attempt, stream: Any, sock: Any, addr: Address, *, pairing: RelayPairing | None = None
+    ) -> None:
         if a.connected or self.closed or a.result is None or a.remote_payload.udx is None:
             return
         a.connected = True

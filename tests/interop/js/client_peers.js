@@ -2,7 +2,7 @@
 // usage: node js/client_peers.js '<json {bootstrap: ["host:port"]}>'
 // Prints {"event":"ready"}, then answers one JSON command per stdin line ({id, cmd, ...}) with one
 // line {"event":"result", id, ok, ...}:
-//   serve {relayThrough?: hex, holepunch?: bool, shareLocalAddress?: bool}
+//   serve {relayThrough?: hex, holepunch?: bool, shareLocalAddress?: bool, firewalled?: bool}
 //        -> {key}; an echo server (every byte comes back); records each connection's raw stream
 //   served {} -> {connections: [{remoteHost, remotePort}]}
 //   connect {key, relayThrough?: hex, holepunch?: bool, bytes, timeoutMs}
@@ -17,8 +17,8 @@ const out = (o) => process.stdout.write(JSON.stringify(o) + '\n')
 async function main () {
   const opts = JSON.parse(process.argv[2])
   const dhts = []
-  async function makeDHT () {
-    const dht = new DHT({ bootstrap: opts.bootstrap, quickFirewall: false, ephemeral: true, host: '127.0.0.1', port: [0, 0] })
+  async function makeDHT (extra = {}) {
+    const dht = new DHT({ bootstrap: opts.bootstrap, quickFirewall: false, ephemeral: true, host: '127.0.0.1', port: [0, 0], ...extra })
     await dht.fullyBootstrapped()
     dhts.push(dht)
     return dht
@@ -26,8 +26,8 @@ async function main () {
   const served = []
 
   const commands = {
-    async serve ({ relayThrough = null, holepunch = true, shareLocalAddress = true }) {
-      const dht = await makeDHT()
+    async serve ({ relayThrough = null, holepunch = true, shareLocalAddress = true, firewalled = true }) {
+      const dht = await makeDHT(firewalled ? {} : { firewalled: false })
       const server = dht.createServer({
         holepunch: holepunch ? undefined : false,
         shareLocalAddress,
