@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -21,7 +24,7 @@ from relay.dht import Connection, DHTError, DHTNode, HyperDHTServer
 from relay.dht.client import connect
 from relay.keys import decode_id, key_pair
 from relay.udx import UDX
-from tests.interop._client_peers import NodePeers, NodeRelay
+from tests.interop._client_peers import ROOT, NodePeers, NodeRelay
 from tests.interop._relay_net import Testnet
 from tests.interop._relay_proc import RelayProcess
 
@@ -206,3 +209,53 @@ async def test_interop_client_unknown_key_fails_clearly_in_bounded_time(testnet:
         elapsed = time.monotonic() - started
     assert e.value.code == "PEER_NOT_FOUND" and "no DHT node holds an announce" in str(e.value)
     assert elapsed < 20
+
+
+def run_probe_cli(*args: str, timeout: float = 90) -> tuple[int, dict[str, Any], float]:
+    started = time.monotonic()
+    p = subprocess.run(
+        [sys.executable, "-m", "cosmictui", "relay", "probe", *args, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+    )
+    elapsed = time.monotonic() - started
+    assert p.stdout, p.stderr
+    return p.returncode, json.loads(p.stdout), elapsed
+
+
+@pytest.mark.parametrize("which", ["python", "node"])
+def test_interop_client_relay_probe_cli_through_real_relays(
+    testnet: Testnet, py_relay: RelayProcess, node_relay: NodeRelay, which: str
+) -> None:
+    key, ports = (py_relay.key, {py_relay.port}) if which == "python" else (node_relay.key, node_relay.ports)
+    assert key is not None
+    before = py_relay.stats()["pairings"]["matched"]
+    rc, res, _ = run_probe_cli(key, "--bootstrap", testnet.bootstrap)
+    assert rc == 0, res
+    assert res["ok"] and res["relayed"] and res["error"] is None
+    assert [s["name"] for s in res["stages"]] == [
+        "key found on the DHT",
+        "handshake with the relay",
+        "pairing matched",
+        "first echo",
+        "bytes and round trip",
+    ]
+    assert all(s["ok"] and s["seconds"] >= 0 for s in res["stages"])
+    assert int(res["relay_address"].rsplit(":", 1)[1]) in ports
+    assert res["bytes"] == 2 * 64 * 1024 and res["rtt_ms"] > 0
+    if which == "python":  # the relay itself saw the pair
+        assert py_relay.stats()["pairings"]["matched"] == before + 1
+
+
+def test_interop_client_relay_probe_cli_unknown_key_fails_in_bounded_time(testnet: Testnet) -> None:
+    from relay.keys import encode_id
+
+    rc, res, elapsed = run_probe_cli(
+        encode_id(key_pair().public_key), "--bootstrap", testnet.bootstrap, "--timeout", "15"
+    )
+    assert rc == 1 and not res["ok"]
+    assert res["stages"][0]["name"] == "key found on the DHT" and not res["stages"][0]["ok"]
+    assert "no DHT node holds an announce" in res["error"]
+    assert len(res["stages"]) == 1 and elapsed < 30
