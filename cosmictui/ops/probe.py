@@ -323,3 +323,30 @@ class _Probe:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(n.close(), 5)
         self.udx.close()
+
+
+PROBE_CHECK = "Relay carries a connection (probe)"
+
+_FIXES = {
+    STAGES[0]: "start the relay (or wait for its first announce), and check it uses the same DHT bootstrap nodes",
+    STAGES[1]: "open the relay's UDP port to the internet; a firewalled relay cannot be reached by blocked peers",
+    STAGES[2]: "read the relay's log: it refused or never matched the pairing (allow-list, caps)",
+    STAGES[3]: "the relay joined the streams but forwarded nothing: read its log and /stats dropped counters",
+    STAGES[4]: "the relayed stream broke under load: read the relay's log",
+}
+
+
+def probe_check(res: ProbeResult) -> Any:
+    """The probe as one `CheckResult` row (wizard step 2, `cosmictui check`)."""
+    from cosmictui.ops.checks import CheckResult
+
+    if res.ok:
+        times = ", ".join(f"{s.name} {s.seconds:.2f}s" for s in res.stages)
+        return CheckResult(
+            PROBE_CHECK,
+            "ok",
+            f"two peers, punching off, echoed through {res.relay_address} (round trip {res.rtt_ms} ms; {times})",
+        )
+    failed = res.failed
+    fix = _FIXES.get(failed.name, "") if failed else ""
+    return CheckResult(PROBE_CHECK, "fail", f"failed at {res.error}", fix)
