@@ -82,6 +82,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--json", action="store_true", help="print a JSON array of results")
     c.add_argument("--storage", metavar="DIR", help="relay storage directory to check")
     c.add_argument("--port", type=int, help="relay UDP port to check")
+    c.add_argument(
+        "--relay-key",
+        metavar="KEY",
+        help="also probe this relay (default: the relay running on the storage, when there is one)",
+    )
+    c.add_argument("--no-probe", action="store_true", help="skip the relayed-connection probe")
 
     e = sub.add_parser(
         "env", parents=[common], help="edit the deployment's .env", epilog=EXIT_CODES, formatter_class=fmt
@@ -314,7 +320,22 @@ def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
             for runner in opened:
                 await runner.close()
 
+    async def probe() -> list[Any]:
+        """With a relay key known: two peers must meet through it (`relay probe`)."""
+        from cosmictui.ops.probe import ProbeUsageError, probe_check, run_probe
+        from cosmictui.ops.relayproc import attach
+
+        rt = attach(settings.relay_storage)
+        key = args.relay_key or (rt.key if rt is not None else None)
+        if not key or args.no_probe:
+            return []
+        try:
+            return [probe_check(await run_probe(key, list(settings.relay_bootstrap) or None, 20.0))]
+        except ProbeUsageError as e:
+            raise UsageError(f"--relay-key: {e}") from None
+
     results = asyncio.run(go())
+    results += asyncio.run(probe())
     if args.json:
         _dump([{"name": r.name, "status": r.status, "detail": r.detail, "fix": r.fix} for r in results], out)
     else:

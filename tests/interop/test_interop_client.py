@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -259,3 +260,32 @@ def test_interop_client_relay_probe_cli_unknown_key_fails_in_bounded_time(testne
     assert res["stages"][0]["name"] == "key found on the DHT" and not res["stages"][0]["ok"]
     assert "no DHT node holds an announce" in res["error"]
     assert len(res["stages"]) == 1 and elapsed < 30
+
+
+def test_interop_client_check_includes_the_probe_when_a_relay_runs(
+    testnet: Testnet, py_relay: RelayProcess, tmp_path: Path
+) -> None:
+    boot = ", ".join(f'"{b}"' for b in testnet.bootstrap.split(","))
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[relay]\nstorage = "{py_relay.storage}"\nport = {py_relay.port}\nbootstrap = [{boot}]\n')
+    p = subprocess.run(
+        [sys.executable, "-m", "cosmictui", "--config", str(cfg), "check", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        cwd=ROOT,
+    )
+    rows = {r["name"]: r for r in json.loads(p.stdout)}
+    probe = rows["Relay carries a connection (probe)"]
+    assert probe["status"] == "ok" and f"127.0.0.1:{py_relay.port}" in probe["detail"], probe
+    # a key nobody serves: the row fails and says at which stage, and check exits 1
+    p = subprocess.run(
+        [sys.executable, "-m", "cosmictui", "--config", str(cfg), "check", "--json", "--relay-key", "ab" * 32],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        cwd=ROOT,
+    )
+    rows = {r["name"]: r for r in json.loads(p.stdout)}
+    probe = rows["Relay carries a connection (probe)"]
+    assert p.returncode == 1 and probe["status"] == "fail" and "key found on the DHT" in probe["detail"], probe
