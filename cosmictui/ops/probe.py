@@ -20,7 +20,7 @@ import os
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 from relay.dht import Connection, DHTError, DHTNode, HyperDHTServer
 from relay.dht.client import ConnectTrace, connect
@@ -219,7 +219,7 @@ class _Probe:
 
         self.server = HyperDHTServer(
             self.server_node,
-            cast(Any, server_kp),  # a KeyPair satisfies SigningKeyPair at run time
+            server_kp,
             echo,
             holepunch=False,
             share_local_address=False,

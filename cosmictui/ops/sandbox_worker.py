@@ -125,7 +125,7 @@ class Worker:
         kp = key_pair()
         server = HyperDHTServer(
             self.worker_node,
-            kp,  # type: ignore[arg-type]  # a KeyPair is a SigningKeyPair at run time
+            kp,
             echo,
             holepunch=False,
             share_local_address=False,

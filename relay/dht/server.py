@@ -17,14 +17,14 @@ import inspect
 import logging
 import os
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 import psutil
 
 from relay.keys import KeyPair
 from relay.udx import UDXSocket
 
-from .announcer import Announcer, SigningKeyPair
+from .announcer import Announcer
 from .client import RELAY_TIMEOUT, RelayPairing, pair_through_relay
 from .connection import KEEP_ALIVE, Connection, responder_secret_stream, start_secret_stream
 from .handshake import PASSIVE_CONNECT_TIMEOUT, Attempt, HandshakeResponder, address_token, seal_payload
@@ -100,7 +100,7 @@ class HyperDHTServer:
     def __init__(
         self,
         node: DHTNode,
-        key_pair: SigningKeyPair,
+        key_pair: KeyPair,
         on_connection: ConnectionHandler,
         *,
         firewall: FirewallHook | None = None,
@@ -242,8 +242,7 @@ class HyperDHTServer:
             return
         self.stats["relay_attempts"] = self.stats.get("relay_attempts", 0) + 1
         try:
-            kp = cast(KeyPair, self.key_pair)  # a SigningKeyPair is a KeyPair (same fields)
-            pairing = await pair_through_relay(self.node, key, token, initiator, stream.id, key_pair=kp)
+            pairing = await pair_through_relay(self.node, key, token, initiator, stream.id, key_pair=self.key_pair)
         except DHTError as e:
             self.stats["relay_aborts"] = self.stats.get("relay_aborts", 0) + 1
             log.info("relaying a connection failed: %s", e)
