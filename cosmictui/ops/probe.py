@@ -341,11 +341,11 @@ def probe_check(res: ProbeResult) -> Any:
     from cosmictui.ops.checks import CheckResult
 
     if res.ok:
-        times = ", ".join(f"{s.name} {s.seconds:.2f}s" for s in res.stages)
         return CheckResult(
             PROBE_CHECK,
             "ok",
-            f"two peers, punching off, echoed through {res.relay_address} (round trip {res.rtt_ms} ms; {times})",
+            f"two peers, punching off, echoed through {res.relay_address} in {res.seconds:.1f}s "
+            f"(round trip {res.rtt_ms} ms)",
         )
     failed = res.failed
     fix = _FIXES.get(failed.name, "") if failed else ""
