@@ -95,6 +95,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--json", action="store_true", help="print a JSON array of results")
     c.add_argument("--storage", metavar="DIR", help="relay storage directory to check")
     c.add_argument("--port", type=_port, help="relay UDP port to check (1-65535)")
+    c.add_argument(
+        "--relay-key",
+        metavar="KEY",
+        help="also probe this relay (default: the relay running on the storage, when there is one)",
+    )
+    c.add_argument("--no-probe", action="store_true", help="skip the relayed-connection probe")
 
     e = sub.add_parser(
         "env", parents=[common], help="edit the deployment's .env", epilog=EXIT_CODES, formatter_class=fmt
@@ -147,6 +153,24 @@ def build_parser() -> argparse.ArgumentParser:
     rs.add_argument(
         "--metrics", metavar="URL", type=_metrics_addr, help="ask this metrics address instead of the runtime file's"
     )
+    rp = rsub.add_parser(
+        "probe",
+        parents=[common],
+        help="prove a relay carries a connection (two peers meet through it)",
+        description="Two Python peers on this host, punching off, connect through the relay by its key and "
+        "echo: key found on the DHT, handshake with the relay, pairing matched, first echo, bytes and round "
+        "trip. Works for any blind relay (this one or blind-relay-service). Exit 0: the echo came back "
+        "relayed; 1: a stage failed (which and why); 2: usage.",
+        epilog=EXIT_CODES,
+        formatter_class=fmt,
+    )
+    rp.add_argument("key", metavar="KEY", nargs="?", help="relay public key (default: the configured/running relay)")
+    rp.add_argument(
+        "--bootstrap", metavar="HOST:PORT[,...]", help="DHT bootstrap nodes (default: config, else the public DHT)"
+    )
+    rp.add_argument("--timeout", metavar="S", type=_interval, default=30.0, help="bound for the whole probe (30)")
+    rp.add_argument("--storage", metavar="DIR", help="relay storage directory to take the key from (config)")
+    rp.add_argument("--json", action="store_true", help="print a JSON object with every stage")
     return p
 
 
@@ -333,7 +357,22 @@ def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
             for runner in opened:
                 await runner.close()
 
+    async def probe() -> list[Any]:
+        """With a relay key known: two peers must meet through it (`relay probe`)."""
+        from cosmictui.ops.probe import ProbeUsageError, probe_check, run_probe
+        from cosmictui.ops.relayproc import attach
+
+        rt = attach(settings.relay_storage)
+        key = args.relay_key or (rt.key if rt is not None else None)
+        if not key or args.no_probe:
+            return []
+        try:
+            return [probe_check(await run_probe(key, list(settings.relay_bootstrap) or None, 20.0))]
+        except ProbeUsageError as e:
+            raise UsageError(f"--relay-key: {e}") from None
+
     results = asyncio.run(go())
+    results += asyncio.run(probe())
     if args.json:
         _dump([{"name": r.name, "status": r.status, "detail": r.detail, "fix": r.fix} for r in results], out)
     else:
@@ -621,6 +660,47 @@ def cmd_relay_status(args: argparse.Namespace, out: TextIO) -> int:
     return OK if rep["state"] == "up" else FAILED
 
 
+def probe_key(key: str | None, storage: str | None) -> str:
+    """KEY as given, else the relay running on (or the key held by) the configured storage."""
+    if key:
+        return key
+    from cosmictui.ops import relayproc
+
+    if storage:
+        found = relayproc.read_key(storage) or relayproc.storage_key(storage)
+        if found:
+            return found
+    running = relayproc.running_relays()
+    if len(running) == 1:
+        return running[0].key
+    raise UsageError("no KEY given and no relay found in the configured storage; pass the relay's key")
+
+
+def cmd_relay_probe(args: argparse.Namespace, out: TextIO) -> int:
+    from cosmictui.ops.probe import ProbeUsageError, run_probe
+
+    settings = _settings(args)
+    storage = args.storage if args.storage is not None else settings.relay_storage
+    key = probe_key(args.key, storage)
+    boot = [b.strip() for b in args.bootstrap.split(",") if b.strip()] if args.bootstrap else None
+    try:
+        res = asyncio.run(run_probe(key, boot or list(settings.relay_bootstrap) or None, args.timeout))
+    except ProbeUsageError as e:
+        raise UsageError(str(e)) from None
+    if args.json:
+        _dump(res.as_dict(), out)
+        return OK if res.ok else FAILED
+    out.write(f"probe    relay {res.relay_key}\n")
+    for st in res.stages:
+        mark = "✔" if st.ok else "✖"
+        out.write(f"  {mark} {st.name:<26} {st.seconds:7.2f} s  {st.detail}\n")
+    if res.ok:
+        out.write(f"result   ✔ relayed echo through {res.relay_address}, round trip {res.rtt_ms} ms\n")
+        return OK
+    out.write(f"result   ✖ failed at {res.error} (after {res.seconds:.1f} s)\n")
+    return FAILED
+
+
 # -- main -----------------------------------------------------------------------------------------
 
 
@@ -645,6 +725,8 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
         if args.command == "env":
             return cmd_env_set_relay(args, out)
         if args.command == "relay":
+            if args.relay_command == "probe":
+                return cmd_relay_probe(args, out)
             return cmd_relay_status(args, out)
         return handlers[args.command](args, out)
     except UsageError as e:
