@@ -41,7 +41,8 @@ EXIT_USAGE = 2
 EXIT_CODES_HELP = """exit codes:
   0  clean exit (SIGINT/SIGTERM close the relay cleanly)
   1  runtime error, one 'blind-relay: error: ...' line: storage or key unreadable, storage in use
-     by another relay, port in use, no bootstrap node answered, allow file unreadable or bad
+     by another relay, port in use, allow file unreadable or bad (no bootstrap node answering
+     is not an error: the relay listens, warns once and keeps trying to join the DHT)
   2  usage error: a flag value that can never work (port, --allow key, limits, --metrics,
      --bootstrap), or a --systemd-unit that would fail at boot or start with another key"""
 

@@ -173,12 +173,12 @@ class RelayApp:
         try:
             await asyncio.wait_for(self.node.bootstrap(), self.bootstrap_timeout)
         except TimeoutError:
-            raise RelayStartError(self._bootstrap_error()) from None
+            # as blind-relay-service: listen anyway; the node keeps joining in the background
+            log.warning(self._bootstrap_error() + "; still trying")
         except DHTError as e:
             raise RelayStartError(f"cannot join the DHT: {e}") from e
-        if len(self.node.table) == 0:
-            nodes = ",".join(cfg.bootstrap)
-            raise RelayStartError(f"no bootstrap node answered ({nodes}); check --bootstrap and the network")
+        # nobody answered (the network is not up yet?): the node warned once and keeps
+        # retrying with backoff; /stats says bootstrapped: false until it joins
         self.server = HyperDHTServer(
             self.node, cfg.key_pair, self._on_connection, firewall=self._on_handshake, keep_alive=KEEP_ALIVE
         )
@@ -188,14 +188,14 @@ class RelayApp:
             raise RelayStartError(f"cannot announce the relay key on the DHT: {e or 'timed out'}") from e
         self._tick()
         log.info(
-            "dht ready",
+            "dht ready" if self.node.bootstrapped else "dht not joined yet, listening anyway",
             extra={
                 "nodes": len(self.node.table),
                 "firewalled": self.node.firewalled,
                 "public": self.node.remote_address(),
             },
         )
-        if self.node.firewalled:
+        if self.node.firewalled and self.node.bootstrapped:
             log.warning(
                 "the DHT sees this relay as firewalled: peers may fail to reach it; open UDP port %d", self.port
             )
