@@ -87,6 +87,7 @@ from relay.protomux import (
 __all__ = [
     "PAIR_MESSAGE",
     "PROTOCOL",
+    "SHED_CAUSES",
     "UNPAIR_MESSAGE",
     "BlindRelayError",
     "BlindRelayServer",
@@ -97,7 +98,6 @@ __all__ = [
     "PairingMatched",
     "RelayEvent",
     "RelayLink",
-    "SHED_CAUSES",
     "SessionClosed",
     "SessionOpened",
     "Unpair",
