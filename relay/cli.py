@@ -204,8 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--busy-address-sessions",
         type=_positive_int,
         default=d.busy_address_sessions,
-        help=f"sessions after which an address's handshakes wait behind other addresses' "
-        f"({d.busy_address_sessions})",
+        help=f"sessions after which an address's handshakes wait behind other addresses' ({d.busy_address_sessions})",
     )
     g.add_argument(
         "--handshake-budget",
