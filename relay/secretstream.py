@@ -74,6 +74,7 @@ __all__ = [
     "Closed",
     "Ended",
     "Event",
+    "FrameTooLarge",
     "HandshakeResult",
     "Message",
     "Opened",
@@ -100,6 +101,10 @@ _pull = crypto_secretstream_xchacha20poly1305_pull
 
 class SecretStreamError(Exception):
     """The secret stream failed; the message says what the peer sent or what timed out."""
+
+
+class FrameTooLarge(SecretStreamError):
+    """The peer announced a frame above the stream's `max_frame`."""
 
 
 class HandshakeResult(NamedTuple):
@@ -406,7 +411,7 @@ class SecretStream:
 
     def _check_frame(self, length: int) -> None:
         if length > self.max_frame:
-            raise SecretStreamError(f"frame of {length} bytes is over this stream's limit of {self.max_frame}")
+            raise FrameTooLarge(f"frame of {length} bytes is over this stream's limit of {self.max_frame}")
 
     def _decrypt(self, ciphertext: bytes) -> None:
         """Open one message frame (at least ABYTES long) and queue its `Message`."""

@@ -45,8 +45,9 @@ from relay.blindrelay import (
 from relay.dht import Connection, DHTError, DHTNode, HyperDHTServer
 from relay.dht.connection import KEEP_ALIVE
 from relay.keys import KeyPair, encode_id
-from relay.secretstream import Closed, Ended, Message, SecretStreamError
+from relay.secretstream import Closed, Ended, FrameTooLarge, Message, SecretStreamError
 from relay.service.limits import (
+    LIMIT_CONTROL_FRAME,
     LIMIT_NOT_ALLOWED,
     LIMIT_PENDING_PER_SESSION,
     LIMIT_PENDING_TIMEOUT,
@@ -314,6 +315,9 @@ class RelayApp:
             with contextlib.suppress(Exception):
                 s.conn.close()
         elif isinstance(ev, Closed):
+            if isinstance(ev.error, FrameTooLarge):
+                self.limit_counters.hit(LIMIT_CONTROL_FRAME)
+                log.info("session ended: %s", ev.error, extra={"peer": s.peer})
             s.session.connection_closed()
             self._pump()
             self._sessions.pop(s.session, None)

@@ -20,6 +20,7 @@ LIMIT_HANDSHAKES_PER_ADDRESS = "handshakes_per_address"
 LIMIT_ACTIVE_PAIRS = "active_pairs"
 LIMIT_NOT_ALLOWED = "not_allowed"
 LIMIT_HANDSHAKES_BUSY = "handshakes_busy"  # an address holding many sessions, while the relay is busy
+LIMIT_CONTROL_FRAME = "control_frame"  # a session ended for announcing a control frame over the limit
 ALL_LIMITS = (
     LIMIT_SESSIONS,
     LIMIT_PENDING_PER_SESSION,
@@ -29,6 +30,7 @@ ALL_LIMITS = (
     LIMIT_ACTIVE_PAIRS,
     LIMIT_NOT_ALLOWED,
     LIMIT_HANDSHAKES_BUSY,
+    LIMIT_CONTROL_FRAME,
 )
 
 
