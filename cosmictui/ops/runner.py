@@ -24,7 +24,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import unquote, urlsplit
 
 import asyncssh
@@ -509,7 +509,7 @@ class SSHRunner(Runner):
             if attrs is not None and backup:
                 saved = _backup_name(full)
                 async with sftp.open(full, "rb") as f:
-                    old = await f.read()
+                    old = cast(bytes, await f.read())  # opened "rb": asyncssh types read() as str
                 await self._write(sftp, saved, old, attrs)
             await self._write(sftp, tmp, data, attrs)
             try:

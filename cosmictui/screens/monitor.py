@@ -53,8 +53,8 @@ class MonitorScreen(Screen[None]):
     """Live view of one or more relays."""
 
     CSS_PATH = "monitor.tcss"
-    HORIZONTAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = [(0, "-narrow"), (120, "-wide")]
-    VERTICAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = [(0, "-short"), (36, "-tall")]
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]  # noqa: RUF012 (typed by Textual)
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (36, "-tall")]  # noqa: RUF012 (typed by Textual)
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("plus,equals_sign", "slower", "Slower"),
