@@ -118,6 +118,7 @@ SHED_ACTIVE_PAIRS = "active_pairs"
 SHED_SILENT_PAIR = "silent_pair"
 SHED_IDLE_SESSION = "idle_session"
 SHED_SESSIONS = "sessions"
+SHED_SCAN = 64  # links looked at for a silent one before the oldest is shed
 SHED_CAUSES = (
     SHED_PENDING_PER_SESSION,
     SHED_PENDING_TOTAL,
@@ -675,12 +676,19 @@ class BlindRelayServer:
         session, one that never carried a packet if it has one, else its oldest."""
         owner = max(self._owners.values(), key=lambda o: o.links)
         victim = max(owner.sessions, key=lambda s: s._link_count)
-        links = [link for ls in victim._links.values() for link in ls]
-        if not links:
+        oldest = chosen = None
+        for i, link in enumerate(link for ls in victim._links.values() for link in ls):
+            if oldest is None:
+                oldest = link
+            if not (link.carried and link.remote is not None and link.remote.carried):
+                chosen = link
+                break
+            if i >= SHED_SCAN:  # bounded: a session relaying thousands of live pairs costs no more
+                break
+        if oldest is None:
             return
-        silent = [link for link in links if not (link.carried and link.remote is not None and link.remote.carried)]
         self.shed[SHED_ACTIVE_PAIRS] += 1
-        self._destroy_pair((silent or links)[0], "relay at its active pairs cap")
+        self._destroy_pair(chosen or oldest, "relay at its active pairs cap")
 
     def _destroy_pair(self, link: _Link, reason: str) -> None:
         remote = link.remote
