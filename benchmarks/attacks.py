@@ -164,7 +164,7 @@ def run_attack(name: str, kind: str, bootstrap: str, tree: Path, scale: float) -
             in_place = time.monotonic() - t0
             ok, setup = legit_pairs(bootstrap, relay)
             out, _ = attack.communicate(timeout=120)
-            done = next((json.loads(ln) for ln in out.splitlines() if ln.startswith("{")), {})
+            done: dict[str, Any] = next((json.loads(ln) for ln in out.splitlines() if ln.startswith("{")), {})
             return {
                 "attack": name,
                 "relay": kind,
