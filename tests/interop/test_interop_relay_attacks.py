@@ -128,16 +128,17 @@ def test_attack_silent_self_pairs_are_reaped_then_the_idle_session_closed(
 ) -> None:
     """The same hog without any cap in reach: its pairs never carry a packet, so they are reaped,
     and its session, now pairing nothing, is closed."""
-    args = ("--silent-pair-timeout", "1", "--session-idle-timeout", "2")
+    args = ("--silent-pair-timeout", "1", "--session-idle-timeout", "5")
     with (
         start_relay(tmp_path, testnet, *args) as r,
         Attack(node, testnet, r, "selfpair", sessions=1, pairs=200, hosts=["127.0.0.2"]),
     ):
-        wait_until(lambda: metrics(r)["blind_relay_shed_total{cause=silent_pair}"] >= 200, what="200 reaped")
-        wait_until(lambda: metrics(r)["blind_relay_shed_total{cause=idle_session}"] >= 1, what="session closed")
+        wait_until(lambda: metrics(r)["blind_relay_sessions_closed"] >= 1, what="the session closed")
         m = metrics(r)
-        assert m["blind_relay_pairings_active"] == 0 and m["blind_relay_streams_opened"] == 400
-        assert m["blind_relay_sessions_closed"] == m["blind_relay_sessions_accepted"] == 1
+        assert m["blind_relay_shed_total{cause=idle_session}"] == 1
+        assert m["blind_relay_pairings_matched"] == 200 and m["blind_relay_streams_opened"] == 400
+        assert m["blind_relay_shed_total{cause=silent_pair}"] == 200 and m["blind_relay_pairings_active"] == 0
+        assert m["blind_relay_sessions_accepted"] == 1
         assert_healthy(r)
 
 
@@ -208,7 +209,9 @@ def test_attack_handshake_flood_from_many_hosts_lets_a_new_address_in(
     """Valid handshakes from 4 hosts at 100/s for 4 s against a 48-session cap (issue: 64 sources at
     500/s pinned the cap, legit setup 50 ms -> 3.7-6.9 s). Busy hosts wait behind the budget; the
     legitimate pair, from a host with no sessions, still gets in and relays."""
-    args = ("--max-sessions", "48", "--busy-address-sessions", "4", "--handshake-budget", "20")
+    # a budget of 1/s: the attack (400 handshakes started in 4 s, however slowly they arrive) is
+    # over it whatever the machine's speed, so busy hosts must wait
+    args = ("--max-sessions", "48", "--busy-address-sessions", "4", "--handshake-budget", "1")
     with start_relay(tmp_path, testnet, *args) as r, Attack(node, testnet, r, "handshakes", rate=100, seconds=4) as a:
         assert a.ready["opened"] > 0
         m = metrics(r)
