@@ -392,10 +392,13 @@ table inet security_group {{
         runtime = json.loads((storage / "relay-runtime.json").read_text())
         return RelayInNs(self, p, key=line.split()[-1], port=int(runtime["port"]), metrics=runtime.get("metrics"))
 
-    def node_relay(self, seed: str, port: int, timeout: float = 90) -> RelayInNs:
-        """The Node yardstick: npm hyperdht + blind-relay as blind-relay-service runs them."""
+    def node_relay(self, seed: str, port: int, timeout: float = 90, dht: dict[str, Any] | None = None) -> RelayInNs:
+        """The Node yardstick: npm hyperdht + blind-relay as blind-relay-service runs them
+        (`dht`: extra HyperDHT options, e.g. `{"firewalled": False}` to skip its NAT check)."""
         script = ROOT / "benchmarks" / "js" / "relay_node_server.js"
-        opts = {"bootstrap": self.bootstrap, "port": port, "host": self.relay_host, "seed": seed}
+        opts: dict[str, Any] = {"bootstrap": self.bootstrap, "port": port, "host": self.relay_host, "seed": seed}
+        if dht:
+            opts["dht"] = dht
         p = self.spawn("relay", ["node", str(script), json.dumps(opts)])
         info = json.loads(p.wait_line(lambda ln: ln.startswith("{"), timeout, "node relay listening"))
         return RelayInNs(self, p, key=info["key"], port=int(info["port"]), metrics=None, ports=list(info["ports"]))
