@@ -75,11 +75,21 @@ print(len(rtts), n, statistics.median(rtts) if rtts else -1)
 class Wan:
     """One topology with both relays available; `echo` runs one relayed transfer from LAN b to LAN a."""
 
-    def __init__(self, *, delay_ms: float = 0, loss_percent: float = 0, nat: str = "random", dht_size: int = 12):
+    def __init__(
+        self,
+        *,
+        delay_ms: float = 0,
+        loss_percent: float = 0,
+        nat: str = "random",
+        dht_size: int = 12,
+        relay_delay_ms: float = 0,
+    ):
         missing = missing_requirements()
         if missing:
             raise SystemExit("blocked_network_bench needs: " + "; ".join(missing))
-        self.topo = Topology(nat=nat, wan_delay_ms=delay_ms, wan_loss_percent=loss_percent)
+        self.topo = Topology(
+            nat=nat, wan_delay_ms=delay_ms, wan_loss_percent=loss_percent, relay_delay_ms=relay_delay_ms
+        )
         self.dht_size = dht_size
         self.tmp = Path(tempfile.mkdtemp(prefix="bnbench"))
         self.a: Peer
@@ -182,10 +192,11 @@ def scenario(delay_ms: float, loss: float, mib: int, setup_n: int, rounds: int) 
         return {"delay_ms": delay_ms, "loss": loss, "probe": probe, "ready_s": ready, "relays": med, "rounds": per}
 
 
-def upgrade_race(runs: int) -> dict[str, Any]:
-    """Hang rate of relayed -> direct upgrades, per relay and relaying mode."""
+def upgrade_race(runs: int, relay_delay_ms: float = 0) -> dict[str, Any]:
+    """Hang rate of relayed -> direct upgrades, per relay and relaying mode (`relay_delay_ms`: a
+    distant relay, so the direct path between the nearby peers can form before the relayed one)."""
     out: dict[str, Any] = {}
-    with Wan(nat="consistent") as wan:
+    with Wan(nat="consistent", relay_delay_ms=relay_delay_ms) as wan:
         relays = {k: wan.start_relay(k, told_public=True) for k in KINDS}
         for i in range(runs):
             for mode in ("client", "server", "both"):
@@ -261,6 +272,7 @@ def main() -> None:
     ap.add_argument("--setup", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--upgrade-runs", type=int, default=0)
+    ap.add_argument("--relay-delay-ms", type=float, default=0, help="with --upgrade-runs: one-way delay to the relay")
     ap.add_argument("--firewall-starts", type=int, default=0)
     ap.add_argument("--start-loss", type=float, default=0, help="with --firewall-starts: also start on a lossy wan")
     ap.add_argument("--no-clean", action="store_true", help="skip the 0 ms / 0 %% baseline")
@@ -279,7 +291,7 @@ def main() -> None:
     if report["scenarios"]:
         print(table(report["scenarios"]))
     if args.upgrade_runs:
-        report["upgrade_race"] = upgrade_race(args.upgrade_runs)
+        report["upgrade_race"] = upgrade_race(args.upgrade_runs, args.relay_delay_ms)
         print("\n| relay/mode | runs | hangs |\n|---|---:|---:|")
         for k, v in report["upgrade_race"].items():
             print(f"| {k} | {v['runs']} | {v['hangs']} |")
