@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import signal
 import statistics
 import sys
 import tempfile
@@ -74,11 +75,21 @@ print(len(rtts), n, statistics.median(rtts) if rtts else -1)
 class Wan:
     """One topology with both relays available; `echo` runs one relayed transfer from LAN b to LAN a."""
 
-    def __init__(self, *, delay_ms: float = 0, loss_percent: float = 0, nat: str = "random", dht_size: int = 12):
+    def __init__(
+        self,
+        *,
+        delay_ms: float = 0,
+        loss_percent: float = 0,
+        nat: str = "random",
+        dht_size: int = 12,
+        relay_delay_ms: float = 0,
+    ):
         missing = missing_requirements()
         if missing:
             raise SystemExit("blocked_network_bench needs: " + "; ".join(missing))
-        self.topo = Topology(nat=nat, wan_delay_ms=delay_ms, wan_loss_percent=loss_percent)
+        self.topo = Topology(
+            nat=nat, wan_delay_ms=delay_ms, wan_loss_percent=loss_percent, relay_delay_ms=relay_delay_ms
+        )
         self.dht_size = dht_size
         self.tmp = Path(tempfile.mkdtemp(prefix="bnbench"))
         self.a: Peer
@@ -97,12 +108,15 @@ class Wan:
     def __exit__(self, *exc: object) -> None:
         self.topo.close()
 
-    def start_relay(self, kind: str, port: int | None = None) -> RelayInNs:
+    def start_relay(self, kind: str, port: int | None = None, *, told_public: bool = False) -> RelayInNs:
+        """`told_public`: the Node relay starts as `firewalled: false, ephemeral: false` (what it
+        becomes once dht-rpc's NAT check concludes), as benchmarks/relay_bench.py runs it."""
         port = next(_ports) if port is None else port
         if kind == "python":
             store = self.tmp / f"store{port}"
             return self.topo.python_relay(store, port, "--log-level", "warning")
-        return self.topo.node_relay(f"{next(_seeds):064x}", port)
+        dht = {"firewalled": False, "ephemeral": False} if told_public else None
+        return self.topo.node_relay(f"{next(_seeds):064x}", port, dht=dht)
 
     def echo(self, relay: RelayInNs | None, nbytes: int, *, timeout_ms: int = 60_000, **kw: Any) -> dict[str, Any]:
         key = self.a.call("listen", **kw.pop("server", {}))["publicKey"]
@@ -136,8 +150,10 @@ def warm_up(wan: Wan, relay: RelayInNs, limit_s: float = 330, every_s: float = 1
     """Seconds from now until the relay first carries an echo (tried at once, then every `every_s`)."""
     t0 = time.monotonic()
     while time.monotonic() - t0 < limit_s:
-        if wan.echo(relay, 10_000, timeout_ms=15_000).get("ok"):
+        r = wan.echo(relay, 10_000, timeout_ms=15_000)
+        if r.get("ok"):
             return time.monotonic() - t0
+        print(f"    {relay.port}: not yet ({r.get('error')})", file=sys.stderr, flush=True)
         time.sleep(max(0.0, every_s - (time.monotonic() - t0) % every_s))
     return None
 
@@ -165,7 +181,7 @@ def measure(wan: Wan, relay: RelayInNs, mib: int, setup_n: int) -> dict[str, flo
 def scenario(delay_ms: float, loss: float, mib: int, setup_n: int, rounds: int) -> dict[str, Any]:
     with Wan(delay_ms=delay_ms, loss_percent=loss) as wan:
         probe = wan.probe_rtt()
-        relays = {k: wan.start_relay(k) for k in KINDS}
+        relays = {k: wan.start_relay(k, told_public=True) for k in KINDS}
         ready = {k: warm_up(wan, r) for k, r in relays.items()}  # steady state only: start-up is --firewall-starts
         per: dict[str, list[dict[str, float]]] = {k: [] for k in KINDS}
         for i in range(rounds):
@@ -176,11 +192,12 @@ def scenario(delay_ms: float, loss: float, mib: int, setup_n: int, rounds: int) 
         return {"delay_ms": delay_ms, "loss": loss, "probe": probe, "ready_s": ready, "relays": med, "rounds": per}
 
 
-def upgrade_race(runs: int) -> dict[str, Any]:
-    """Hang rate of relayed -> direct upgrades, per relay and relaying mode."""
+def upgrade_race(runs: int, relay_delay_ms: float = 0) -> dict[str, Any]:
+    """Hang rate of relayed -> direct upgrades, per relay and relaying mode (`relay_delay_ms`: a
+    distant relay, so the direct path between the nearby peers can form before the relayed one)."""
     out: dict[str, Any] = {}
-    with Wan(nat="consistent") as wan:
-        relays = {k: wan.start_relay(k) for k in KINDS}
+    with Wan(nat="consistent", relay_delay_ms=relay_delay_ms) as wan:
+        relays = {k: wan.start_relay(k, told_public=True) for k in KINDS}
         for i in range(runs):
             for mode in ("client", "server", "both"):
                 for k in KINDS if i % 2 == 0 else reversed(KINDS):
@@ -202,12 +219,17 @@ def upgrade_race(runs: int) -> dict[str, Any]:
         return out
 
 
-def firewall_starts(starts: int, *, limit_s: float = 330, every_s: float = 10) -> dict[str, Any]:
-    """Seconds from a fresh relay start to its first relayed echo, behind a security group or not."""
+def firewall_starts(starts: int, *, loss: float = 0, limit_s: float = 330, every_s: float = 10) -> dict[str, Any]:
+    """Seconds from a fresh relay start (as blind-relay-service runs it) to its first relayed echo:
+    behind a security group admitting only --port, on an open host, and (with `loss`) on an open
+    host with that much wan loss."""
     out: dict[str, Any] = {}
-    with Wan() as wan:
-        for i in range(starts):
-            for walled in (True, False):
+    conditions = [("security group", True, 0.0), ("open", False, 0.0)]
+    if loss:
+        conditions.append((f"open, {loss:g} % wan loss", False, loss))
+    for name, walled, lossy in conditions:
+        with Wan(loss_percent=lossy) as wan:
+            for i in range(starts):
                 for k in KINDS if i % 2 == 0 else reversed(KINDS):
                     port = next(_ports)
                     if walled:
@@ -216,9 +238,8 @@ def firewall_starts(starts: int, *, limit_s: float = 330, every_s: float = 10) -
                     first = warm_up(wan, relay, limit_s, every_s)
                     relay.stop()
                     wan.topo.open_relay_host()
-                    key = f"{k}/{'security group' if walled else 'open'}"
-                    out.setdefault(key, []).append({"first_echo_s": first})
-                    print(f"  {key}: first relayed echo after {first} s", file=sys.stderr, flush=True)
+                    out.setdefault(f"{k} / {name}", []).append({"first_echo_s": first})
+                    print(f"  {k} / {name}: first relayed echo after {first} s", file=sys.stderr, flush=True)
     return out
 
 
@@ -251,10 +272,14 @@ def main() -> None:
     ap.add_argument("--setup", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--upgrade-runs", type=int, default=0)
+    ap.add_argument("--relay-delay-ms", type=float, default=0, help="with --upgrade-runs: one-way delay to the relay")
     ap.add_argument("--firewall-starts", type=int, default=0)
+    ap.add_argument("--start-loss", type=float, default=0, help="with --firewall-starts: also start on a lossy wan")
     ap.add_argument("--no-clean", action="store_true", help="skip the 0 ms / 0 %% baseline")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
+    # SIGTERM (e.g. `timeout`) unwinds like Ctrl-C, so every topology's teardown still runs
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     report: dict[str, Any] = {"argv": sys.argv[1:], "scenarios": []}
     wans = [] if args.no_clean else [(0.0, 0.0)]
     wans += [(args.delay_ms, 0.0), (args.delay_ms, args.loss)]
@@ -266,12 +291,12 @@ def main() -> None:
     if report["scenarios"]:
         print(table(report["scenarios"]))
     if args.upgrade_runs:
-        report["upgrade_race"] = upgrade_race(args.upgrade_runs)
+        report["upgrade_race"] = upgrade_race(args.upgrade_runs, args.relay_delay_ms)
         print("\n| relay/mode | runs | hangs |\n|---|---:|---:|")
         for k, v in report["upgrade_race"].items():
             print(f"| {k} | {v['runs']} | {v['hangs']} |")
     if args.firewall_starts:
-        report["firewall"] = firewall_starts(args.firewall_starts)
+        report["firewall"] = firewall_starts(args.firewall_starts, loss=args.start_loss)
         print("\n| relay / relay host | starts | first relayed echo after start (s) |\n|---|---:|---|")
         for k, v in report["firewall"].items():
             firsts = ", ".join("never" if r["first_echo_s"] is None else f"{r['first_echo_s']:.1f}" for r in v)

@@ -25,7 +25,7 @@ KEEP_ALIVE_S = 5  # hyperdht DEFAULTS.connectionKeepAlive
 
 @pytest.fixture(scope="module")
 def net(netns_ready: None) -> Iterator[Topology]:
-    yield from build(nat="random", udp_timeout=KEEP_ALIVE_S + 2)
+    yield from build(nat="random", udp_timeout=KEEP_ALIVE_S + 4)
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +49,8 @@ def test_blocked_network_relayed_connection_survives_idle_beyond_nat_timeout(
     net: Topology, relay: RelayInNs, peers: tuple[Peer, Peer], mode: str
 ) -> None:
     """Idle for 1.5x the routers' mapping timeout: the keep-alives through the relay hold it."""
-    assert router_udp_timeout(net, "a") == router_udp_timeout(net, "b") == KEEP_ALIVE_S + 2
-    idle_ms = 1500 * (KEEP_ALIVE_S + 2)
+    assert router_udp_timeout(net, "a") == router_udp_timeout(net, "b") == KEEP_ALIVE_S + 4
+    idle_ms = 1500 * (KEEP_ALIVE_S + 4)
     rec, server_side = connect(
         *peers,
         server_relay=relay.key if mode == "server" else None,
@@ -73,6 +73,6 @@ def test_blocked_network_nat_timeout_below_keepalive_loses_the_connection(
     try:
         rec, _ = connect(*peers, server_relay=None, client_relay=relay.key, bytes=10_000, idleMs=3_000)
     finally:
-        net.set_udp_timeout(KEEP_ALIVE_S + 2)
+        net.set_udp_timeout(KEEP_ALIVE_S + 4)
     assert rec["ok"] is False and rec.get("okAfterIdle") is not True, rec
     assert "ETIMEDOUT" in rec.get("error", ""), rec

@@ -188,6 +188,7 @@ class Topology:
         udp_timeout: int | None = None,
         wan_loss_percent: float = 0,
         wan_delay_ms: float = 0,
+        relay_delay_ms: float = 0,
     ) -> None:
         if nat not in ("random", "consistent"):
             raise ValueError(f"nat must be 'random' or 'consistent', got {nat!r}")
@@ -195,6 +196,7 @@ class Topology:
         self.udp_timeout = udp_timeout
         self.wan_loss_percent = wan_loss_percent
         self.wan_delay_ms = wan_delay_ms  # one way, on each router's uplink
+        self.relay_delay_ms = relay_delay_ms  # one way, on the relay host's link (a distant relay)
         self.prefix = f"bn{os.getpid()}x{next(_counter)}"
         self.namespaces: list[str] = []
         self.procs: list[NsProcess] = []
@@ -249,16 +251,16 @@ class Topology:
         run("ip", "-n", wan, "link", "set", "br0", "up")
         self.nft("wan", self._wan_rules())
 
-        def on_wan(host: str, addr: str, delayed: bool = False) -> str:
+        def on_wan(host: str, addr: str, delay_ms: float = 0) -> str:
             ns = self.ns(host) if self.ns(host) in self.namespaces else self._add_ns(host)
             port = f"p{host}"
-            if delayed:  # host -- [delay line namespace] -- bridge
+            if delay_ms > 0:  # host -- [delay line namespace] -- bridge
                 line = self._add_ns(f"d{host}")
                 self._veth(ns, "wan0", line, "x0")
                 self._veth(line, "x1", wan, port)
                 for dev in ("x0", "x1"):
                     run("ip", "-n", line, "link", "set", dev, "promisc", "on")
-                dl = self.spawn(f"d{host}", [sys.executable, str(DELAY_LINE), "x0", "x1", str(self.wan_delay_ms)])
+                dl = self.spawn(f"d{host}", [sys.executable, str(DELAY_LINE), "x0", "x1", str(delay_ms)])
                 dl.wait_line(lambda ln: ln == "ready", 30, f"delay line for {host}")
             else:
                 self._veth(ns, "wan0", wan, port)
@@ -267,9 +269,9 @@ class Topology:
             return ns
 
         for host, addr in HOSTS.items():
-            on_wan(host, addr)
+            on_wan(host, addr, self.relay_delay_ms if host == "relay" else 0)
         for side, (wan_addr, lan_net) in ROUTERS.items():
-            router = on_wan(f"r{side}", wan_addr, delayed=self.wan_delay_ms > 0)
+            router = on_wan(f"r{side}", wan_addr, self.wan_delay_ms)
             lan = self._add_ns(side)
             self._veth(router, "lan0", lan, "eth0")
             run("ip", "-n", router, "addr", "add", f"{lan_net}.1/24", "dev", "lan0")
@@ -392,10 +394,13 @@ table inet security_group {{
         runtime = json.loads((storage / "relay-runtime.json").read_text())
         return RelayInNs(self, p, key=line.split()[-1], port=int(runtime["port"]), metrics=runtime.get("metrics"))
 
-    def node_relay(self, seed: str, port: int, timeout: float = 90) -> RelayInNs:
-        """The Node yardstick: npm hyperdht + blind-relay as blind-relay-service runs them."""
+    def node_relay(self, seed: str, port: int, timeout: float = 90, dht: dict[str, Any] | None = None) -> RelayInNs:
+        """The Node yardstick: npm hyperdht + blind-relay as blind-relay-service runs them
+        (`dht`: extra HyperDHT options, e.g. `{"firewalled": False}` to skip its NAT check)."""
         script = ROOT / "benchmarks" / "js" / "relay_node_server.js"
-        opts = {"bootstrap": self.bootstrap, "port": port, "host": self.relay_host, "seed": seed}
+        opts: dict[str, Any] = {"bootstrap": self.bootstrap, "port": port, "host": self.relay_host, "seed": seed}
+        if dht:
+            opts["dht"] = dht
         p = self.spawn("relay", ["node", str(script), json.dumps(opts)])
         info = json.loads(p.wait_line(lambda ln: ln.startswith("{"), timeout, "node relay listening"))
         return RelayInNs(self, p, key=info["key"], port=int(info["port"]), metrics=None, ports=list(info["ports"]))

@@ -44,7 +44,8 @@ function echoOnce (socket, bytes, timeout) {
     socket.on('data', onData)
     socket.once('close', () => reject(new Error('closed during echo')))
   })
-  socket.write(payload)
+  // secret-stream messages are at most 16 MiB: write in 64 KiB pieces, as an application would
+  for (let i = 0; i < bytes; i += 65536) socket.write(payload.subarray(i, i + 65536))
   return withTimeout(echoed, timeout, 'echo').then(() => b4a.equals(b4a.concat(got), payload))
 }
 
