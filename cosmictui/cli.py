@@ -363,7 +363,7 @@ def cmd_env_set_relay(args: argparse.Namespace, out: TextIO) -> int:
         try:
             runner = await _open_runner(settings)
         except RunnerError as e:
-            return _fail(args, out, "env", str(e), _runner_exit(e))
+            return _fail(args, out, "env", e.what, _runner_exit(e), e.fix)
         try:
             path = runner.resolve(env_path)
             data = await runner.read_file(path)
@@ -390,7 +390,7 @@ def cmd_env_set_relay(args: argparse.Namespace, out: TextIO) -> int:
             if not plan.changed:
                 out.write(f"{path}: {settings.env_var} already holds {key}; nothing to change\n")
                 return OK
-            if plan.bom:
+            if plan.bom and not args.json:
                 out.write(f"note: {path} starts with a UTF-8 byte order mark (BOM); it is kept as it was\n")
             if not args.json:
                 out.write(plan.diff if plan.diff.endswith("\n") else plan.diff + "\n")
@@ -405,11 +405,11 @@ def cmd_env_set_relay(args: argparse.Namespace, out: TextIO) -> int:
             out.write("next: apply the config and restart the worker (the wizard's step 4)\n")
             return OK
         except EnvChanged as e:  # another writer, not the operator's mistake: nothing written, exit 1
-            return _fail(args, out, "env", str(e), FAILED)
+            return _fail(args, out, "env", f"{e.path}: {e.problem}", FAILED, e.fix)
         except EnvFileError as e:
             raise UsageError(str(e)) from None
         except RunnerError as e:
-            return _fail(args, out, "env", str(e), _runner_exit(e))
+            return _fail(args, out, "env", e.what, _runner_exit(e), e.fix)
         finally:
             await runner.close()
 

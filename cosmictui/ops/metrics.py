@@ -139,8 +139,9 @@ def _check_hostport(hostport: str, target: str) -> None:
     try:
         parts = urlsplit("http://" + hostport)
         port = parts.port
-    except ValueError:
-        raise ValueError(f"bad metrics address {target!r}: expected HOST:PORT") from None
+    except ValueError as e:
+        why = "port must be 1-65535" if "out of range" in str(e) else "expected HOST:PORT"
+        raise ValueError(f"bad metrics address {target!r}: {why}") from None
     if not parts.hostname or "@" in hostport or (":" in parts.hostname and not hostport.startswith("[")):
         raise ValueError(f"bad metrics address {target!r}: expected HOST:PORT")
     if port == 0:
