@@ -83,6 +83,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--metrics", metavar="URL", action="append", type=_metrics_addr, default=[], help="HOST:PORT or URL (repeat)"
     )
     m.add_argument("--interval", metavar="S", type=_interval, default=1.0, help="refresh interval in seconds (1)")
+    m.add_argument(
+        "--timeout",
+        metavar="S",
+        type=_timeout,
+        default=None,
+        help="give up on a relay's scrape after S seconds and show it DOWN (default: the interval, 2-5 s)",
+    )
 
     c = sub.add_parser(
         "check",
@@ -147,6 +154,9 @@ def build_parser() -> argparse.ArgumentParser:
     rs.add_argument(
         "--metrics", metavar="URL", type=_metrics_addr, help="ask this metrics address instead of the runtime file's"
     )
+    rs.add_argument(
+        "--timeout", metavar="S", type=_timeout, default=3.0, help="seconds to wait for the relay's answer (3)"
+    )
     return p
 
 
@@ -169,6 +179,16 @@ def _port(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
     if not 1 <= v <= 65535:
         raise argparse.ArgumentTypeError(f"port must be 1-65535, got {v}")
+    return v
+
+
+def _timeout(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0.1 <= v <= 3600:
+        raise argparse.ArgumentTypeError("timeout must be between 0.1 and 3600 seconds")
     return v
 
 
@@ -296,7 +316,7 @@ def cmd_monitor(args: argparse.Namespace, out: TextIO) -> int:
     targets = monitor_targets(args, settings)
     from cosmictui.monitor_app import MonitorApp
 
-    app = MonitorApp(targets, interval=args.interval)
+    app = MonitorApp(targets, interval=args.interval, scrape_timeout=args.timeout)
     app.run()
     # a crash inside the app (Textual prints the traceback) must not look like success to scripts
     return FAILED if app.return_code else OK
@@ -570,7 +590,7 @@ def cmd_relay_status(args: argparse.Namespace, out: TextIO) -> int:
 
     settings = _settings(args)
     storage = args.storage if args.storage is not None else (None if args.metrics else settings.relay_storage)
-    rep = relay_status_report(storage, args.metrics)
+    rep = relay_status_report(storage, args.metrics, timeout=args.timeout)
     if args.json:
         _dump(rep, out)
         return OK if rep["state"] == "up" else FAILED
