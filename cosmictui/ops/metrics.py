@@ -105,7 +105,7 @@ class BadData(MetricsError):
     shown as "bad data: <field>", never formatted, added up or plotted."""
 
     def __init__(self, url: str, field: str, why: str) -> None:
-        fix = "the relay sent a value no relay can have: check its version and log"
+        fix = "no relay sends that: check what runs there, its version and its log"
         super().__init__(url, f"bad data: {field} ({why})", fix)
         self.field = field
 
@@ -471,13 +471,13 @@ def _failure(base: str, what: str, e: BaseException, timeout: float) -> MetricsE
         return MetricsError(
             base,
             f"timed out after {timeout:g} s waiting for {at}{what}",
-            "the relay may be frozen, overloaded or behind a firewall: check its log and `cosmictui relay status`",
+            "frozen, overloaded or firewalled? check its log and `cosmictui relay status`",
         )
     if isinstance(e, ConnectionRefusedError):
         return MetricsError(
             base,
             f"connection refused by {at}",
-            "is the relay running? start it, or point --metrics at the HOST:PORT its metrics are served on",
+            "is the relay running? start it, or point --metrics at its metrics HOST:PORT",
         )
     if isinstance(e, BadAddress):
         return MetricsError(base, f"bad address {at} ({e})", "use HOST:PORT, e.g. 127.0.0.1:49738")
