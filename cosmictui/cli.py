@@ -512,8 +512,7 @@ def cmd_jobs(args: argparse.Namespace, out: TextIO) -> int:
         try:
             runner = await _open_runner(settings)
         except RunnerError as e:
-            print(f"cosmictui jobs: {e}", file=sys.stderr)
-            return _runner_exit(e)
+            return _fail(args, out, "jobs", e.what, _runner_exit(e), e.fix)
         try:
             n = 0
             while True:

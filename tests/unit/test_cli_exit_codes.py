@@ -63,3 +63,10 @@ def test_check_port_70000_as_a_real_process_exits_2_without_a_traceback() -> Non
         [sys.executable, "-m", "cosmictui", "check", "--port", "70000"], capture_output=True, text=True, timeout=120
     )
     assert res.returncode == 2 and "Traceback" not in res.stderr and "port must be 1-65535" in res.stderr
+
+
+def test_jobs_json_on_a_missing_deployment_is_a_json_error(tmp_path: Path) -> None:
+    out = io.StringIO()
+    rc = cli.main(["--deployment", str(tmp_path / "nope"), "jobs", "--json"], out=out)
+    doc = json.loads(out.getvalue())
+    assert rc == 2 and doc["exit_code"] == 2 and "nope" in doc["error"]
