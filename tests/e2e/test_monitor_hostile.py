@@ -14,6 +14,7 @@ import fcntl
 import math
 import os
 import pty
+import random
 import struct
 import subprocess
 import sys
@@ -25,10 +26,11 @@ from typing import Any
 
 import pytest
 from rich.console import Console
+from textual.app import App
 from textual.pilot import Pilot
 
 from cosmictui.monitor_app import MonitorApp
-from cosmictui.ops.metrics import RelayState, Target
+from cosmictui.ops.metrics import METRICS_RANGES, STATS_SCHEMA, BadData, RelayState, Scrape, Target, check_scrape
 from cosmictui.screens.monitor import MonitorScreen
 from cosmictui.widgets.monitor_facts import RelayFacts
 from cosmictui.widgets.monitor_relays import RelayTable
@@ -239,3 +241,77 @@ def test_q_ends_the_real_process_while_a_scrape_is_held_open(hostile) -> None:
             proc.wait(30)
         os.close(master)
         reader.join(10)
+
+
+class _StillApp(App[None]):
+    """The monitor screen without polling, fed scrapes by the test."""
+
+    def __init__(self, targets: list[Target]) -> None:
+        super().__init__()
+        self.targets = targets
+
+    def on_mount(self) -> None:
+        self.push_screen(MonitorScreen(self.targets, autopoll=False))
+
+
+EDGES: list[Any] = [0, 1, 0.5, 65535, 2**31, 1e10, 1e11, 1e18, 10**18, -1, 1e300, math.nan, "x", "", None, True, False]
+COUNT_EDGES: list[Any] = [0, 1, 0.5, 10**18, 1e18, 123456789]
+
+
+def _valid_pick(rng: random.Random, path: str) -> tuple[bool, Any]:
+    """A random value the check accepts for `path` (edges first), or (False, None)."""
+    check = STATS_SCHEMA[path]
+    counts = {
+        rng.choice(["garbage", "opened", "closed", "active", "x" * 60]): rng.choice(COUNT_EDGES) for _ in range(3)
+    }
+    for v in rng.sample([*EDGES, counts, {}], k=len(EDGES) + 2):
+        if check(v) is None:
+            return True, v
+    return False, None
+
+
+def _random_scrape(rng: random.Random, at: float) -> Scrape:
+    values = {}
+    for name, (lo, hi) in METRICS_RANGES.items():
+        values[name] = rng.choice([lo, hi, (lo + hi) / 2, min(hi, 1e10), min(hi, 3.5)])
+    stats: dict[str, Any] = {}
+    for path in STATS_SCHEMA:
+        if rng.random() < 0.15:
+            continue  # absent: the monitor must cope with a field it does not get
+        *parents, leaf = path.split(".")
+        node = stats
+        for p in parents:
+            if not isinstance(node.get(p), dict):
+                node[p] = {}
+            node = node[p]
+        ok, v = _valid_pick(rng, path)
+        if ok and not (isinstance(node.get(leaf), dict) and not isinstance(v, dict)):
+            node[leaf] = v
+    return Scrape(at=at, wall=time.time(), values=values, stats=stats)
+
+
+async def test_every_scrape_that_passes_the_check_draws_without_raising() -> None:
+    """The check is the monitor's only guard: whatever it lets through (edge values of every
+    field, many combinations) must format, add up and plot."""
+    rng = random.Random(14)
+    app = _StillApp([Target(metrics="127.0.0.1:9"), Target(metrics="127.0.0.1:10")])
+    drawn = 0
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = app.screen
+        assert isinstance(screen, MonitorScreen)
+        for case in range(120):
+            first, second = _random_scrape(rng, case * 10.0), _random_scrape(rng, case * 10.0 + 1)
+            try:
+                check_scrape(first.values, first.stats)
+                check_scrape(second.values, second.stats)
+            except BadData:
+                continue
+            for w in screen.watches:
+                w.observe(first)
+                w.observe(second)
+            screen.refresh_view()
+            drawn += 1
+            if drawn % 20 == 0:
+                await pilot.pause()
+        await pilot.pause()
+    assert drawn >= 100, f"only {drawn} random scrapes passed the check: the test would prove little"
