@@ -23,7 +23,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import unquote, urlsplit
 
 import asyncssh
@@ -582,7 +582,7 @@ class SSHRunner(Runner):
             old = b""
             if attrs is not None:
                 async with sftp.open(full, "rb") as f:
-                    old = await f.read()
+                    old = cast(bytes, await f.read())  # opened "rb": asyncssh types read() as str
             if expect is not None and old != expect:
                 raise FileChanged("its content is not what the edit was planned against")
             if attrs is not None and backup:

@@ -147,6 +147,13 @@ class RecoverStep(Step):
                 return
         body = "These commands will run on the deployment host, in order:"
         commands = [cmd for _, d, c in plan for cmd in (d, c)]
+
+        def confirmed(ok: bool | None) -> None:
+            if ok:
+                self.recreate(plan)
+            else:
+                self.status.set("Nothing deleted.", "info")
+
         self.app.push_screen(
             ConfirmScreen(
                 f"Delete and recreate {len(plan)} job(s)?",
@@ -155,7 +162,7 @@ class RecoverStep(Step):
                 yes="Delete & recreate",
                 danger=True,
             ),
-            lambda ok: self.recreate(plan) if ok else self.status.set("Nothing deleted.", "info"),
+            confirmed,
         )
 
     @work(exclusive=True, group="recover", exit_on_error=False)

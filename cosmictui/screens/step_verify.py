@@ -65,7 +65,7 @@ class VerifyStep(Step):
     def __init__(self, ctx) -> None:  # type: ignore[no-untyped-def]
         super().__init__(ctx)
         self.timer: Timer | None = None
-        self.watch: JobWatch | None = None
+        self.job_watch: JobWatch | None = None
         self.polls = 0
         self._poll_worker: Worker[None] | None = None
         self.active = False
@@ -87,8 +87,8 @@ class VerifyStep(Step):
             f"Worker restarted at [b]{when}[/b]; older jobs never get the key. [b]Create a new job now[/b] "
             f"(as usual, or j runs the create command). Refreshes every {self.ctx.settings.poll_interval:g} s."
         )
-        if self.watch is None or self.watch.since != r:
-            self.watch = JobWatch(r)  # first visit, or the worker was restarted again since
+        if self.job_watch is None or self.job_watch.since != r:
+            self.job_watch = JobWatch(r)  # first visit, or the worker was restarted again since
             if self.done:
                 self.mark_done(False)
         problem = self.ctx.relay_problem()
@@ -147,11 +147,11 @@ class VerifyStep(Step):
             return
         raw.remove_class("-shown")
         self.polls += 1
-        assert self.watch is not None
-        verdict = self.watch.observe(jobs)
+        assert self.job_watch is not None
+        verdict = self.job_watch.observe(jobs)
         s = self.ctx.settings
         views = view_jobs(jobs, now, self._restart_dt(), s.stuck_after, s.stale_after)
-        new_ids = {j.id for j in jobs if self.watch.is_new(j)}
+        new_ids = {j.id for j in jobs if self.job_watch.is_new(j)}
         self.query_one(JobsTable).show(views, new_ids)
         kind = {"confirmed": "ok", "failed": "error", "left": "busy", "creating": "busy", "waiting": "info"}
         self.status.set(verdict.message, kind[verdict.state])
@@ -177,10 +177,12 @@ class VerifyStep(Step):
             self.status.set(str(e.args[0]), "error")
             return
         body = "Run on the deployment host" + (f" (fields copied from job {job.id}):" if job is not None else ":")
-        self.app.push_screen(
-            ConfirmScreen("Create a job", body, commands=[cmd], yes="Create"),
-            lambda ok: self.create_job(cmd) if ok else None,
-        )
+
+        def confirmed(ok: bool | None) -> None:
+            if ok:
+                self.create_job(cmd)
+
+        self.app.push_screen(ConfirmScreen("Create a job", body, commands=[cmd], yes="Create"), confirmed)
 
     @work(exclusive=True, group="verify-create", exit_on_error=False)
     async def create_job(self, cmd: str) -> None:

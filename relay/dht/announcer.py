@@ -40,8 +40,13 @@ MIN_ACTIVE = 3
 
 
 class SigningKeyPair(Protocol):
-    public_key: bytes
-    secret_key: bytes  # libsodium layout: seed || public key
+    """Read-only, so `relay.keys.KeyPair` (a NamedTuple) fits."""
+
+    @property
+    def public_key(self) -> bytes: ...
+
+    @property
+    def secret_key(self) -> bytes: ...  # libsodium layout: seed || public key
 
 
 def sign_announce(

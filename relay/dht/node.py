@@ -16,8 +16,8 @@ import os
 import socket as socketlib
 import struct
 import time
-from collections.abc import Callable
-from typing import Any, Protocol, Unpack
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, Unpack, cast
 
 import psutil
 
@@ -72,7 +72,13 @@ DOWN_HINTS_PER_TICK = 50
 class DatagramSocket(Protocol):
     """What the node needs from a socket: UDXSocket and UDPEndpoint both fit."""
 
-    on_datagram: Callable[[bytes, Address], None]
+    # a property pair, not a plain attribute: the node only ever sets the handler, and
+    # UDXSocket's own attribute is Optional (a bare UDX socket starts without one)
+    @property
+    def on_datagram(self) -> object: ...
+
+    @on_datagram.setter
+    def on_datagram(self, handler: Callable[[bytes, Address], None]) -> None: ...
 
     def send(self, data: bytes, addr: Address) -> None: ...
 
@@ -263,7 +269,7 @@ class DHTNode:
         self,
         socket: DatagramSocket | None = None,
         *,
-        bootstrap: list[str | Address] | None = None,
+        bootstrap: Sequence[str | Address] | None = None,
         host: str = "0.0.0.0",
         port: int = 0,
         firewalled: bool | None = None,
@@ -475,7 +481,7 @@ class DHTNode:
             except OSError:
                 continue
             if infos:
-                out.append((infos[0][4][0], port))
+                out.append((cast(str, infos[0][4][0]), port))  # AF_INET: always a str
         return out
 
     async def close(self) -> None:

@@ -21,9 +21,10 @@ from typing import Any
 
 import psutil
 
+from relay.keys import KeyPair
 from relay.udx import UDXSocket
 
-from .announcer import Announcer, SigningKeyPair
+from .announcer import Announcer
 from .connection import KEEP_ALIVE, Connection, responder_secret_stream, start_secret_stream
 from .handshake import PASSIVE_CONNECT_TIMEOUT, Attempt, HandshakeResponder, address_token, seal_payload
 from .holepunch import HOLEPUNCH, MIN_SAMPLES, PROBE_INTERVAL, NatAnalyzer, PunchState
@@ -98,7 +99,7 @@ class HyperDHTServer:
     def __init__(
         self,
         node: DHTNode,
-        key_pair: SigningKeyPair,
+        key_pair: KeyPair,
         on_connection: ConnectionHandler,
         *,
         firewall: FirewallHook | None = None,

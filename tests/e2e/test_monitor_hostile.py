@@ -189,8 +189,8 @@ async def test_the_monitor_shows_dropped_shed_and_not_joined(hostile) -> None:
         await until(pilot, lambda: screen.watches[0].state is RelayState.UP, "up")
         await until(pilot, lambda: "dropped" in facts_text(screen), "dropped row")
         text = facts_text(screen)
-        assert "garbage 12 · unknown_stream 3" in text
-        assert "heaviest_address 7 · idle_session 2" in text
+        assert "garbage 12, unknown_stream 3" in text
+        assert "heaviest_address 7, idle_session 2" in text
         assert "not joined to the DHT yet" in text and "retrying" in text
         await pilot.press("q")
     assert app.return_code == 0
