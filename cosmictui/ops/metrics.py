@@ -735,9 +735,12 @@ class RelayWatch:
         url, why = self.resolve()
         if url is None:
             state = RelayState.NOT_RUNNING if self.target.storage is not None else RelayState.DOWN
+            fix = f"start it: blind-relay --storage {self.target.storage}" if self.target.storage is not None else None
             if why == METRICS_OFF_NOTE:
-                state = RelayState.METRICS_OFF
-            return self.observe_failure(why, time.time(), state)
+                state, fix = RelayState.METRICS_OFF, None
+            elif why.startswith("bad address"):
+                fix = f"fix the metrics address in {RUNTIME_FILE} (restart the relay with --metrics HOST:PORT)"
+            return self.observe_failure(why, time.time(), state, fix)
         try:
             s = await scrape(url, timeout)
         except BadData as e:
