@@ -193,14 +193,14 @@ EXPECTED_STATE = {
 def test_relay_status_against_a_hostile_endpoint(hostile, case: str, capsys: pytest.CaptureFixture[str]) -> None:
     srv = hostile(**HOSTILE_CASES[case])
     address = f"127.0.0.1:{srv.port}"
-    rc, out = status("--metrics", address, "--json")
+    rc, out = status("--metrics", address, "--json", "--timeout", "1")
     doc = strict_loads(out)
     assert rc == 1
     assert doc["state"] == EXPECTED_STATE.get(case, "down")
     assert address in doc["error"] or doc["error"].startswith("bad data: ")
     assert doc["fix"]
     assert doc["stats"] is None  # nothing of an untrusted answer is passed on
-    rc, out = status("--metrics", address)
+    rc, out = status("--metrics", address, "--timeout", "1")
     assert rc == 1
     badge = "✖ BAD DATA" if doc["state"] == "bad data" else "✖ DOWN"
     assert out.startswith(f"relay    {badge}")
