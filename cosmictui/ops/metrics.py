@@ -8,10 +8,13 @@ scrapes and times in and never touches the network; `RelayWatch.poll` is the I/O
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
+import ipaddress
 import json
 import math
 import socket
+import threading
 import time
 from collections import deque
 from collections.abc import Iterable
@@ -424,7 +427,7 @@ async def _get(url: str, max_bytes: int) -> bytes:
     tls = parts.scheme == "https"
     port = port or (443 if tls else 80)
     ctx = ssl.create_default_context() if tls else None
-    reader, writer = await asyncio.open_connection(host, port, ssl=ctx)
+    reader, writer = await _connect(host, port, ctx)
     try:
         conn = h11.Connection(h11.CLIENT)
         head = [("Host", parts.netloc), ("User-Agent", "cosmictui-monitor"), ("Connection", "close")]
@@ -458,6 +461,48 @@ async def _get(url: str, max_bytes: int) -> bytes:
         return bytes(body)
     finally:
         writer.transport.abort()  # never wait on a peer to close politely
+
+
+async def _resolve(host: str, port: int) -> list[str]:
+    """Addresses for `host`. A name is looked up in a daemon thread of its own: asyncio would use
+    its default executor, whose threads are joined at exit, so a DNS lookup hanging on a dead
+    network would hold up quitting the monitor; the caller's deadline cancels the wait."""
+    try:
+        return [str(ipaddress.ip_address(host))]
+    except ValueError:
+        pass
+    loop = asyncio.get_running_loop()
+    found: asyncio.Future[list[str]] = loop.create_future()
+
+    def settle(addrs: list[str] | None, error: BaseException | None) -> None:
+        if found.done():
+            return  # the scrape gave up already
+        if error is not None:
+            found.set_exception(error)
+        else:
+            found.set_result(addrs or [])
+
+    def lookup() -> None:
+        try:
+            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            result: tuple[list[str] | None, BaseException | None] = ([str(i[4][0]) for i in infos], None)
+        except OSError as e:
+            result = (None, e)
+        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody is waiting
+            loop.call_soon_threadsafe(settle, *result)
+
+    threading.Thread(target=lookup, name="cosmictui-resolve", daemon=True).start()
+    return await found
+
+
+async def _connect(host: str, port: int, ctx: Any) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    error: OSError = socket.gaierror(socket.EAI_NONAME, f"no address for {host}")
+    for addr in dict.fromkeys(await _resolve(host, port)):
+        try:
+            return await asyncio.open_connection(addr, port, ssl=ctx, server_hostname=host if ctx else None)
+        except OSError as e:
+            error = e
+    raise error
 
 
 def _hostport(url: str) -> str:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import io
 import json
 import math
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -248,3 +250,18 @@ def test_strict_json_turns_every_non_finite_into_null() -> None:
     doc = {"a": math.nan, "b": [math.inf, -math.inf, 1.0, "x"], 3: {"c": (math.nan,)}}
     out = json.dumps(m.strict_json(doc), allow_nan=False)
     assert strict_loads(out) == {"a": None, "b": [None, None, 1.0, "x"], "3": {"c": [None]}}
+
+
+def test_a_dns_lookup_that_hangs_is_a_timeout_and_never_holds_up_the_exit() -> None:
+    """getaddrinfo blocked forever (a dead resolver), in a real process: `relay status` says
+    timed out at its deadline and the process exits (asyncio's own lookup runs in an executor
+    thread that is joined at exit, so it would never have)."""
+    code = (
+        "import socket, sys, threading\n"
+        "socket.getaddrinfo = lambda *a, **k: threading.Event().wait()\n"  # no packet ever leaves
+        "from cosmictui import cli\n"
+        "sys.exit(cli.main(['relay', 'status', '--metrics', 'relay.example:49738', '--timeout', '0.5', '--json']))\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=SAFETY * 2)
+    doc = strict_loads(res.stdout)
+    assert res.returncode == 1 and doc["error"] == "timed out after 0.5 s waiting for relay.example:49738/metrics"
