@@ -83,6 +83,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--metrics", metavar="URL", action="append", type=_metrics_addr, default=[], help="HOST:PORT or URL (repeat)"
     )
     m.add_argument("--interval", metavar="S", type=_interval, default=1.0, help="refresh interval in seconds (1)")
+    m.add_argument(
+        "--timeout",
+        metavar="S",
+        type=_timeout,
+        default=None,
+        help="give up on a relay's scrape after S seconds and show it DOWN (default: the interval, 2-5 s)",
+    )
 
     c = sub.add_parser(
         "check",
@@ -153,6 +160,9 @@ def build_parser() -> argparse.ArgumentParser:
     rs.add_argument(
         "--metrics", metavar="URL", type=_metrics_addr, help="ask this metrics address instead of the runtime file's"
     )
+    rs.add_argument(
+        "--timeout", metavar="S", type=_timeout, default=3.0, help="seconds to wait for the relay's answer (3)"
+    )
     rp = rsub.add_parser(
         "probe",
         parents=[common],
@@ -193,6 +203,16 @@ def _port(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
     if not 1 <= v <= 65535:
         raise argparse.ArgumentTypeError(f"port must be 1-65535, got {v}")
+    return v
+
+
+def _timeout(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0.1 <= v <= 3600:
+        raise argparse.ArgumentTypeError("timeout must be between 0.1 and 3600 seconds")
     return v
 
 
@@ -320,7 +340,7 @@ def cmd_monitor(args: argparse.Namespace, out: TextIO) -> int:
     targets = monitor_targets(args, settings)
     from cosmictui.monitor_app import MonitorApp
 
-    app = MonitorApp(targets, interval=args.interval)
+    app = MonitorApp(targets, interval=args.interval, scrape_timeout=args.timeout)
     app.run()
     # a crash inside the app (Textual prints the traceback) must not look like success to scripts
     return FAILED if app.return_code else OK
@@ -402,7 +422,7 @@ def cmd_env_set_relay(args: argparse.Namespace, out: TextIO) -> int:
         try:
             runner = await _open_runner(settings)
         except RunnerError as e:
-            return _fail(args, out, "env", str(e), _runner_exit(e))
+            return _fail(args, out, "env", e.what, _runner_exit(e), e.fix)
         try:
             path = runner.resolve(env_path)
             data = await runner.read_file(path)
@@ -429,7 +449,7 @@ def cmd_env_set_relay(args: argparse.Namespace, out: TextIO) -> int:
             if not plan.changed:
                 out.write(f"{path}: {settings.env_var} already holds {key}; nothing to change\n")
                 return OK
-            if plan.bom:
+            if plan.bom and not args.json:
                 out.write(f"note: {path} starts with a UTF-8 byte order mark (BOM); it is kept as it was\n")
             if not args.json:
                 out.write(plan.diff if plan.diff.endswith("\n") else plan.diff + "\n")
@@ -444,11 +464,11 @@ def cmd_env_set_relay(args: argparse.Namespace, out: TextIO) -> int:
             out.write("next: apply the config and restart the worker (the wizard's step 4)\n")
             return OK
         except EnvChanged as e:  # another writer, not the operator's mistake: nothing written, exit 1
-            return _fail(args, out, "env", str(e), FAILED)
+            return _fail(args, out, "env", f"{e.path}: {e.problem}", FAILED, e.fix)
         except EnvFileError as e:
             raise UsageError(str(e)) from None
         except RunnerError as e:
-            return _fail(args, out, "env", str(e), _runner_exit(e))
+            return _fail(args, out, "env", e.what, _runner_exit(e), e.fix)
         finally:
             await runner.close()
 
@@ -538,8 +558,7 @@ def cmd_jobs(args: argparse.Namespace, out: TextIO) -> int:
         try:
             runner = await _open_runner(settings)
         except RunnerError as e:
-            print(f"cosmictui jobs: {e}", file=sys.stderr)
-            return _runner_exit(e)
+            return _fail(args, out, "jobs", e.what, _runner_exit(e), e.fix)
         try:
             n = 0
             while True:
@@ -616,7 +635,7 @@ def cmd_relay_status(args: argparse.Namespace, out: TextIO) -> int:
 
     settings = _settings(args)
     storage = args.storage if args.storage is not None else (None if args.metrics else settings.relay_storage)
-    rep = relay_status_report(storage, args.metrics)
+    rep = relay_status_report(storage, args.metrics, timeout=args.timeout)
     if args.json:
         _dump(rep, out)
         return OK if rep["state"] == "up" else FAILED

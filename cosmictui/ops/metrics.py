@@ -8,10 +8,13 @@ scrapes and times in and never touches the network; `RelayWatch.poll` is the I/O
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
+import ipaddress
 import json
 import math
 import socket
+import threading
 import time
 from collections import deque
 from collections.abc import Iterable
@@ -105,7 +108,7 @@ class BadData(MetricsError):
     shown as "bad data: <field>", never formatted, added up or plotted."""
 
     def __init__(self, url: str, field: str, why: str) -> None:
-        fix = "the relay sent a value no relay can have: check its version and log"
+        fix = "no relay sends that: check what runs there, its version and its log"
         super().__init__(url, f"bad data: {field} ({why})", fix)
         self.field = field
 
@@ -139,8 +142,9 @@ def _check_hostport(hostport: str, target: str) -> None:
     try:
         parts = urlsplit("http://" + hostport)
         port = parts.port
-    except ValueError:
-        raise ValueError(f"bad metrics address {target!r}: expected HOST:PORT") from None
+    except ValueError as e:
+        why = "port must be 1-65535" if "out of range" in str(e) else "expected HOST:PORT"
+        raise ValueError(f"bad metrics address {target!r}: {why}") from None
     if not parts.hostname or "@" in hostport or (":" in parts.hostname and not hostport.startswith("[")):
         raise ValueError(f"bad metrics address {target!r}: expected HOST:PORT")
     if port == 0:
@@ -423,7 +427,7 @@ async def _get(url: str, max_bytes: int) -> bytes:
     tls = parts.scheme == "https"
     port = port or (443 if tls else 80)
     ctx = ssl.create_default_context() if tls else None
-    reader, writer = await asyncio.open_connection(host, port, ssl=ctx)
+    reader, writer = await _connect(host, port, ctx)
     try:
         conn = h11.Connection(h11.CLIENT)
         head = [("Host", parts.netloc), ("User-Agent", "cosmictui-monitor"), ("Connection", "close")]
@@ -459,6 +463,48 @@ async def _get(url: str, max_bytes: int) -> bytes:
         writer.transport.abort()  # never wait on a peer to close politely
 
 
+async def _resolve(host: str, port: int) -> list[str]:
+    """Addresses for `host`. A name is looked up in a daemon thread of its own: asyncio would use
+    its default executor, whose threads are joined at exit, so a DNS lookup hanging on a dead
+    network would hold up quitting the monitor; the caller's deadline cancels the wait."""
+    try:
+        return [str(ipaddress.ip_address(host))]
+    except ValueError:
+        pass
+    loop = asyncio.get_running_loop()
+    found: asyncio.Future[list[str]] = loop.create_future()
+
+    def settle(addrs: list[str] | None, error: BaseException | None) -> None:
+        if found.done():
+            return  # the scrape gave up already
+        if error is not None:
+            found.set_exception(error)
+        else:
+            found.set_result(addrs or [])
+
+    def lookup() -> None:
+        try:
+            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            result: tuple[list[str] | None, BaseException | None] = ([str(i[4][0]) for i in infos], None)
+        except OSError as e:
+            result = (None, e)
+        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody is waiting
+            loop.call_soon_threadsafe(settle, *result)
+
+    threading.Thread(target=lookup, name="cosmictui-resolve", daemon=True).start()
+    return await found
+
+
+async def _connect(host: str, port: int, ctx: Any) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    error: OSError = socket.gaierror(socket.EAI_NONAME, f"no address for {host}")
+    for addr in dict.fromkeys(await _resolve(host, port)):
+        try:
+            return await asyncio.open_connection(addr, port, ssl=ctx, server_hostname=host if ctx else None)
+        except OSError as e:
+            error = e
+    raise error
+
+
 def _hostport(url: str) -> str:
     return url.split("://", 1)[-1].split("/", 1)[0]
 
@@ -470,13 +516,13 @@ def _failure(base: str, what: str, e: BaseException, timeout: float) -> MetricsE
         return MetricsError(
             base,
             f"timed out after {timeout:g} s waiting for {at}{what}",
-            "the relay may be frozen, overloaded or behind a firewall: check its log and `cosmictui relay status`",
+            "frozen, overloaded or firewalled? check its log and `cosmictui relay status`",
         )
     if isinstance(e, ConnectionRefusedError):
         return MetricsError(
             base,
             f"connection refused by {at}",
-            "is the relay running? start it, or point --metrics at the HOST:PORT its metrics are served on",
+            "is the relay running? start it, or point --metrics at its metrics HOST:PORT",
         )
     if isinstance(e, BadAddress):
         return MetricsError(base, f"bad address {at} ({e})", "use HOST:PORT, e.g. 127.0.0.1:49738")
@@ -734,9 +780,12 @@ class RelayWatch:
         url, why = self.resolve()
         if url is None:
             state = RelayState.NOT_RUNNING if self.target.storage is not None else RelayState.DOWN
+            fix = f"start it: blind-relay --storage {self.target.storage}" if self.target.storage is not None else None
             if why == METRICS_OFF_NOTE:
-                state = RelayState.METRICS_OFF
-            return self.observe_failure(why, time.time(), state)
+                state, fix = RelayState.METRICS_OFF, None
+            elif why.startswith("bad address"):
+                fix = f"fix the metrics address in {RUNTIME_FILE} (restart the relay with --metrics HOST:PORT)"
+            return self.observe_failure(why, time.time(), state, fix)
         try:
             s = await scrape(url, timeout)
         except BadData as e:

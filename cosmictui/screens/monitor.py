@@ -55,8 +55,8 @@ class MonitorScreen(Screen[None]):
     """Live view of one or more relays."""
 
     CSS_PATH = "monitor.tcss"
-    HORIZONTAL_BREAKPOINTS: list[tuple[int, str]] | None = [(0, "-narrow"), (120, "-wide")]  # noqa: RUF012
-    VERTICAL_BREAKPOINTS: list[tuple[int, str]] | None = [(0, "-short"), (36, "-tall")]  # noqa: RUF012
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]  # noqa: RUF012 (typed by Textual)
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (36, "-tall")]  # noqa: RUF012 (typed by Textual)
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("plus,equals_sign", "slower", "Slower"),

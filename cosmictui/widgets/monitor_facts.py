@@ -75,6 +75,11 @@ class _Rows:
         line.append_text(value if isinstance(value, Text) else Text(value))
         self.lines.append(line)
 
+    def add_wrapped(self, label: str, value: str, width: int, lines: int = 2, style: str = "") -> None:
+        """A value over up to `lines` rows instead of cut off at the pane's edge."""
+        for i, part in enumerate(textwrap.wrap(value, width, max_lines=lines, placeholder=" …") or [value]):
+            self.add_row(label if i == 0 else "", Text(part, style=style))
+
     def to_text(self) -> Text:
         return Text("\n", no_wrap=True, overflow="ellipsis").join(self.lines)
 
@@ -113,7 +118,7 @@ class RelayFacts(Static):
         if w.error and w.state is not RelayState.UP:
             # the reason and the next step are what the operator needs here: wrapped, not cut off
             first = "note" if w.state is RelayState.METRICS_OFF else "why"
-            for label, words, lines in ((first, w.error, 3), ("next", w.fix, 3)):
+            for label, words, lines in ((first, w.error, 4), ("next", w.fix, 4)):
                 for i, part in enumerate(textwrap.wrap(words or "", width, max_lines=lines, placeholder=" …")):
                     t.add_row(label if i == 0 else "", Text(part, style=self._style("$text-warning")))
             if w.last is not None:
@@ -152,10 +157,11 @@ class RelayFacts(Static):
             "relayed", f"{human_bytes(r['relayed_bytes'], True)}  drop {_rate(r['dropped_packets'])}" if r else "–"
         )
         if s is not None and isinstance(s.stats, dict):
-            # new in the relay's /stats: shown only when the relay sends them
-            for label, block in (("dropped", "dropped"), ("shed", "shed")):
+            # new in the relay's /stats: shown only when the relay sends them, wrapped (causes
+            # are words like unknown_stream, and the pane is narrow at 80 columns)
+            for block in ("dropped", "shed"):
                 if block in s.stats:
-                    t.add_row(label, by_cause(s.stats[block]))
+                    t.add_wrapped(block, by_cause(s.stats[block]).replace(" · ", ", "), width)
         if roomy:
             t.add_row("", "")
         g = s.get if s else (lambda name, default=None: None)
@@ -177,7 +183,10 @@ class RelayFacts(Static):
         dht = s.stat("dht") if s else None
         if isinstance(dht, dict):
             joined = dht.get("bootstrapped")
-            t.add_row("dht", "bootstrapped ✓" if joined else NOT_JOINED if joined is False else "NOT bootstrapped ✗")
+            if joined is False:  # the relay says so itself: it keeps trying, nothing to do yet
+                t.add_wrapped("dht", NOT_JOINED, width, style=self._style("$text-warning"))
+            else:
+                t.add_row("dht", "bootstrapped ✓" if joined else "NOT bootstrapped ✗")
             t.add_row("firewall", "firewalled ✗ (unreachable)" if dht.get("firewalled") else "open ✓ (reachable)")
             host, port = dht.get("public_host"), dht.get("public_port")
             t.add_row("public", f"{host}:{port}" if host else "unknown (not seen yet)")

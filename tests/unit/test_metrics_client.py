@@ -286,6 +286,7 @@ async def test_storage_target_follows_the_runtime_file(tmp_path: Path, relay, re
     (tmp_path / m.RUNTIME_FILE).write_text(json.dumps(rt))
     await w.poll()
     assert w.state is m.RelayState.NOT_RUNNING and "gone" in (w.error or "")
+    assert w.fix == f"start it: blind-relay --storage {tmp_path}"
     assert w.key == relay.key  # known from the runtime file even while not running
     rt["pid"] = relay_named_process.pid
     (tmp_path / m.RUNTIME_FILE).write_text(json.dumps(rt))
@@ -298,7 +299,7 @@ async def test_storage_target_follows_the_runtime_file(tmp_path: Path, relay, re
     # the pid is alive: running, just without numbers (not "NOT RUNNING")
     assert w.state is m.RelayState.METRICS_OFF and w.state in m.RUNNING
     assert w.error == "metrics off — start the relay with --metrics HOST:PORT to see numbers"
-    assert m.STATE_BADGE[w.state] == "▲ RUNNING"
+    assert m.STATE_BADGE[w.state] == "▲ RUNNING" and w.fix is None
     assert w.started_at() == 50.0 and w.uptime(now=100.0) == 50.0  # from the runtime file's started_at
     assert m.summarize([w])["up"] == 1
 

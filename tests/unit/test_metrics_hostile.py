@@ -11,6 +11,8 @@ from __future__ import annotations
 import io
 import json
 import math
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -193,14 +195,14 @@ EXPECTED_STATE = {
 def test_relay_status_against_a_hostile_endpoint(hostile, case: str, capsys: pytest.CaptureFixture[str]) -> None:
     srv = hostile(**HOSTILE_CASES[case])
     address = f"127.0.0.1:{srv.port}"
-    rc, out = status("--metrics", address, "--json")
+    rc, out = status("--metrics", address, "--json", "--timeout", "1")
     doc = strict_loads(out)
     assert rc == 1
     assert doc["state"] == EXPECTED_STATE.get(case, "down")
     assert address in doc["error"] or doc["error"].startswith("bad data: ")
     assert doc["fix"]
     assert doc["stats"] is None  # nothing of an untrusted answer is passed on
-    rc, out = status("--metrics", address)
+    rc, out = status("--metrics", address, "--timeout", "1")
     assert rc == 1
     badge = "✖ BAD DATA" if doc["state"] == "bad data" else "✖ DOWN"
     assert out.startswith(f"relay    {badge}")
@@ -248,3 +250,18 @@ def test_strict_json_turns_every_non_finite_into_null() -> None:
     doc = {"a": math.nan, "b": [math.inf, -math.inf, 1.0, "x"], 3: {"c": (math.nan,)}}
     out = json.dumps(m.strict_json(doc), allow_nan=False)
     assert strict_loads(out) == {"a": None, "b": [None, None, 1.0, "x"], "3": {"c": [None]}}
+
+
+def test_a_dns_lookup_that_hangs_is_a_timeout_and_never_holds_up_the_exit() -> None:
+    """getaddrinfo blocked forever (a dead resolver), in a real process: `relay status` says
+    timed out at its deadline and the process exits (asyncio's own lookup runs in an executor
+    thread that is joined at exit, so it would never have)."""
+    code = (
+        "import socket, sys, threading\n"
+        "socket.getaddrinfo = lambda *a, **k: threading.Event().wait()\n"  # no packet ever leaves
+        "from cosmictui import cli\n"
+        "sys.exit(cli.main(['relay', 'status', '--metrics', 'relay.example:49738', '--timeout', '0.5', '--json']))\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=SAFETY * 2)
+    doc = strict_loads(res.stdout)
+    assert res.returncode == 1 and doc["error"] == "timed out after 0.5 s waiting for relay.example:49738/metrics"
