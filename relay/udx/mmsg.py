@@ -176,7 +176,14 @@ class BatchIO:
         #: its segments may add up to GSO_MAX_SEGMENTS more before that check
         self.send_cap = send_cap = batch + GSO_MAX_SEGMENTS
         self.siov = bytearray(send_cap * iovs * 16)
-        siov_addr = _address(self.siov)
+        self.siov_addr = siov_addr = _address(self.siov)
+        #: one send iovec per receive slot (base fixed, length copied in per batch): a run of
+        #: consecutive slots is sent as one entry pointing into this table, no per-packet store
+        self.fiov = bytearray(batch * 16)
+        self.fiov_addr = _address(self.fiov)
+        for i in range(batch):
+            IOV.pack_into(self.fiov, i * 16, self.rbuf_addr + i * size, 0)
+        self.fiov32 = memoryview(self.fiov).cast("I")  # length of slot i at [i * 4 + 2]
         self.sctl = bytearray(send_cap * SCTL_STRIDE)
         sctl_addr = _address(self.sctl)
         self.shdr = bytearray(send_cap * HDR_SIZE)
@@ -203,6 +210,9 @@ class BatchIO:
         self.targets: list[Any] = [None] * send_cap
         #: bumped by every flush: a run started before it cannot be extended after it
         self.gen = 0
+        #: segmented entries sent so far, and the datagrams of the last flush's ones
+        self.segmented = 0
+        self.segmented_datagrams = 0
 
     def recv(self) -> int:
         """Datagrams (or coalesced runs) received into the batch (0 when the socket is drained)."""
@@ -242,32 +252,38 @@ class BatchIO:
             host = host[7:]
         return (host, port)
 
+    def _iovecs(self, e: int) -> list[tuple[int, int]]:
+        """(offset into the receive buffer, length) of each iovec of send entry `e`."""
+        q = self.shdr_q
+        ptr, iovlen = q[e * 8 + 2], q[e * 8 + 3]
+        if self.fiov_addr <= ptr < self.fiov_addr + len(self.fiov):
+            buf, x = self.fiov, ptr - self.fiov_addr
+        else:
+            buf, x = self.siov, ptr - self.siov_addr
+        out = []
+        for k in range(iovlen):
+            base, ln = IOV.unpack_from(buf, x + 16 * k)
+            out.append((base - self.rbuf_addr, ln))
+        return out
+
     def entry_datagrams(self, e: int) -> list[bytes]:
         """Copies of the datagrams send entry `e` carries (its iovecs, cut by its segment size)."""
         q = self.shdr_q
-        iovlen = q[e * 8 + 3]
-        base = e * GSO_MAX_SEGMENTS * 2
-        sq = self.siov_q
-        data = b"".join(
-            bytes(self.mv[sq[base + 2 * k] - self.rbuf_addr : sq[base + 2 * k] - self.rbuf_addr + sq[base + 2 * k + 1]])
-            for k in range(iovlen)
-        )
+        data = b"".join(bytes(self.mv[off : off + ln]) for off, ln in self._iovecs(e))
         seg = self.sctl16[e * 12 + 8] if q[e * 8 + 5] else len(data)
         if seg <= 0:
             return [data]
         return [data[o : o + seg] for o in range(0, len(data), seg)] or [data]
 
     def entry_size(self, e: int) -> tuple[int, int]:
-        """(datagrams, bytes) send entry `e` carries."""
+        """(datagrams, bytes) send entry `e` carries (the bytes only for a one-iovec entry)."""
         q = self.shdr_q
         iovlen = q[e * 8 + 3]
-        sq = self.siov_q
-        x = e * GSO_MAX_SEGMENTS * 2
         if iovlen == 1:
-            total = sq[x + 1]
+            total = self._iovecs(e)[0][1]
             seg = self.sctl16[e * 12 + 8] if q[e * 8 + 5] else 0
             return (-(-total // seg) if seg else 1), total
-        return iovlen, sum(sq[x + 2 * k + 1] for k in range(iovlen))
+        return iovlen, 0
 
     def flush(self, total: int) -> tuple[int, int, list[tuple[int, list[bytes]]]]:
         """Send the first `total` prepared entries (iovecs point into the receive buffer).
@@ -277,6 +293,14 @@ class BatchIO:
         was full, or the kernel refused segmentation (then GSO is off for this socket).
         """
         self.gen += 1
+        q = self.shdr_q
+        seg_entries = seg_datagrams = 0
+        for e in range(total):  # per entry, not per datagram
+            if q[e * 8 + 5]:
+                seg_entries += 1
+                seg_datagrams += self.entry_size(e)[0]
+        self.segmented += seg_entries
+        self.segmented_datagrams = seg_datagrams
         done = 0
         failed = 0
         while done < total:
