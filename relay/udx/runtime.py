@@ -457,6 +457,8 @@ class UDXSocket:
         j = 0
         fw_pkts = 0
         fw_bytes = 0
+        seg_sends = 0
+        seg_dgrams = 0
         i = 0
         for sid, group in groupby(ids):
             k = len(list(group))
@@ -484,8 +486,8 @@ class UDXSocket:
                 )
             if not ok:
                 if j:
-                    self._flush_batch(io, j, fw_pkts, fw_bytes)
-                    j = fw_pkts = fw_bytes = 0
+                    self._flush_batch(io, j, fw_pkts, fw_bytes, seg_sends, seg_dgrams)
+                    j = fw_pkts = fw_bytes = seg_sends = seg_dgrams = 0
                 mv = io.mv
                 for x in range(i, end):
                     n = lens_l[x]
@@ -515,13 +517,15 @@ class UDXSocket:
                     if cnt > 1:
                         shdr_q[e8 + 5] = ctl_len
                         sctl16[j * 12 + 8] = seg
+                        seg_sends += 1
+                        seg_dgrams += cnt
                     else:
                         shdr_q[e8 + 5] = 0
                     targets[j] = target
                     j += 1
                     if j >= cap:
-                        self._flush_batch(io, j, fw_pkts, fw_bytes)
-                        j = fw_pkts = fw_bytes = 0
+                        self._flush_batch(io, j, fw_pkts, fw_bytes, seg_sends, seg_dgrams)
+                        j = fw_pkts = fw_bytes = seg_sends = seg_dgrams = 0
             else:  # mixed sizes or no GSO: sub-runs of one size (the last one may be shorter)
                 x = i
                 limit = mmsg.GSO_MAX_SEGMENTS if gso else 1
@@ -544,18 +548,20 @@ class UDXSocket:
                     if y - x > 1:
                         shdr_q[e8 + 5] = ctl_len
                         sctl16[j * 12 + 8] = seg
+                        seg_sends += 1
+                        seg_dgrams += y - x
                     else:
                         shdr_q[e8 + 5] = 0
                     targets[j] = target
                     j += 1
                     if j >= cap:
-                        self._flush_batch(io, j, fw_pkts, fw_bytes)
-                        j = fw_pkts = fw_bytes = 0
+                        self._flush_batch(io, j, fw_pkts, fw_bytes, seg_sends, seg_dgrams)
+                        j = fw_pkts = fw_bytes = seg_sends = seg_dgrams = 0
                     x = y
             r.gen = -1  # the per-slot path must not extend an entry of this batch
             i = end
         if j:
-            self._flush_batch(io, j, fw_pkts, fw_bytes)
+            self._flush_batch(io, j, fw_pkts, fw_bytes, seg_sends, seg_dgrams)
 
     def _batch_per_slot(self, io: mmsg.BatchIO, count: int) -> None:
         """Forward a batch that holds GRO-coalesced buffers, slot by slot.
@@ -757,17 +763,20 @@ class UDXSocket:
             return False
         return self.family != _socket.AF_INET6 or (nq[b + 1] == r.src1 and nq[b + 2] == r.src2)
 
-    def _flush_batch(self, io: mmsg.BatchIO, count: int, datagrams: int, nbytes: int) -> None:
-        """Send `count` prepared entries carrying `datagrams` forwarded datagrams (`nbytes`)."""
+    def _flush_batch(
+        self, io: mmsg.BatchIO, count: int, datagrams: int, nbytes: int, seg_sends: int = -1, seg_datagrams: int = 0
+    ) -> None:
+        """Send `count` prepared entries carrying `datagrams` forwarded datagrams (`nbytes`),
+        `seg_sends` of them segmented with `seg_datagrams` in all (-1: count them here)."""
         st = self.stats
         st.relayed_packets += datagrams
         st.relayed_bytes += nbytes
+        if seg_sends < 0:
+            seg_sends, seg_datagrams = io.count_segmented(count)
+        st.gso_sends += seg_sends
+        st.gso_segments += seg_datagrams
         fallbacks = io.gso_fallbacks
-        sends = io.segmented
         _sent, failed, rest = io.flush(count)
-        if io.segmented != sends:
-            st.gso_sends += io.segmented - sends
-            st.gso_segments += io.segmented_datagrams
         st.send_errors += failed
         if io.gso_fallbacks != fallbacks:
             st.gso_fallbacks += io.gso_fallbacks - fallbacks
