@@ -15,7 +15,6 @@ import logging
 import os
 import socket as _socket
 import struct
-import time
 from array import array
 from collections import deque
 from collections.abc import Callable
@@ -842,13 +841,13 @@ class UDXSocket:
                     if buf[2] & DESTROY:
                         s._on_relayed_destroy()
                     return
-                if s._core.receive(bytes(buf), time.monotonic()):
+                if s._core.receive(bytes(buf), self.loop.time()):
                     s._after_input()
                 else:
                     st.drop(s._core.drop_reason)
                 return
             if s is not None and s._core.lingering:
-                s._core.receive(bytes(buf), time.monotonic())
+                s._core.receive(bytes(buf), self.loop.time())
                 s._after_input()
                 return
             # UDX-shaped with the id of no live stream. libudx hands such a datagram to the
@@ -896,7 +895,7 @@ class UDXSocket:
         if not dirty:
             return
         self._dirty = set()
-        now = time.monotonic()
+        now = self.loop.time()
         for s in dirty:
             s._flush(now)
 
@@ -934,6 +933,11 @@ class _Route:
         self.k = 0
         self.nbytes = 0
         self.gen = -1
+
+
+def _now() -> float:
+    """The relay's one clock: the running event loop's (timers are scheduled on it too)."""
+    return asyncio.get_running_loop().time()
 
 
 def _v4(addr: Any) -> Address:
@@ -1154,7 +1158,7 @@ class UDXStream:
         self._socket._mark_dirty(self)
 
     def set_keepalive(self, seconds: float) -> None:
-        self._core.set_keepalive(seconds, time.monotonic())
+        self._core.set_keepalive(seconds, _now())
         if self._socket is not None:
             self._socket._mark_dirty(self)
 
@@ -1163,7 +1167,7 @@ class UDXStream:
         if self.closed:
             return
         self._core.destroy(error, send=self._relay is None)
-        self._flush(time.monotonic())
+        self._flush(_now())
 
     async def read(self) -> bytes:
         """Next chunk of stream data (a whole frame in framed mode); b"" at EOF."""
@@ -1171,7 +1175,7 @@ class UDXStream:
             if self._readq:
                 chunk = self._readq.popleft()
                 self._core.consumed(len(chunk))
-                if self._core._ack_needed and self._socket is not None:
+                if self._core.wants_ack and self._socket is not None:
                     self._socket._mark_dirty(self)
                 return chunk
             if self._eof:
@@ -1224,14 +1228,12 @@ class UDXStream:
 
     def _on_timer(self) -> None:
         self._timer = None
-        now = time.monotonic()
+        now = _now()
         self._core.handle_timer(now)
         self._flush(now)
 
     def _dispatch(self) -> None:
-        events = self._core.events
-        self._core.events = []
-        for ev in events:
+        for ev in self._core.take_events():
             if isinstance(ev, DataReceived):
                 if self.framed:
                     self._deliver_framed(ev.data)
@@ -1268,7 +1270,7 @@ class UDXStream:
                 break
             frame = bytes(fb[:size])
             del fb[:size]
-            self._core.unread += size  # accounted again when the reader takes it
+            self._core.hold_unread(size)  # accounted again when the reader takes it
             self._deliver(frame)
 
     def _wake_reader(self) -> None:
@@ -1329,6 +1331,6 @@ class UDXStream:
 
     def _unregister(self) -> None:
         self._timer = None
-        self._core.lingering = False
+        self._core.end_linger()
         if self.udx.streams.get(self.id) is self:
             del self.udx.streams[self.id]

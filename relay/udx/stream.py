@@ -256,6 +256,25 @@ class StreamCore:
             self._emit(DESTROY, self.seq, b"")
         self._close(error, linger=False)
 
+    def take_events(self) -> list[Event]:
+        """The events produced since the last call (the runtime dispatches them)."""
+        events = self.events
+        self.events = []
+        return events
+
+    @property
+    def wants_ack(self) -> bool:
+        """An ACK (or window update) is due: the runtime should `poll` soon."""
+        return self._ack_needed
+
+    def hold_unread(self, nbytes: int) -> None:
+        """Bytes handed on whole (a framed stream's frame) count as unread until `consumed`."""
+        self.unread += nbytes
+
+    def end_linger(self) -> None:
+        """The closed stream stops re-ACKing a retransmitted END (its linger time is over)."""
+        self.lingering = False
+
     def consumed(self, nbytes: int) -> None:
         """The application took `nbytes` of delivered data; may reopen the receive window."""
         self.unread = max(0, self.unread - nbytes)
