@@ -1,9 +1,12 @@
 """The asyncio runtime: one non-blocking UDP socket per `UDXSocket`, timers, and the relay fast path.
 
-The socket is read with `loop.add_reader` and drained in batches (`recvfrom_into` a reused
-buffer until EAGAIN) instead of one `datagram_received` call per packet: one event-loop wake
-serves a burst, and a forwarded packet is rewritten in place and sent on without any
-allocation. That forwarding path (`_on_readable`) is the relay's hot path; keep it flat.
+The socket is read with `loop.add_reader` and drained in batches instead of one
+`datagram_received` call per packet: one event-loop wake serves a burst. On Linux the batch is
+one `recvmmsg` and forwarded packets leave with one `sendmmsg`, runs of one stream's packets as
+UDP_SEGMENT entries (`relay.udx.mmsg`); `_batch_by_runs` is the relay's hot path and works per
+run, not per packet. Elsewhere `_on_readable` reads one datagram at a time into a reused buffer.
+A relayed stream forwards only what comes from its peer's address. Time is the event loop's
+clock (`loop.time()`), the one timers are scheduled on.
 """
 
 from __future__ import annotations
