@@ -1,9 +1,12 @@
 """The asyncio runtime: one non-blocking UDP socket per `UDXSocket`, timers, and the relay fast path.
 
-The socket is read with `loop.add_reader` and drained in batches (`recvfrom_into` a reused
-buffer until EAGAIN) instead of one `datagram_received` call per packet: one event-loop wake
-serves a burst, and a forwarded packet is rewritten in place and sent on without any
-allocation. That forwarding path (`_on_readable`) is the relay's hot path; keep it flat.
+The socket is read with `loop.add_reader` and drained in batches instead of one
+`datagram_received` call per packet: one event-loop wake serves a burst. On Linux the batch is
+one `recvmmsg` and forwarded packets leave with one `sendmmsg`, runs of one stream's packets as
+UDP_SEGMENT entries (`relay.udx.mmsg`); `_batch_by_runs` is the relay's hot path and works per
+run, not per packet. Elsewhere `_on_readable` reads one datagram at a time into a reused buffer.
+A relayed stream forwards only what comes from its peer's address. Time is the event loop's
+clock (`loop.time()`), the one timers are scheduled on.
 """
 
 from __future__ import annotations
@@ -15,11 +18,11 @@ import logging
 import os
 import socket as _socket
 import struct
-import time
 from array import array
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import groupby
 from typing import Any
 
 from . import mmsg
@@ -399,15 +402,179 @@ class UDXSocket:
     def _on_readable_mmsg(self) -> None:
         """Linux reader: `recvmmsg` a batch, forward relay packets with one `sendmmsg`.
 
+        A batch without GRO-coalesced buffers goes to `_batch_by_runs` (work per run of one
+        stream's packets, not per packet); one with them to `_batch_per_slot`.
+        """
+        io = self._mmsg
+        assert io is not None
+        st = self.stats
+        lens = io.lens
+        rq = io.rhdr_q
+        for _ in range(RECV_ROUNDS):
+            count = io.recv()
+            if count == 0:
+                break
+            if count < 0:
+                continue
+            st.received_packets += count
+            st.received_bytes += sum(lens[14 : count * 16 : 16])
+            if io.gro and any(rq[5 : count * 8 : 8]):
+                self._batch_per_slot(io, count)
+            else:
+                self._batch_by_runs(io, count)
+            if self._dirty:
+                self._flush_dirty()  # ACK what this batch delivered before reading more
+            if count < io.batch:
+                break
+
+    def _batch_by_runs(self, io: mmsg.BatchIO, count: int) -> None:
+        """Forward a batch of plain datagrams run by run.
+
+        A run is consecutive datagrams with one stream id. For a relayed stream whose route is
+        on this socket, the checks (magic/version, no DESTROY, at least a header, from the
+        stream's peer) and the id rewrite are slice operations over the whole run; the run
+        goes out as segmented entries pointing into the per-slot iovec table (whose lengths
+        were copied in with one slice assignment). Anything else is taken datagram by
+        datagram by `_handle`, after what is already prepared has been sent, so nothing for
+        one destination overtakes what came before it.
+        """
+        streams = self.udx.streams
+        st = self.stats
+        u32 = io.u32
+        nq = io.names_q
+        size = io.size
+        words = size >> 2
+        shdr_q = io.shdr_q
+        sctl16 = io.sctl16
+        targets = io.targets
+        fiov_addr = io.fiov_addr
+        cap = io.batch
+        v6 = self.family == _socket.AF_INET6
+        gso = io.gso
+        ctl_len = mmsg.SCTL_LEN
+        lens_v = io.lens[14 : count * 16 : 16]
+        lens_l = lens_v.tolist()
+        io.fiov32[2 : count * 4 : 4] = lens_v
+        ids = u32[1 : count * words : words].tolist()
+        j = 0
+        fw_pkts = 0
+        fw_bytes = 0
+        seg_sends = 0
+        seg_dgrams = 0
+        i = 0
+        for sid, group in groupby(ids):
+            k = len(list(group))
+            end = i + k
+            s = streams.get(sid)
+            r = s._fast if s is not None else None
+            ok = r is not None and r.sock is self
+            if ok:
+                assert r is not None
+                heads = u32[i * words : end * words : words].tolist()
+                h0 = heads[0]
+                run_lens = lens_l[i:end]
+                ok = (
+                    h0 & 0x10FFFF == 0x01FF
+                    and (heads.count(h0) == k or all(h & 0x10FFFF == 0x01FF for h in heads))
+                    and min(run_lens) >= 20
+                    and nq[i * 4 : end * 4 : 4].tolist().count(r.src0) == k
+                    and (
+                        not v6
+                        or (
+                            nq[i * 4 + 1 : end * 4 : 4].tolist().count(r.src1) == k
+                            and nq[i * 4 + 2 : end * 4 : 4].tolist().count(r.src2) == k
+                        )
+                    )
+                )
+            if not ok:
+                if j:
+                    self._flush_batch(io, j, fw_pkts, fw_bytes, seg_sends, seg_dgrams)
+                    j = fw_pkts = fw_bytes = seg_sends = seg_dgrams = 0
+                mv = io.mv
+                for x in range(i, end):
+                    n = lens_l[x]
+                    try:
+                        self._handle(mv[x * size : x * size + n], n, x)
+                    except Exception:
+                        st.callback_errors += 1
+                        st.drop("error")
+                        log.exception("udx: error while handling a datagram")
+                i = end
+                continue
+            assert r is not None
+            u32[i * words + 1 : end * words : words] = array("I", (r.rid,)) * k
+            fw_pkts += k
+            fw_bytes += sum(run_lens)
+            sa = r.sa
+            target = r.target
+            seg = run_lens[0]
+            if gso and k > 1 and (run_lens.count(seg) == k or (run_lens.count(seg) == k - 1 and run_lens[-1] < seg)):
+                per = min(mmsg.GSO_MAX_SEGMENTS, mmsg.GSO_MAX_BYTES // seg)
+                for start in range(i, end, per):
+                    cnt = min(per, end - start)
+                    e8 = j * 8
+                    shdr_q[e8] = sa
+                    shdr_q[e8 + 2] = fiov_addr + start * 16
+                    shdr_q[e8 + 3] = cnt
+                    if cnt > 1:
+                        shdr_q[e8 + 5] = ctl_len
+                        sctl16[j * 12 + 8] = seg
+                        seg_sends += 1
+                        seg_dgrams += cnt
+                    else:
+                        shdr_q[e8 + 5] = 0
+                    targets[j] = target
+                    j += 1
+                    if j >= cap:
+                        self._flush_batch(io, j, fw_pkts, fw_bytes, seg_sends, seg_dgrams)
+                        j = fw_pkts = fw_bytes = seg_sends = seg_dgrams = 0
+            else:  # mixed sizes or no GSO: sub-runs of one size (the last one may be shorter)
+                x = i
+                limit = mmsg.GSO_MAX_SEGMENTS if gso else 1
+                while x < end:
+                    seg = lens_l[x]
+                    y = x + 1
+                    total = seg
+                    while y < end and y - x < limit and total + lens_l[y] <= mmsg.GSO_MAX_BYTES:
+                        ln = lens_l[y]
+                        if ln > seg:
+                            break
+                        total += ln
+                        y += 1
+                        if ln < seg:
+                            break
+                    e8 = j * 8
+                    shdr_q[e8] = sa
+                    shdr_q[e8 + 2] = fiov_addr + x * 16
+                    shdr_q[e8 + 3] = y - x
+                    if y - x > 1:
+                        shdr_q[e8 + 5] = ctl_len
+                        sctl16[j * 12 + 8] = seg
+                        seg_sends += 1
+                        seg_dgrams += y - x
+                    else:
+                        shdr_q[e8 + 5] = 0
+                    targets[j] = target
+                    j += 1
+                    if j >= cap:
+                        self._flush_batch(io, j, fw_pkts, fw_bytes, seg_sends, seg_dgrams)
+                        j = fw_pkts = fw_bytes = seg_sends = seg_dgrams = 0
+                    x = y
+            r.gen = -1  # the per-slot path must not extend an entry of this batch
+            i = end
+        if j:
+            self._flush_batch(io, j, fw_pkts, fw_bytes, seg_sends, seg_dgrams)
+
+    def _batch_per_slot(self, io: mmsg.BatchIO, count: int) -> None:
+        """Forward a batch that holds GRO-coalesced buffers, slot by slot.
+
         Per forwarded packet: one word test (magic, version, no DESTROY), one dict lookup,
         one source-address word test, one in-place id store and a few stores into the
         prepared `sendmmsg` vectors (iovec base and length pointing into the receive buffer).
         With GSO, a packet of the same size as the open run of its route (one destination)
-        joins that run's entry instead of getting its own: the kernel segments it once.
-        A GRO-coalesced buffer goes to `_forward_coalesced`. Counters are summed per batch.
+        joins that run's entry instead of getting its own. A coalesced buffer goes to
+        `_forward_coalesced`.
         """
-        io = self._mmsg
-        assert io is not None
         streams = self.udx.streams
         st = self.stats
         mv = io.mv
@@ -422,106 +589,104 @@ class UDXSocket:
         sctl16 = io.sctl16
         targets = io.targets
         rbuf_addr = io.rbuf_addr
+        siov_addr = io.siov_addr
         cap = io.batch
         v6 = self.family == _socket.AF_INET6
         iov_stride = mmsg.GSO_MAX_SEGMENTS * 2
         max_bytes = mmsg.GSO_MAX_BYTES
         ctl_len = mmsg.SCTL_LEN
-        for _ in range(RECV_ROUNDS):
-            count = io.recv()
-            if count == 0:
-                break
-            if count < 0:
-                continue
-            gro = io.gro
-            maxseg = io.max_segments
-            gen = io.gen
-            j = 0
-            rx_bytes = 0
-            for i in range(count):
-                n = lens[i * 16 + 14]
-                rx_bytes += n
-                if gro and rq[i * 8 + 5]:
-                    g = io.segment_size(i)
-                    if 0 < g < n:
-                        j = self._forward_coalesced(io, i, n, g, j)
+        gro = io.gro
+        maxseg = io.max_segments
+        gen = io.gen
+        gro = io.gro
+        maxseg = io.max_segments
+        gen = io.gen
+        j = 0
+        fw_pkts = 0
+        fw_bytes = 0
+        for i in range(count):
+            n = lens[i * 16 + 14]
+            if gro and rq[i * 8 + 5]:
+                g = io.segment_size(i)
+                if 0 < g < n:
+                    j, p, nb = self._forward_coalesced(io, i, n, g, j)
+                    fw_pkts += p
+                    fw_bytes += nb
+                    if j >= cap:
+                        self._flush_batch(io, j, fw_pkts, fw_bytes)
+                        j = fw_pkts = fw_bytes = 0
+                    gen = io.gen
+                    maxseg = io.max_segments
+                    continue
+            w = i * words
+            if n >= 20 and u32[w] & 0x10FFFF == 0x01FF:  # ff 01, DESTROY bit clear
+                s = streams.get(u32[w + 1])
+                if s is not None:
+                    r = s._fast
+                    b = i * 4
+                    if (
+                        r is not None
+                        and r.sock is self
+                        and nq[b] == r.src0
+                        and (not v6 or (nq[b + 1] == r.src1 and nq[b + 2] == r.src2))
+                    ):
+                        u32[w + 1] = r.rid
+                        base = rbuf_addr + i * size
+                        k = r.k
+                        if r.gen == gen and n <= r.seg and k < maxseg and r.nbytes + n <= max_bytes:
+                            e = r.entry
+                            x = e * iov_stride + 2 * k
+                            siov_q[x] = base
+                            siov_q[x + 1] = n
+                            k += 1
+                            shdr_q[e * 8 + 3] = k
+                            if k == 2:
+                                shdr_q[e * 8 + 5] = ctl_len
+                                sctl16[e * 12 + 8] = r.seg
+                            r.k = k
+                            r.nbytes += n
+                            if n < r.seg:
+                                r.seg = 0  # a shorter datagram ends the run
+                        else:
+                            x = j * iov_stride
+                            siov_q[x] = base
+                            siov_q[x + 1] = n
+                            shdr_q[j * 8] = r.sa
+                            shdr_q[j * 8 + 2] = siov_addr + j * iov_stride * 8
+                            shdr_q[j * 8 + 3] = 1
+                            shdr_q[j * 8 + 5] = 0
+                            targets[j] = r.target
+                            r.entry = j
+                            r.seg = n
+                            r.k = 1
+                            r.nbytes = n
+                            r.gen = gen
+                            j += 1
+                        fw_pkts += 1
+                        fw_bytes += n
                         if j >= cap:
-                            self._flush_batch(io, j)
-                            j = 0
-                        gen = io.gen
-                        maxseg = io.max_segments
+                            self._flush_batch(io, j, fw_pkts, fw_bytes)
+                            j = fw_pkts = fw_bytes = 0
+                            gen = io.gen
+                            maxseg = io.max_segments
                         continue
-                w = i * words
-                if n >= 20 and u32[w] & 0x10FFFF == 0x01FF:  # ff 01, DESTROY bit clear
-                    s = streams.get(u32[w + 1])
-                    if s is not None:
-                        r = s._fast
-                        b = i * 4
-                        if (
-                            r is not None
-                            and r.sock is self
-                            and nq[b] == r.src0
-                            and (not v6 or (nq[b + 1] == r.src1 and nq[b + 2] == r.src2))
-                        ):
-                            u32[w + 1] = r.rid
-                            base = rbuf_addr + i * size
-                            k = r.k
-                            if r.gen == gen and n <= r.seg and k < maxseg and r.nbytes + n <= max_bytes:
-                                e = r.entry
-                                x = e * iov_stride + 2 * k
-                                siov_q[x] = base
-                                siov_q[x + 1] = n
-                                k += 1
-                                shdr_q[e * 8 + 3] = k
-                                if k == 2:
-                                    shdr_q[e * 8 + 5] = ctl_len
-                                    sctl16[e * 12 + 8] = r.seg
-                                r.k = k
-                                r.nbytes += n
-                                if n < r.seg:
-                                    r.seg = 0  # a shorter datagram ends the run
-                            else:
-                                x = j * iov_stride
-                                siov_q[x] = base
-                                siov_q[x + 1] = n
-                                shdr_q[j * 8] = r.sa
-                                shdr_q[j * 8 + 3] = 1
-                                shdr_q[j * 8 + 5] = 0
-                                targets[j] = r.target
-                                r.entry = j
-                                r.seg = n
-                                r.k = 1
-                                r.nbytes = n
-                                r.gen = gen
-                                j += 1
-                                if j >= cap:
-                                    self._flush_batch(io, j)
-                                    j = 0
-                                    gen = io.gen
-                                    maxseg = io.max_segments
-                            continue
-                try:
-                    self._handle(mv[i * size : i * size + n], n, i)
-                except Exception:
-                    st.callback_errors += 1
-                    st.drop("error")
-                    log.exception("udx: error while handling a datagram")
-            st.received_packets += count
-            st.received_bytes += rx_bytes
-            if j:
-                self._flush_batch(io, j)
-            if self._dirty:
-                self._flush_dirty()  # ACK what this batch delivered before reading more
-            if count < io.batch:
-                break
+            try:
+                self._handle(mv[i * size : i * size + n], n, i)
+            except Exception:
+                st.callback_errors += 1
+                st.drop("error")
+                log.exception("udx: error while handling a datagram")
+        if j:
+            self._flush_batch(io, j, fw_pkts, fw_bytes)
 
-    def _forward_coalesced(self, io: mmsg.BatchIO, i: int, n: int, g: int, j: int) -> int:
+    def _forward_coalesced(self, io: mmsg.BatchIO, i: int, n: int, g: int, j: int) -> tuple[int, int, int]:
         """A GRO buffer: `n` bytes of datagrams of `g` bytes (the last may be shorter) from one source.
 
         When every segment is a fast-path packet of one stream (the common case: one peer's
         run of DATA) the ids are rewritten with one strided store and the buffer is forwarded
         as one segmented entry. Otherwise each segment is taken on its own (at most
-        GSO_MAX_SEGMENTS entries: GRO coalesces no more). Returns the next free entry.
+        GSO_MAX_SEGMENTS entries: GRO coalesces no more). Returns the next free entry and
+        the datagrams and bytes it forwarded.
         """
         st = self.stats
         nseg = -(-n // g)
@@ -554,13 +719,15 @@ class UDXSocket:
                 io.siov_q[x + 1] = n
                 q = io.shdr_q
                 q[j * 8] = r.sa
+                q[j * 8 + 2] = io.siov_addr + x * 8
                 q[j * 8 + 3] = 1
                 q[j * 8 + 5] = mmsg.SCTL_LEN
                 io.sctl16[j * 12 + 8] = g
                 io.targets[j] = r.target
                 r.gen = -1  # nothing joins a coalesced entry
-                return j + 1
+                return j + 1, nseg, n
         mv = io.mv
+        pkts = nbytes = 0
         for off in range(off0, off0 + n, g):
             ln = min(g, off0 + n - off)
             seg = mv[off : off + ln]
@@ -574,11 +741,14 @@ class UDXSocket:
                     io.siov_q[x + 1] = ln
                     q = io.shdr_q
                     q[j * 8] = r.sa
+                    q[j * 8 + 2] = io.siov_addr + x * 8
                     q[j * 8 + 3] = 1
                     q[j * 8 + 5] = 0
                     io.targets[j] = r.target
                     r.gen = -1
                     j += 1
+                    pkts += 1
+                    nbytes += ln
                     continue
             try:
                 self._handle(seg, ln, i)
@@ -586,7 +756,7 @@ class UDXSocket:
                 st.callback_errors += 1
                 st.drop("error")
                 log.exception("udx: error while handling a datagram")
-        return j
+        return j, pkts, nbytes
 
     def _from_route_source(self, io: mmsg.BatchIO, i: int, r: _Route) -> bool:
         nq = io.names_q
@@ -595,38 +765,45 @@ class UDXSocket:
             return False
         return self.family != _socket.AF_INET6 or (nq[b + 1] == r.src1 and nq[b + 2] == r.src2)
 
-    def _flush_batch(self, io: mmsg.BatchIO, count: int) -> None:
-        """Send the `count` prepared entries; count what they carried (per entry, not per packet)."""
+    def _flush_batch(
+        self, io: mmsg.BatchIO, count: int, datagrams: int, nbytes: int, seg_sends: int = -1, seg_datagrams: int = 0
+    ) -> None:
+        """Send `count` prepared entries carrying `datagrams` forwarded datagrams (`nbytes`),
+        `seg_sends` of them segmented with `seg_datagrams` in all (-1: count them here)."""
         st = self.stats
-        q = io.shdr_q
-        sizes = [io.entry_size(e) for e in range(count)]
-        for e in range(count):
-            if q[e * 8 + 5]:
-                st.gso_sends += 1
-                st.gso_segments += sizes[e][0]
-        fallbacks = io.gso_fallbacks
-        sent, failed, rest = io.flush(count)
-        datagrams = sum(d for d, _ in sizes)
         st.relayed_packets += datagrams
-        st.relayed_bytes += sum(b for _, b in sizes)
+        st.relayed_bytes += nbytes
+        if seg_sends < 0:
+            seg_sends, seg_datagrams = io.count_segmented(count)
+        st.gso_sends += seg_sends
+        st.gso_segments += seg_datagrams
+        fallbacks = io.gso_fallbacks
+        _sent, failed, rest = io.flush(count)
         st.send_errors += failed
-        st.sent_packets += sum(d for d, _ in sizes[:sent]) - failed
-        st.sent_bytes += sum(b for _, b in sizes[:sent])
         if io.gso_fallbacks != fallbacks:
             st.gso_fallbacks += io.gso_fallbacks - fallbacks
             log.warning("udx: the kernel refused a UDP_SEGMENT send; GSO is off for this socket")
-        if rest:  # the socket buffer is full or segmentation was refused: the rest, in order
-            for k, datagrams_k in rest:
-                t = io.targets[k]
-                for d in datagrams_k:
-                    if t is not None and t._send_addr is not None:
-                        self._sendto(d, t._send_addr)
-                    else:
-                        st.send_errors += 1
-            if self._sendq:
-                for t in set(io.targets[:count]):
-                    if t is not None:
-                        t._invalidate_fast()  # back to the queued path until the queue drains
+        if not rest:
+            st.sent_packets += datagrams - failed
+            st.sent_bytes += nbytes
+            return
+        # the socket buffer is full or segmentation was refused: the rest, in order, one by one
+        for _k, datagrams_k in rest:
+            datagrams -= len(datagrams_k)
+            nbytes -= sum(len(d) for d in datagrams_k)
+        st.sent_packets += datagrams - failed
+        st.sent_bytes += nbytes
+        for k, datagrams_k in rest:
+            t = io.targets[k]
+            for d in datagrams_k:
+                if t is not None and t._send_addr is not None:
+                    self._sendto(d, t._send_addr)
+                else:
+                    st.send_errors += 1
+        if self._sendq:
+            for t in set(io.targets[:count]):
+                if t is not None:
+                    t._invalidate_fast()  # back to the queued path until the queue drains
 
     def _handle(self, buf: memoryview, n: int, addr: Address | int) -> None:
         """Everything but the relay fast path: firewall, relaying, streams, foreign datagrams.
@@ -667,13 +844,13 @@ class UDXSocket:
                     if buf[2] & DESTROY:
                         s._on_relayed_destroy()
                     return
-                if s._core.receive(bytes(buf), time.monotonic()):
+                if s._core.receive(bytes(buf), self.loop.time()):
                     s._after_input()
                 else:
                     st.drop(s._core.drop_reason)
                 return
             if s is not None and s._core.lingering:
-                s._core.receive(bytes(buf), time.monotonic())
+                s._core.receive(bytes(buf), self.loop.time())
                 s._after_input()
                 return
             # UDX-shaped with the id of no live stream. libudx hands such a datagram to the
@@ -721,7 +898,7 @@ class UDXSocket:
         if not dirty:
             return
         self._dirty = set()
-        now = time.monotonic()
+        now = self.loop.time()
         for s in dirty:
             s._flush(now)
 
@@ -731,7 +908,21 @@ class _Route:
     socket: packets for `source` from its peer go to `target`'s peer with `rid` as their id.
     `entry`/`seg`/`k`/`nbytes`/`gen` describe the open GSO run of the current send batch."""
 
-    __slots__ = ("entry", "gen", "k", "nbytes", "rid", "sa", "sa_buf", "seg", "sock", "src0", "src1", "src2", "target")
+    __slots__ = (
+        "entry",
+        "gen",
+        "k",
+        "nbytes",
+        "rid",
+        "sa",
+        "sa_buf",
+        "seg",
+        "sock",
+        "src0",
+        "src1",
+        "src2",
+        "target",
+    )
 
     def __init__(self, source: UDXStream, target: UDXStream, sock: UDXSocket) -> None:
         self.rid = target._core.remote_id
@@ -745,6 +936,11 @@ class _Route:
         self.k = 0
         self.nbytes = 0
         self.gen = -1
+
+
+def _now() -> float:
+    """The relay's one clock: the running event loop's (timers are scheduled on it too)."""
+    return asyncio.get_running_loop().time()
 
 
 def _v4(addr: Any) -> Address:
@@ -965,7 +1161,7 @@ class UDXStream:
         self._socket._mark_dirty(self)
 
     def set_keepalive(self, seconds: float) -> None:
-        self._core.set_keepalive(seconds, time.monotonic())
+        self._core.set_keepalive(seconds, _now())
         if self._socket is not None:
             self._socket._mark_dirty(self)
 
@@ -974,7 +1170,7 @@ class UDXStream:
         if self.closed:
             return
         self._core.destroy(error, send=self._relay is None)
-        self._flush(time.monotonic())
+        self._flush(_now())
 
     async def read(self) -> bytes:
         """Next chunk of stream data (a whole frame in framed mode); b"" at EOF."""
@@ -982,7 +1178,7 @@ class UDXStream:
             if self._readq:
                 chunk = self._readq.popleft()
                 self._core.consumed(len(chunk))
-                if self._core._ack_needed and self._socket is not None:
+                if self._core.wants_ack and self._socket is not None:
                     self._socket._mark_dirty(self)
                 return chunk
             if self._eof:
@@ -1035,14 +1231,12 @@ class UDXStream:
 
     def _on_timer(self) -> None:
         self._timer = None
-        now = time.monotonic()
+        now = _now()
         self._core.handle_timer(now)
         self._flush(now)
 
     def _dispatch(self) -> None:
-        events = self._core.events
-        self._core.events = []
-        for ev in events:
+        for ev in self._core.take_events():
             if isinstance(ev, DataReceived):
                 if self.framed:
                     self._deliver_framed(ev.data)
@@ -1079,7 +1273,7 @@ class UDXStream:
                 break
             frame = bytes(fb[:size])
             del fb[:size]
-            self._core.unread += size  # accounted again when the reader takes it
+            self._core.hold_unread(size)  # accounted again when the reader takes it
             self._deliver(frame)
 
     def _wake_reader(self) -> None:
@@ -1140,6 +1334,6 @@ class UDXStream:
 
     def _unregister(self) -> None:
         self._timer = None
-        self._core.lingering = False
+        self._core.end_linger()
         if self.udx.streams.get(self.id) is self:
             del self.udx.streams[self.id]

@@ -166,8 +166,8 @@ async def test_udx_gso_refused_by_the_kernel_falls_back_and_counts_it() -> None:
     real = io._sendmmsg
     refused: list[int] = []
 
-    def no_gso(fd: int, hdr: int, n: int, flags: int) -> int:
-        first = (hdr - io.shdr_addr) // mmsg.HDR_SIZE
+    def no_gso(fd: int, hdr: ctypes.c_void_p, n: int, flags: int) -> int:
+        first = ((hdr.value or 0) - io.shdr_addr) // mmsg.HDR_SIZE
         if io.shdr_q[first * 8 + 5]:  # this entry carries UDP_SEGMENT
             refused.append(first)
             ctypes.set_errno(errno.EIO)
@@ -304,3 +304,20 @@ async def test_udx_python_streams_send_segmented_and_receive_coalesced() -> None
     assert sb.stats.gro_buffers > 0 and sb.stats.gro_segments > sb.stats.gro_buffers
     udx_a.close()
     udx_b.close()
+
+
+async def test_udx_relay_keeps_per_destination_order_across_interleaved_runs_and_destroy(relay: Relay) -> None:
+    """Runs of A's data broken by D's ACKs, then a DESTROY at the end of a run: D gets A's
+    datagrams in order with the DESTROY last, A gets D's; then the pair is gone."""
+    a_sent = [encode(DATA, relay.rb.id, DEFAULT_RWND, seq, 0, os.urandom(1000)) for seq in range(12)]
+    d_sent = [encode(0, relay.rc.id, DEFAULT_RWND, 0, seq) for seq in range(3)]
+    destroy = encode(DESTROY, relay.rb.id, DEFAULT_RWND, 12, 0)
+    for k in range(3):  # no await: one recvmmsg batch on the batched paths
+        for d in a_sent[4 * k : 4 * k + 4]:
+            relay.ea.sendto(d, relay.addr)
+        relay.ed.sendto(d_sent[k], relay.addr)
+    relay.ea.sendto(destroy, relay.addr)
+    got_d = await relay.recv(relay.ed, len(a_sent) + 1)
+    assert got_d == [_rewritten(d, D_ID) for d in [*a_sent, destroy]]
+    assert await relay.recv(relay.ea, len(d_sent)) == [_rewritten(d, A_ID) for d in d_sent]
+    assert relay.rb.closed and relay.rc.closed

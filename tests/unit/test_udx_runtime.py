@@ -357,7 +357,7 @@ async def test_udx_batched_relay_keeps_order_when_the_socket_buffer_is_full(gso:
     real = io._sendmmsg
     calls: list[int] = []
 
-    def full_after_one(fd: int, hdr: int, n: int, flags: int) -> int:
+    def full_after_one(fd: int, hdr: ctypes.c_void_p, n: int, flags: int) -> int:
         calls.append(n)
         if len(calls) == 1:
             return real(fd, hdr, 1, flags)  # the kernel takes one datagram...
