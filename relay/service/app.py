@@ -404,9 +404,18 @@ class RelayApp:
             traffic.received_packets += st.received_packets
             traffic.sent_packets += st.sent_packets
         dropped: dict[str, int] = {}
+        offload: dict[str, Any] | None = None
         for sock in self.udx.sockets:
             for cause, n in (getattr(sock.stats, "dropped_by_cause", None) or {}).items():
                 dropped[str(cause)] = dropped.get(str(cause), 0) + int(n)
+            report = getattr(sock, "offload", None)  # the UDX layer's {gso, gro, gso_fallbacks}, when it has one
+            if callable(report):
+                o = report()
+                if offload is None:
+                    offload = {"gso": False, "gro": False, "gso_fallbacks": 0}
+                offload["gso"] = offload["gso"] or bool(o.get("gso"))
+                offload["gro"] = offload["gro"] or bool(o.get("gro"))
+                offload["gso_fallbacks"] += int(o.get("gso_fallbacks", 0))
         with self._proc.oneshot():
             mem = self._proc.memory_info().rss
             cpu = self._proc.cpu_times()
@@ -448,6 +457,7 @@ class RelayApp:
             "memory": {"rss_bytes": mem},
             "cpu_seconds": round(cpu.user + cpu.system, 3),
             "dropped": dropped,
+            **({"udx": offload} if offload is not None else {}),
             "shed": {cause: self.blind.shed.get(cause, 0) for cause in SHED_CAUSES},
             "limits": {"config": self.config.limits.as_dict(), "rejected": rejected},
             "allow_list": None if self.config.allow is None else len(self.config.allow),
