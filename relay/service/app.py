@@ -391,6 +391,19 @@ class RelayApp:
 
     # -- stats -----------------------------------------------------------------------------
 
+    def _handshake_stats(self) -> dict[str, int]:
+        """The DHT server's Noise responder: handshakes accepted, refused (our gate or its own
+        attempt cap), failed, and attempts it holds now."""
+        out = {"accepted": 0, "rejected": 0, "failed": 0, "pending": 0}
+        responder = getattr(self.server, "responder", None)
+        if responder is not None:
+            st = getattr(responder, "stats", {})
+            out["accepted"] = int(st.get("handshakes", 0))
+            out["rejected"] = int(st.get("rejected", 0))
+            out["failed"] = int(st.get("failed", 0))
+            out["pending"] = len(getattr(responder, "attempts", ()))
+        return out
+
     def snapshot(self) -> dict[str, Any]:
         """The `/stats` document (interfaces.md); `/metrics` is rendered from the same dict."""
         traffic = Traffic()
@@ -457,6 +470,7 @@ class RelayApp:
             "memory": {"rss_bytes": mem},
             "cpu_seconds": round(cpu.user + cpu.system, 3),
             "dropped": dropped,
+            "handshakes": self._handshake_stats(),
             **({"udx": offload} if offload is not None else {}),
             "shed": {cause: self.blind.shed.get(cause, 0) for cause in SHED_CAUSES},
             "limits": {"config": self.config.limits.as_dict(), "rejected": rejected},

@@ -165,6 +165,7 @@ async def test_stats_and_metrics_count_sheds_and_drops_by_cause(app: RelayApp, m
     s = app.snapshot()
     assert set(s["shed"]) == set(SHED_CAUSES) and all(v == 0 for v in s["shed"].values())
     assert isinstance(s["dropped"], dict)
+    assert s["handshakes"] == {"accepted": 0, "rejected": 0, "failed": 0, "pending": 0}  # no DHT server yet
     app.blind.shed["silent_pair"] += 3
     # the UDX sockets' per-cause counters (helper fastpath's `SocketStats.dropped_by_cause`), summed
     # over sockets; a stand-in socket here so this test does not depend on that branch
