@@ -83,6 +83,17 @@ class RelayCollector(Collector):
                 for cause, value in sorted(values.items()):
                     by_cause.add_metric([str(cause)], value)
             yield by_cause
+        hs = s.get("handshakes")
+        if isinstance(hs, Mapping):
+            results = CounterMetricFamily(
+                "blind_relay_handshakes", "DHT handshakes to the relay key, by result", labels=["result"]
+            )
+            for result in ("accepted", "rejected", "failed"):
+                results.add_metric([result], hs.get(result, 0))
+            yield results
+            yield GaugeMetricFamily(
+                "blind_relay_handshakes_pending", "Handshake attempts held now", value=hs.get("pending", 0)
+            )
         udx = s.get("udx")
         if isinstance(udx, Mapping):
             yield GaugeMetricFamily(

@@ -189,6 +189,7 @@ async def test_stats_and_metrics_count_sheds_and_drops_by_cause(app: RelayApp, m
     assert 'blind_relay_shed_total{cause="silent_pair"} 3.0' in text
     assert 'blind_relay_shed_total{cause="idle_session"} 0.0' in text
     assert 'blind_relay_dropped_total{cause="garbage"} 6.0' in text
+    assert 'blind_relay_handshakes_total{result="rejected"} 0.0' in text
     assert "blind_relay_udx_gso 1.0" in text and "blind_relay_udx_gso_fallbacks_total 3.0" in text
 
 
