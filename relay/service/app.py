@@ -280,7 +280,9 @@ class RelayApp:
             return
         now = time.monotonic()
         lim = self.config.limits
-        while len(self._sessions) >= lim.max_sessions:
+        for _ in range(8):  # bounded: a shed that frees nothing must not spin
+            if len(self._sessions) < lim.max_sessions:
+                break
             victim = self.blind.shed_session(now)  # the heaviest address's idlest session, never the newcomer
             self._pump()
             if victim is None:
