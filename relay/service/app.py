@@ -333,6 +333,7 @@ class RelayApp:
             if isinstance(ev, PairingMatched):
                 self._link(ev)
             elif isinstance(ev, DestroyStream):
+                log.debug("relay stream destroyed", extra={"stream": ev.stream_id, "reason": ev.reason})
                 stream = self._streams.pop(ev.stream_id, None)
                 if stream is not None:
                     stream.destroy()
@@ -375,9 +376,17 @@ class RelayApp:
         a, b = streams
         a.relay_to(b)
         b.relay_to(a)
-        log.debug("pair matched", extra={"token": ev.token.hex()[:16], "streams": [s.id for s in streams]})
+        log.debug(
+            "pair matched",
+            extra={
+                "token": ev.token.hex()[:16],
+                "streams": [s.id for s in streams],
+                "peers": [self._peer(x.session) for x in ev.links],
+            },
+        )
 
     def _on_relay_stream_closed(self, stream_id: int, err: Any) -> None:
+        log.debug("relay stream closed", extra={"stream": stream_id, "error": getattr(err, "code", err)})
         self._streams.pop(stream_id, None)
         if err is not None and getattr(err, "code", None) not in (None, "ECONNRESET"):
             self.blind.stream_error(stream_id)
