@@ -48,8 +48,8 @@ ATTACKS: dict[str, tuple[str, dict[str, Any]]] = {
         {"attack": "bigframe", "sessions": 12, "frame": (1 << 24) - 1, "send": (1 << 24) - 65536},
     ),
     "handshakes": (
-        "64 hosts do valid handshakes at 500/s for 10 s",
-        {"attack": "handshakes", "rate": 500, "seconds": 10, "hosts": 64},
+        "64 hosts do valid handshakes at 500/s (legit pairs during the flood)",
+        {"attack": "handshakes", "rate": 500, "seconds": 20, "hosts": 64},
     ),
 }
 SCALED = ("sessions", "pairs", "rate")  # bigframe's sizes and the durations stay as they are
@@ -116,9 +116,9 @@ class Relay:
                 self.proc.wait(5)
 
 
-def legit_pairs(bootstrap: str, relay: Relay, pairs: int = 4) -> tuple[int, float | None]:
-    """(pairs that relayed, median setup ms) for `pairs` sequential legitimate pairs from 127.0.0.1."""
-    ok, setups = 0, []
+def legit_pairs(bootstrap: str, relay: Relay, pairs: int = 4) -> tuple[int, float | None, list[str]]:
+    """(pairs that relayed, median setup ms, errors) for `pairs` sequential legitimate pairs from 127.0.0.1."""
+    ok, setups, errors = 0, [], []
     for _ in range(pairs):
         opts = {"bootstrap": bootstrap.split(","), "relay": relay.key, "relayPort": relay.port, "mode": "client"}
         opts |= {"pairs": 1, "bytes": 20_000, "timeout": 20_000}
@@ -127,13 +127,16 @@ def legit_pairs(bootstrap: str, relay: Relay, pairs: int = 4) -> tuple[int, floa
                 ["node", "js/relay_peers.js", json.dumps(opts)], cwd=INTEROP, capture_output=True, text=True, timeout=60
             )
         except subprocess.TimeoutExpired:
+            errors.append("peers did not finish in 60 s")
             continue
         for ln in res.stdout.splitlines():
             rec = json.loads(ln) if ln.startswith("{") else {}
             if "i" in rec and rec.get("ok") and rec.get("relayed"):
                 ok += 1
                 setups.append(float(rec["setupMs"]))
-    return ok, (statistics.median(setups) if setups else None)
+            elif "i" in rec:
+                errors.append(str(rec.get("error") or rec))
+    return ok, (statistics.median(setups) if setups else None), errors
 
 
 def run_attack(name: str, kind: str, bootstrap: str, tree: Path, scale: float) -> dict[str, Any]:
@@ -162,7 +165,7 @@ def run_attack(name: str, kind: str, bootstrap: str, tree: Path, scale: float) -
             assert attack.stdout is not None
             ready = json.loads(attack.stdout.readline() or "{}")
             in_place = time.monotonic() - t0
-            ok, setup = legit_pairs(bootstrap, relay)
+            ok, setup, errors = legit_pairs(bootstrap, relay)
             out, _ = attack.communicate(timeout=120)
             done: dict[str, Any] = next((json.loads(ln) for ln in out.splitlines() if ln.startswith("{")), {})
             return {
@@ -174,6 +177,7 @@ def run_attack(name: str, kind: str, bootstrap: str, tree: Path, scale: float) -
                 "attacker_closed_by_relay": done.get("closed"),
                 "legit_ok": ok,
                 "legit_setup_ms": setup,
+                "legit_errors": errors,
                 "rss_before_mb": round(before / 2**20, 1),
                 "rss_peak_mb": round(relay.peak / 2**20, 1),
                 "survived": relay.alive(),
@@ -212,9 +216,12 @@ def main() -> None:
     ap.add_argument("--scale", type=float, default=1.0, help="multiply sessions/pairs/rates (default 1 = the issue's)")
     ap.add_argument("--baseline", default=None, help="also attack the Python relay of this commit")
     ap.add_argument("--only", default=",".join(ATTACKS), help="comma list of attacks")
+    ap.add_argument("--relays", default=None, help="comma list of python,node,baseline (default: all given)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     kinds = ["python", "node"] + (["baseline"] if args.baseline else [])
+    if args.relays:
+        kinds = [k for k in kinds if k in args.relays.split(",")]
     results = []
     with tempfile.TemporaryDirectory(prefix="attacks-tree-") as tree_dir, Testnet("node", size=5) as tn:
         trees = {"python": ROOT, "node": ROOT}

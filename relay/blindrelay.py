@@ -29,7 +29,9 @@ Driving it (no I/O here):
     server.stream_closed(stream_id)         # a relay raw stream closed by itself
     server.stream_error(stream_id)          # ... or failed (counted in streams_errors)
     session.connection_closed()             # the secret-stream ended or broke
-    server.expire(now); server.next_deadline()   # only with pairing_timeout set
+    server.stream_carried(stream_id)        # a relay raw stream received its first packet
+    server.expire(now); server.next_deadline()   # timeouts and reaping (see fair shares)
+    server.shed_session(now)                # at the service's session cap: close the heaviest's
 
 Stats (`server.stats`, `BlindRelayStats`; `as_dict()` gives the `/stats` JSON groups) move
 exactly when npm blind-relay moves them: sessions accepted on `accept`, opened when the channel
@@ -57,10 +59,14 @@ holder instead of refusing the newcomer, so one peer can fill a cap but never lo
 * `shed_session(now)` picks the session to close when the service's session cap is reached:
   the least recently busy session without links of the owner holding the most sessions.
 
-Every shed is counted by cause in `server.shed` (`SHED_*` names). A `pair` whose stream id does
-not fit UDX's 32 bits is ignored and counted in `pairings_refused_invalid`.
+Every shed is counted by cause in `server.shed` (`SHED_*` names); sheds cancel pending tokens or
+destroy pairs as `unpair` does (`pairings_cancelled`), so `refusals.session_limit/total_limit`
+stay 0 (kept for the `/stats` contract). A `pair` whose stream id does not fit UDX's 32 bits is
+ignored and counted in `pairings_refused_invalid`. The client is never told of a shed (npm's
+Client ignores a server `unpair`); it sees its pairing time out, as with a lost request.
 
-Deliberate differences from JS, all in corners: `close()` destroys every session (JS waits for
+Deliberate differences from JS, beyond the fair shares above (npm keeps everything until the
+session closes), all in corners: `close()` destroys every session (JS waits for
 pending pairings to finish, then forgets them without updating stats); a session that pairs
 with itself keeps both links (JS keeps one per token and leaks the other until it closes);
 `end()` also completes after an `unpair` or timeout empties the session's pending set.

@@ -280,7 +280,9 @@ class RelayApp:
             return
         now = time.monotonic()
         lim = self.config.limits
-        while len(self._sessions) >= lim.max_sessions:
+        for _ in range(8):  # bounded: a shed that frees nothing must not spin
+            if len(self._sessions) < lim.max_sessions:
+                break
             victim = self.blind.shed_session(now)  # the heaviest address's idlest session, never the newcomer
             self._pump()
             if victim is None:
@@ -331,6 +333,7 @@ class RelayApp:
             if isinstance(ev, PairingMatched):
                 self._link(ev)
             elif isinstance(ev, DestroyStream):
+                log.debug("relay stream destroyed", extra={"stream": ev.stream_id, "reason": ev.reason})
                 stream = self._streams.pop(ev.stream_id, None)
                 if stream is not None:
                     stream.destroy()
@@ -373,9 +376,17 @@ class RelayApp:
         a, b = streams
         a.relay_to(b)
         b.relay_to(a)
-        log.debug("pair matched", extra={"token": ev.token.hex()[:16], "streams": [s.id for s in streams]})
+        log.debug(
+            "pair matched",
+            extra={
+                "token": ev.token.hex()[:16],
+                "streams": [s.id for s in streams],
+                "peers": [self._peer(x.session) for x in ev.links],
+            },
+        )
 
     def _on_relay_stream_closed(self, stream_id: int, err: Any) -> None:
+        log.debug("relay stream closed", extra={"stream": stream_id, "error": getattr(err, "code", err)})
         self._streams.pop(stream_id, None)
         if err is not None and getattr(err, "code", None) not in (None, "ECONNRESET"):
             self.blind.stream_error(stream_id)
@@ -391,6 +402,19 @@ class RelayApp:
 
     # -- stats -----------------------------------------------------------------------------
 
+    def _handshake_stats(self) -> dict[str, int]:
+        """The DHT server's Noise responder: handshakes accepted, refused (our gate or its own
+        attempt cap), failed, and attempts it holds now."""
+        out = {"accepted": 0, "rejected": 0, "failed": 0, "pending": 0}
+        responder = getattr(self.server, "responder", None)
+        if responder is not None:
+            st = getattr(responder, "stats", {})
+            out["accepted"] = int(st.get("handshakes", 0))
+            out["rejected"] = int(st.get("rejected", 0))
+            out["failed"] = int(st.get("failed", 0))
+            out["pending"] = len(getattr(responder, "attempts", ()))
+        return out
+
     def snapshot(self) -> dict[str, Any]:
         """The `/stats` document (interfaces.md); `/metrics` is rendered from the same dict."""
         traffic = Traffic()
@@ -404,9 +428,18 @@ class RelayApp:
             traffic.received_packets += st.received_packets
             traffic.sent_packets += st.sent_packets
         dropped: dict[str, int] = {}
+        offload: dict[str, Any] | None = None
         for sock in self.udx.sockets:
             for cause, n in (getattr(sock.stats, "dropped_by_cause", None) or {}).items():
                 dropped[str(cause)] = dropped.get(str(cause), 0) + int(n)
+            report = getattr(sock, "offload", None)  # the UDX layer's {gso, gro, gso_fallbacks}, when it has one
+            if callable(report):
+                o = report()
+                if offload is None:
+                    offload = {"gso": False, "gro": False, "gso_fallbacks": 0}
+                offload["gso"] = offload["gso"] or bool(o.get("gso"))
+                offload["gro"] = offload["gro"] or bool(o.get("gro"))
+                offload["gso_fallbacks"] += int(o.get("gso_fallbacks", 0))
         with self._proc.oneshot():
             mem = self._proc.memory_info().rss
             cpu = self._proc.cpu_times()
@@ -448,6 +481,8 @@ class RelayApp:
             "memory": {"rss_bytes": mem},
             "cpu_seconds": round(cpu.user + cpu.system, 3),
             "dropped": dropped,
+            "handshakes": self._handshake_stats(),
+            **({"udx": offload} if offload is not None else {}),
             "shed": {cause: self.blind.shed.get(cause, 0) for cause in SHED_CAUSES},
             "limits": {"config": self.config.limits.as_dict(), "rejected": rejected},
             "allow_list": None if self.config.allow is None else len(self.config.allow),

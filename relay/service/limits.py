@@ -58,8 +58,8 @@ class Limits:
     max_control_frame: int = 16384
     # handshakes from an address already holding this many sessions wait behind other addresses:
     # they pass only while the relay-wide handshake budget has room
-    busy_address_sessions: int = 64
-    handshake_budget_per_second: float = 256.0
+    busy_address_sessions: int = 8
+    handshake_budget_per_second: float = 64.0
 
     def as_dict(self) -> dict[str, float | int]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}

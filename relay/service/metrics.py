@@ -83,6 +83,30 @@ class RelayCollector(Collector):
                 for cause, value in sorted(values.items()):
                     by_cause.add_metric([str(cause)], value)
             yield by_cause
+        hs = s.get("handshakes")
+        if isinstance(hs, Mapping):
+            results = CounterMetricFamily(
+                "blind_relay_handshakes", "DHT handshakes to the relay key, by result", labels=["result"]
+            )
+            for result in ("accepted", "rejected", "failed"):
+                results.add_metric([result], hs.get(result, 0))
+            yield results
+            yield GaugeMetricFamily(
+                "blind_relay_handshakes_pending", "Handshake attempts held now", value=hs.get("pending", 0)
+            )
+        udx = s.get("udx")
+        if isinstance(udx, Mapping):
+            yield GaugeMetricFamily(
+                "blind_relay_udx_gso", "1 while forwarded runs use UDP GSO", value=1 if udx.get("gso") else 0
+            )
+            yield GaugeMetricFamily(
+                "blind_relay_udx_gro", "1 while the socket takes GRO-coalesced runs", value=1 if udx.get("gro") else 0
+            )
+            yield CounterMetricFamily(
+                "blind_relay_udx_gso_fallbacks",
+                "Times the kernel refused GSO and it was switched off",
+                value=udx.get("gso_fallbacks", 0),
+            )
         limits = s.get("limits", {}).get("rejected", {})
         rejected = CounterMetricFamily(
             "blind_relay_limit_rejections", "Requests refused because a resource cap was reached", labels=["limit"]

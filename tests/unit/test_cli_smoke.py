@@ -228,11 +228,11 @@ def test_scraper_flags_and_fair_share_limits_parse() -> None:
     assert parse_args(["--scraper-alias"]).scraper_alias == ""  # paparam's `[value]`: the value is optional
     assert parse_args([]).metrics is None  # no --metrics: the default address, with a fallback if taken
     flags = ["--session-idle-timeout", "5", "--silent-pair-timeout", "2.5", "--max-control-frame", "4096"]
-    flags += ["--busy-address-sessions", "8", "--handshake-budget", "50"]
+    flags += ["--busy-address-sessions", "16", "--handshake-budget", "50"]
     args = parse_args(flags)
     lim = _limits(args)
     assert (lim.session_idle_timeout, lim.silent_pair_timeout, lim.max_control_frame) == (5.0, 2.5, 4096)
-    assert (lim.busy_address_sessions, lim.handshake_budget_per_second) == (8, 50.0)
+    assert (lim.busy_address_sessions, lim.handshake_budget_per_second) == (16, 50.0)
     extra = _unit_extra_args(args)  # a systemd unit runs the relay with exactly these limits
     for flag in flags[::2]:
         assert flag in extra

@@ -9,8 +9,8 @@
 //   hold       {sessions}: open sessions and hold them with keep-alives only
 //   bigframe   {sessions, frame, send}: each session announces a `frame`-byte secret-stream frame on
 //              its raw stream and sends `send` bytes of it, never completing it
-//   handshakes {rate, seconds}: valid handshakes at `rate`/s spread over the hosts, each connection
-//              held (the relay decides what to keep)
+//   handshakes {rate, seconds}: valid handshakes at `rate`/s spread over the hosts for `seconds`,
+//              each connection held (the relay decides what to keep); ready as soon as it starts
 // Prints {"ready": true, "opened": n, "closed": n, "sent": n} once the attack is in place, then keeps
 // it up (re-sending, reconnecting nothing) until stdin closes; on exit prints a final
 // {"done": true, "opened": n, "closed": n} line (closed = connections the relay ended).
@@ -65,14 +65,13 @@ async function main () {
     const rate = opts.rate || 100
     const end = Date.now() + (opts.seconds || 5) * 1000
     let i = 0
-    await new Promise((resolve) => {
-      const t = setInterval(() => {
-        if (Date.now() >= end) { clearInterval(t); resolve(); return }
-        for (let k = 0; k < Math.max(1, Math.round(rate / 20)); k++) {
-          open(nodes[i++ % nodes.length]).catch(() => { counts.failed++ })
-        }
-      }, 50)
-    })
+    const t = setInterval(() => {
+      if (Date.now() >= end) { clearInterval(t); return }
+      for (let k = 0; k < Math.max(1, Math.round(rate / 20)); k++) {
+        open(nodes[i++ % nodes.length]).catch(() => { counts.failed++ })
+      }
+    }, 50)
+    timers.push(t) // ready at once: the flood goes on for `seconds` while the caller measures
   } else {
     await Promise.all(Array.from({ length: sessions }, async (_, s) => {
       let socket
