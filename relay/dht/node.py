@@ -21,6 +21,7 @@ from typing import Any, Protocol, Unpack, cast
 
 import psutil
 
+from .address import OwnAddress
 from .messages import (
     BOOTSTRAP_NODES,
     Address,
@@ -285,7 +286,8 @@ class DHTNode:
         self.port = port
         self.table = RoutingTable(os.urandom(32))
         self.rpc = RPC(self.table, firewalled=firewalled is not False)
-        self.nat = NatSampler()
+        self.nat = OwnAddress()  # learned from replies only (relay/dht/address.py)
+        self._nat_witnesses: dict[str, Address] = {}
         self.concurrency = concurrency
         self.server_socket = socket
         self.client_socket = client_socket
@@ -321,7 +323,6 @@ class DHTNode:
         self._repinging = 0
         self._checks = 0
         self._down_hints_sent = 0
-        self._none_persistent_samples: list[str] = []
         self._resolved_bootstrap: list[Address] | None = None
         self._probe: set[str] | None = None  # hosts that reached the server port during a PING_NAT check
         self._timer: asyncio.TimerHandle | None = None
@@ -619,6 +620,8 @@ class DHTNode:
                 self._on_request(ev.incoming)
             elif isinstance(ev, ResponseReceived):
                 r = ev.reply
+                if not r.external:  # a reply on the socket we send from: its `to` is our address there
+                    self._learn_address(r)
                 self._add_node_from_network(not r.external, r.peer.address, r.peer.id, r.to)
                 ctx = r.pending.context
                 if ctx is not None:
@@ -742,27 +745,28 @@ class DHTNode:
 
     # ------------------------------------------------------------------ routing table upkeep
 
-    def _nat_add(self, host: str, port: int) -> None:
-        self.nat.add(host, port)
+    def _learn_address(self, reply: Reply) -> None:
+        """Our address as a node saw it, from its reply to our request (never from a request:
+        anyone can send those, claiming anything); rechecks go to the old witnesses."""
+        if not filter_node(reply.peer.address):
+            return
+        self.nat.add(reply.peer.address, reply.to)
+        nat = self.nat
+        for witness in nat.take_rechecks():
+
+            def failed(_: DHTError, w: Address = witness) -> None:
+                nat.recheck_failed(w)
+
+            self._request_cb(witness, Internal.PING, internal=True, failed=failed)
 
     def _add_node_from_network(self, sample: bool, addr: Address, id_: bytes | None, to: Address) -> None:
-        if not filter_node(addr):
-            return
-        if id_ is None:
-            key = f"{addr[0]}:{addr[1]}"
-            if len(self._none_persistent_samples) >= max(1, len(self.bootstrap_nodes)):
-                return
-            if key in self._none_persistent_samples:
-                return
-            self._none_persistent_samples.append(key)
-            self._nat_add(*to)
+        if not filter_node(addr) or id_ is None:
             return
         old = self.table.get(id_)
         if old is not None:
             if sample and (old.sampled == 0 or self._tick - old.sampled >= OLD_NODE):
                 old.to = to
                 old.sampled = self._tick
-                self._nat_add(*to)
             old.pinged = old.seen = self._tick
             self._touch(old)
             return
@@ -788,7 +792,6 @@ class DHTNode:
         self._nodes[node.id] = node
         if node.to is not None and node.sampled == 0:
             node.sampled = self._tick
-            self._nat_add(*node.to)
 
     def _remove_node(self, node: Node) -> None:
         if node.id not in self._nodes:
@@ -916,8 +919,8 @@ class DHTNode:
             self._last_host = host
         if host is None or port == 0:
             return False
-        sampler = NatSampler() if self.firewalled else self.nat
-        if self.firewalled and await self._check_if_firewalled(sampler):
+        sampler: NatSampler | OwnAddress = NatSampler() if self.firewalled else self.nat
+        if isinstance(sampler, NatSampler) and await self._check_if_firewalled(sampler):
             return False
         self.rpc.firewalled = False
         if not self.rpc.ephemeral or host != self.nat.host or port != self.nat.port:
@@ -925,8 +928,8 @@ class DHTNode:
         if sampler.host != host or sampler.port == 0:
             return False
         if sampler is not self.nat:
-            self._none_persistent_samples = []
-            self.nat = sampler
+            # the nodes that reached our server port witnessed this address
+            self.nat = OwnAddress.adopted((sampler.host, sampler.port), self._nat_witnesses)
         if not only_firewall:
             self._become_persistent(node_id((sampler.host, sampler.port)))
         return True
@@ -981,6 +984,7 @@ class DHTNode:
         if not nodes:
             return True
         probe = self._probe = set()
+        self._nat_witnesses = {}
         try:
             results = await asyncio.gather(
                 *(self.request(a, Internal.PING_NAT, internal=True, value=self._port_value()) for a in nodes),
@@ -993,6 +997,7 @@ class DHTNode:
             if isinstance(r, Reply) and r.peer.host in probe:
                 count += 1
                 sampler.add(*r.to)
+                self._nat_witnesses[r.peer.host] = r.peer.address
         if count < (3 if len(nodes) >= 5 else 1):
             return True
         if sampler.host is None or self.nat.host != sampler.host:

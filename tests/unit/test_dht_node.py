@@ -202,7 +202,7 @@ async def test_adaptive_node_turns_persistent_after_20_stable_minutes() -> None:
         await node.bind()
         node._ready = True
         port = node.local_address()[1]
-        node.nat.add("127.0.0.1", port)  # what reply `to` fields said about us
+        node.nat.add(("127.0.0.1", 1), ("127.0.0.1", port))  # what a reply's `to` field said about us
         for _ in range(239):  # 240 ticks of 5 s: not yet
             node._ontick()
         assert node.persistent is None and node.id is None
@@ -222,7 +222,7 @@ async def test_default_node_never_turns_persistent() -> None:
     try:
         await node.bind()
         node._ready = True
-        node.nat.add("127.0.0.1", node.local_address()[1])
+        node.nat.add(("127.0.0.1", 1), ("127.0.0.1", node.local_address()[1]))
         for _ in range(800):
             node._ontick()
         await asyncio.sleep(0)
