@@ -28,6 +28,14 @@ def test_relay_help_lists_the_blind_relay_flags() -> None:
         "--allow-file",
         "--log-format",
         "--systemd-unit",
+        "--scraper-public-key",
+        "--scraper-secret",
+        "--scraper-alias",
+        "--session-idle-timeout",
+        "--silent-pair-timeout",
+        "--max-control-frame",
+        "--busy-address-sessions",
+        "--handshake-budget",
     ):
         assert flag in out
     # the exit codes are documented where operators look
@@ -210,3 +218,21 @@ def test_python_m_relay_and_console_script_are_one_program() -> None:
     assert cli.build_parser().prog == "blind-relay"
     res = _run("--systemd-unit", "--storage", "/var/lib/blind-relay", "--unit-exec", "/usr/bin/python3 -m relay")
     assert res.returncode == 0 and "StateDirectory=blind-relay" in res.stdout
+
+
+def test_scraper_flags_and_fair_share_limits_parse() -> None:
+    from relay.cli import _limits, _unit_extra_args, parse_args
+
+    args = parse_args(["--scraper-public-key", "ab" * 32, "--scraper-secret", "cd" * 32, "--scraper-alias", "r1"])
+    assert (args.scraper_public_key, args.scraper_secret, args.scraper_alias) == ("ab" * 32, "cd" * 32, "r1")
+    assert parse_args(["--scraper-alias"]).scraper_alias == ""  # paparam's `[value]`: the value is optional
+    assert parse_args([]).metrics is None  # no --metrics: the default address, with a fallback if taken
+    flags = ["--session-idle-timeout", "5", "--silent-pair-timeout", "2.5", "--max-control-frame", "4096"]
+    flags += ["--busy-address-sessions", "8", "--handshake-budget", "50"]
+    args = parse_args(flags)
+    lim = _limits(args)
+    assert (lim.session_idle_timeout, lim.silent_pair_timeout, lim.max_control_frame) == (5.0, 2.5, 4096)
+    assert (lim.busy_address_sessions, lim.handshake_budget_per_second) == (8, 50.0)
+    extra = _unit_extra_args(args)  # a systemd unit runs the relay with exactly these limits
+    for flag in flags[::2]:
+        assert flag in extra
