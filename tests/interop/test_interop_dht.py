@@ -445,6 +445,7 @@ async def test_interop_dht_hostile_hosts_cannot_move_our_public_address(node: st
         port = py.local_address()[1]
         ours = ("127.0.0.1", port)
         assert py.remote_address() == ours
+        server, _ = await echo_server(py)  # a relay that already listens when the attack starts
         loop = asyncio.get_running_loop()
         peers: list[HostilePeer] = []
         try:
@@ -465,7 +466,6 @@ async def test_interop_dht_hostile_hosts_cannot_move_our_public_address(node: st
             assert py.remote_address() == ours and py.nat.moves == 0
             assert (py.stats()["public_host"], py.stats()["public_port"]) == ours
             # a Node client still gets our real address in the handshake and connects
-            server, _ = await echo_server(py)
             res = await tn.call("connect", key=server.public_key.hex(), message="still me")
             assert res["ok"] and res["echo"] == "still me", res
             assert res["rawStream"]["remotePort"] == port
