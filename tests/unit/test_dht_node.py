@@ -200,7 +200,7 @@ async def test_adaptive_node_turns_persistent_after_20_stable_minutes() -> None:
     node = DHTNode(bootstrap=[], host="127.0.0.1", port=0, udx=udx, firewalled=False, ephemeral=None)
     try:
         await node.bind()
-        node._ready = True
+        node.core.ready = True
         port = node.local_address()[1]
         node.nat.add(("127.0.0.1", 1), ("127.0.0.1", port))  # what a reply's `to` field said about us
         for _ in range(239):  # 240 ticks of 5 s: not yet
@@ -221,7 +221,7 @@ async def test_default_node_never_turns_persistent() -> None:
     node = DHTNode(bootstrap=[], host="127.0.0.1", port=0, udx=udx, firewalled=False)
     try:
         await node.bind()
-        node._ready = True
+        node.core.ready = True
         node.nat.add(("127.0.0.1", 1), ("127.0.0.1", node.local_address()[1]))
         for _ in range(800):
             node._ontick()
@@ -237,7 +237,7 @@ async def test_network_change_reannounces_servers(monkeypatch: pytest.MonkeyPatc
     node = DHTNode(bootstrap=[], host="127.0.0.1", port=0, udx=udx, firewalled=False)
     try:
         await node.bind()
-        node._ready = True
+        node.core.ready = True
         server = HyperDHTServer(node, key_pair(), lambda conn: None, announce=False)
         await server.listen()
         refreshed: list[bool] = []
