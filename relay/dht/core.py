@@ -40,6 +40,7 @@ from .messages import (
     hash32,
 )
 from .persistent import Forward, Persistent
+from .query import Query
 from .router import Relay, Respond, Route, route_handshake, route_holepunch
 from .rpc import (
     RPC,
@@ -133,6 +134,19 @@ class RequestUnhandled:
     incoming: IncomingRequest
 
 
+@dataclass(slots=True, eq=False)
+class WalkReplied:
+    """A successful reply during `walk` (hyperdht's query 'data')."""
+
+    walk: Walk
+    reply: Reply
+
+
+@dataclass(slots=True, eq=False)
+class WalkFinished:
+    walk: Walk
+
+
 @dataclass(slots=True)
 class ReplyReceived:
     """The reply to a request the runtime sent (its context is the runtime's)."""
@@ -162,6 +176,8 @@ CoreEvent = (
     | ReplyReceived
     | RequestRetried
     | RequestGaveUp
+    | WalkReplied
+    | WalkFinished
 )
 
 
@@ -175,6 +191,54 @@ class _Own:
     ) -> None:
         self.replied = replied
         self.failed = failed
+
+
+class Walk:
+    """One iterative walk: the sans-IO `Query` decides whom to ask next, the core sends."""
+
+    __slots__ = (
+        "background",
+        "command",
+        "done",
+        "full_concurrency",
+        "internal",
+        "pending",
+        "query",
+        "retries",
+        "value",
+    )
+
+    def __init__(
+        self,
+        query: Query,
+        command: int,
+        *,
+        internal: bool,
+        value: bytes | None,
+        retries: int,
+        background: bool,
+        full_concurrency: int,
+    ) -> None:
+        self.query = query
+        self.command = command
+        self.internal = internal
+        self.value = value
+        self.retries = retries
+        self.background = background
+        self.full_concurrency = full_concurrency
+        self.pending: list[PendingRequest] = []
+        self.done = False
+
+
+class _Visit:
+    """Context of one walk request."""
+
+    __slots__ = ("addr", "slow", "walk")
+
+    def __init__(self, walk: Walk, addr: Address) -> None:
+        self.walk = walk
+        self.addr = addr
+        self.slow = False
 
 
 @dataclass(order=True)
@@ -459,6 +523,93 @@ class DHTCore:
         self.down_hints_sent += 1
         self._send(to, Internal.DOWN_HINT, internal=True, value=encode_address(down))
 
+    # ------------------------------------------------------------------ walks
+
+    def start_walk(
+        self,
+        query: Query,
+        command: int,
+        now: float,
+        *,
+        internal: bool = False,
+        value: bytes | None = None,
+        retries: int = 5,
+        background: bool = False,
+        full_concurrency: int = 10,
+    ) -> Walk:
+        """Begin a walk; its replies come out as WalkReplied, its end as WalkFinished."""
+        self._now = now
+        self.walk_started()
+        walk = Walk(
+            query,
+            command,
+            internal=internal,
+            value=value,
+            retries=retries,
+            background=background,
+            full_concurrency=full_concurrency,
+        )
+        self._pump_walk(walk)
+        return walk
+
+    def cancel_walk(self, walk: Walk) -> None:
+        for p in walk.pending:
+            self.rpc.cancel(p)
+        walk.pending.clear()
+        if not walk.done:
+            walk.done = True
+            walk.query.finished = True
+
+    def _pump_walk(self, walk: Walk) -> None:
+        q = walk.query
+        if walk.done:
+            return
+        if walk.background:  # background walks yield to other traffic
+            q.concurrency = walk.full_concurrency if len(self.rpc.inflight) < 3 else 2
+        for cand in q.next_visits():
+            try:
+                p = self.rpc.request(
+                    cand.address,
+                    walk.command,
+                    self._now,
+                    internal=walk.internal,
+                    target=q.target,
+                    value=walk.value,
+                    retries=walk.retries,
+                    to_id=cand.id,
+                    context=_Visit(walk, cand.address),
+                )
+                walk.pending.append(p)
+            except DHTError as e:
+                q.on_failed(cand.address, False)
+                log.debug("walk request to %s failed: %s", cand.address, e)
+        for hint in q.take_down_hints():
+            self.down_hint(hint.to, hint.down)
+        if q.finished:
+            walk.done = True
+            self._events.append(WalkFinished(walk))
+
+    def _on_visit_reply(self, visit: _Visit, reply: Reply) -> None:
+        walk = visit.walk
+        if walk.done:
+            return
+        walk.query.on_reply(visit.addr, reply, visit.slow)
+        if reply.error == 0:
+            self._events.append(WalkReplied(walk, reply))
+        self._pump_walk(walk)
+
+    def _on_visit_retrying(self, visit: _Visit) -> None:
+        if not visit.slow and not visit.walk.done:
+            visit.slow = True
+            visit.walk.query.on_retrying()
+            self._pump_walk(visit.walk)
+
+    def _on_visit_failed(self, visit: _Visit, error: DHTError) -> None:
+        if visit.walk.done:
+            return
+        visit.walk.query.on_failed(visit.addr, error.code == "REQUEST_TIMEOUT", visit.slow)
+        self._pump_walk(visit.walk)
+
     # ------------------------------------------------------------------ routing table upkeep
 
     def _learn_address(self, reply: Reply) -> None:
@@ -588,10 +739,15 @@ class DHTCore:
                 if isinstance(ctx, _Own):
                     if ctx.replied:
                         ctx.replied(r)
+                elif isinstance(ctx, _Visit):
+                    self._on_visit_reply(ctx, r)
                 else:
                     self._events.append(ReplyReceived(r))
             elif isinstance(ev, RequestRetrying):
-                if not isinstance(ev.pending.context, _Own):
+                ctx = ev.pending.context
+                if isinstance(ctx, _Visit):
+                    self._on_visit_retrying(ctx)
+                elif not isinstance(ctx, _Own):
                     self._events.append(RequestRetried(ev.pending))
             elif isinstance(ev, RequestFailed):
                 p = ev.pending
@@ -602,6 +758,8 @@ class DHTCore:
                 if isinstance(p.context, _Own):
                     if p.context.failed:
                         p.context.failed(ev.error)
+                elif isinstance(p.context, _Visit):
+                    self._on_visit_failed(p.context, ev.error)
                 else:
                     self._events.append(RequestGaveUp(p, ev.error))
 
@@ -725,5 +883,8 @@ __all__ = [
     "RequestRetried",
     "RequestUnhandled",
     "ServersRefreshDue",
+    "Walk",
+    "WalkFinished",
+    "WalkReplied",
     "filter_node",
 ]

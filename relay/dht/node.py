@@ -37,6 +37,9 @@ from .core import (
     RequestRetried,
     RequestUnhandled,
     ServersRefreshDue,
+    Walk,
+    WalkFinished,
+    WalkReplied,
     filter_node,
 )
 from .messages import BOOTSTRAP_NODES, Address, Command, DHTError, Internal, hash32, node_id
@@ -142,91 +145,6 @@ class _Callback:
             self.failed(error)
 
 
-class _Visit:
-    """Context of one query request."""
-
-    __slots__ = ("addr", "run", "slow")
-
-    def __init__(self, run: _QueryRun, addr: Address) -> None:
-        self.run = run
-        self.addr = addr
-        self.slow = False
-
-    def on_reply(self, reply: Reply) -> None:
-        self.run.query.on_reply(self.addr, reply, self.slow)
-        if reply.error == 0 and self.run.on_data is not None:
-            self.run.on_data(reply)
-        self.run.pump()
-
-    def on_retrying(self) -> None:
-        if not self.slow:
-            self.slow = True
-            self.run.query.on_retrying()
-            self.run.pump()
-
-    def on_failed(self, error: DHTError) -> None:
-        self.run.query.on_failed(self.addr, error.code == "REQUEST_TIMEOUT", self.slow)
-        self.run.pump()
-
-
-class _QueryRun:
-    def __init__(
-        self,
-        node: DHTNode,
-        query: Query,
-        command: int,
-        internal: bool,
-        value: bytes | None,
-        retries: int,
-        on_data: Callable[[Reply], None] | None,
-        background: bool,
-    ) -> None:
-        self.node = node
-        self.query = query
-        self.command = command
-        self.internal = internal
-        self.value = value
-        self.retries = retries
-        self.on_data = on_data
-        self.background = background
-        self.done: asyncio.Future[Query] = asyncio.get_running_loop().create_future()
-        self.pending: list[PendingRequest] = []
-
-    def pump(self) -> None:
-        q = self.query
-        if self.done.done():
-            return
-        if self.background:
-            q.concurrency = self.node.concurrency if len(self.node.rpc.inflight) < 3 else 2
-        for cand in q.next_visits():
-            try:
-                p = self.node._send(
-                    cand.address,
-                    self.command,
-                    internal=self.internal,
-                    target=q.target,
-                    value=self.value,
-                    retries=self.retries,
-                    to_id=cand.id,
-                    context=_Visit(self, cand.address),
-                )
-                self.pending.append(p)
-            except DHTError as e:
-                q.on_failed(cand.address, False)
-                log.debug("query request to %s failed: %s", cand.address, e)
-        for hint in q.take_down_hints():
-            self.node._down_hint(hint.to, hint.down)
-        if q.finished:
-            self.done.set_result(q)
-
-    def cancel(self) -> None:
-        for p in self.pending:
-            self.node.rpc.cancel(p)
-        if not self.done.done():
-            self.query.finished = True
-            self.done.set_result(self.query)
-
-
 class DHTNode:
     """A dht-rpc node on one server socket (shareable with UDX) plus a client socket.
 
@@ -278,6 +196,7 @@ class DHTNode:
         self._timer_at: float | None = None
         self._tick_handle: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._walks: dict[Walk, tuple[asyncio.Future[Query], Callable[[Reply], None] | None]] = {}
         self._bootstrapping: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -593,6 +512,14 @@ class DHTNode:
             elif isinstance(ev, RequestUnhandled):
                 if self.on_request is None or not self.on_request(ev.incoming):
                     self.core.reply_unknown(ev.incoming)
+            elif isinstance(ev, WalkReplied):
+                entry = self._walks.get(ev.walk)
+                if entry is not None and entry[1] is not None:
+                    entry[1](ev.reply)
+            elif isinstance(ev, WalkFinished):
+                entry = self._walks.get(ev.walk)
+                if entry is not None and not entry[0].done():
+                    entry[0].set_result(ev.walk.query)
             elif isinstance(ev, RefreshDue):
                 self._spawn(self._background_query(ev.target))
             elif isinstance(ev, RejoinDue):
@@ -660,7 +587,6 @@ class DHTNode:
     ) -> Query:
         """Run an iterative walk to `target`; returns the finished Query (closest replies)."""
         await self.bind()
-        self.core.walk_started()
         if self._resolved_bootstrap is None:
             self._resolved_bootstrap = await self._resolve_bootstrap()
         q = Query(
@@ -671,12 +597,25 @@ class DHTNode:
             concurrency=concurrency or self.concurrency,
             only_closest_nodes=only_closest_nodes,
         )
-        run = _QueryRun(self, q, command, internal, value, retries, on_data, background)
-        run.pump()
+        fut: asyncio.Future[Query] = asyncio.get_running_loop().create_future()
+        walk = self.core.start_walk(
+            q,
+            command,
+            self._now(),
+            internal=internal,
+            value=value,
+            retries=retries,
+            background=background,
+            full_concurrency=self.concurrency,
+        )
+        self._walks[walk] = (fut, on_data)
+        self._dispatch()
+        self._flush()
         try:
-            return await run.done
+            return await fut
         finally:
-            run.cancel()
+            self._walks.pop(walk, None)
+            self.core.cancel_walk(walk)
 
     async def find_node(self, target: bytes, **kw: Any) -> Query:
         return await self.query(target, Internal.FIND_NODE, internal=True, **kw)

@@ -26,6 +26,8 @@ from relay.dht.core import (
     RequestGaveUp,
     RequestUnhandled,
     ServersRefreshDue,
+    WalkFinished,
+    WalkReplied,
 )
 from relay.dht.messages import (
     Address,
@@ -39,6 +41,7 @@ from relay.dht.messages import (
     hash32,
     node_id,
 )
+from relay.dht.query import Query
 from relay.dht.table import NatSampler, Node
 
 
@@ -423,3 +426,25 @@ def test_pings_claiming_another_address_do_not_move_ours() -> None:
         a.receive("server", ping, src, net.now)
     net.pump()
     assert a.nat.address == ("10.0.0.1", 4000) and a.remote_address(4000) == ("10.0.0.1", 4000)
+
+
+def test_a_walk_from_a_bootstrap_node_joins_and_down_hints_the_dead() -> None:
+    net = Net()
+    a = net.add(DHTCore(firewalled=False, detect_firewall=False, tick=104), "10.0.0.1", 4000)
+    boot = persistent_peer(net, "10.0.9.1", 6000)
+    peers = [(persistent_peer(net, f"10.0.1.{i}", 6000), (f"10.0.1.{i}", 6000)) for i in range(1, 8)]
+    known(boot, peers)
+    dead = ("10.0.1.7", 6000)
+    net.down.add(dead[0])
+    walk = a.start_walk(
+        Query(a.table.id, a.table, bootstrap=[net.addr(boot)]), Internal.FIND_NODE, net.now, internal=True
+    )
+    net.run(30)
+    assert walk.done and net.of(a, WalkFinished)
+    replied = {e.reply.peer.address for e in net.of(a, WalkReplied)}  # type: ignore[attr-defined]
+    assert replied == {net.addr(boot)} | {addr for _, addr in peers if addr != dead}
+    a.join_walk_done()
+    assert a.joined and a.table.get(node_id(dead)) is None and len(a.table) == 7  # boot + 6 live
+    # the bootstrap node that named the dead one was told, and checked and evicted it
+    assert boot.table.get(node_id(dead)) is None
+    assert a.nat.address == ("10.0.0.1", 4000)
