@@ -70,6 +70,7 @@ DOWN_HINTS_PER_TICK = 50
 MAX_DELAYED_PINGS = 256  # DELAYED_PING answers waiting at once (each holds an incoming request)
 REJOIN_MIN_TICKS = 1  # with no DHT node left: walk from the bootstrap nodes again after 5 s,
 REJOIN_MAX_TICKS = 3  # doubling to 15 s (a node back on the network rejoins well within 30 s)
+SILENT_TICKS = 2  # ticks in a row where requests timed out and nothing answered: offline
 
 
 def filter_node(addr: Address) -> bool:
@@ -292,6 +293,9 @@ class DHTCore:
         self.stats_relayed = 0  # handshake messages we routed for others (either direction)
         self.probe: set[str] | None = None  # hosts that reached the server port during a PING_NAT check
         self._last_tick: float | None = None
+        self.silent_ticks = 0
+        self._seen_responses = 0
+        self._seen_timeouts = 0
         self._now = 0.0
         self._delayed: list[_Delayed] = []
         self._delayed_seq = 0
@@ -363,6 +367,7 @@ class DHTCore:
         self._last_tick = now
         if not self.ready:
             return
+        self._health()
         if not self.joined and not self.rejoining and self.ticks >= self.rejoin_tick:
             self.rejoining = True
             self._events.append(RejoinDue())
@@ -390,6 +395,25 @@ class DHTCore:
 
     # ------------------------------------------------------------------ joining
 
+    def _health(self) -> None:
+        """dht-rpc's health window, reduced: when, tick after tick, our requests time out and
+        nothing answers, we are offline even if the table still lists nodes (a minute of
+        outage evicts only some); say so (not bootstrapped) and rejoin until answers return."""
+        responses, timeouts = self.rpc.stats["responses"], self.rpc.stats["timeouts"]
+        answered, lost = responses - self._seen_responses, timeouts - self._seen_timeouts
+        self._seen_responses, self._seen_timeouts = responses, timeouts
+        if answered > 0:
+            self.silent_ticks = 0
+        elif lost > 0:
+            self.silent_ticks += 1
+            if self.silent_ticks < SILENT_TICKS and self.joined:
+                self._ping_some()  # confirm now rather than at the next ping round (40 s)
+            elif self.joined:
+                self.joined = False
+                self.rejoin_ticks = REJOIN_MIN_TICKS
+                self.rejoin_tick = self.ticks
+                log.warning("dht: no DHT node answers any more; rejoining")
+
     def walk_started(self) -> None:
         """Any walk resets the refresh countdown (dht-rpc does so in every query)."""
         self.refresh_ticks = REFRESH_TICKS
@@ -398,12 +422,14 @@ class DHTCore:
         node = self.table.random()
         self._events.append(RefreshDue(node.id if node else self.table.id))
 
-    def join_walk_done(self) -> None:
-        """A (re)join walk ended: joined if any node is in the table, else back off."""
+    def join_walk_done(self, answered: bool = True) -> None:
+        """A (re)join walk ended: joined if some node `answered` it and the table is not
+        empty, else back off."""
         was_ready = self.ready
         self.ready = True
         self.rejoining = False
-        if len(self.table) > 0:
+        if answered and len(self.table) > 0:
+            self.silent_ticks = 0
             if not self.joined:
                 self.joined = True
                 self.rejoin_ticks = REJOIN_MIN_TICKS

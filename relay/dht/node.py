@@ -345,38 +345,55 @@ class DHTNode:
     async def _join_walk(self, check: bool = False) -> None:
         """Walk towards our own id, probe reachability once a node answers (dht-rpc _bootstrap).
 
-        dht-rpc's quick test needs the PING_NAT reply before the walk ends, else the check
-        waits ~20 min for the stable ticks; `check` (a rejoin, where nobody waits) then runs
-        the full reachability check at once."""
+        The quick test is one PING_NAT to the first node that answers. dht-rpc only uses it if
+        its reply beats the end of the walk, else the check waits ~20 min for the stable
+        ticks (a loaded host lost that race and stayed firewalled); we wait for that one
+        reply (at most its retries, ~4 s). `check` (a rejoin, where nobody waits) runs the
+        full reachability check when the quick test got no reply."""
         core = self.core
         first = core.firewalled and core.detect_firewall and not core.force_persistent
-        test_nat = False
+        quick: asyncio.Future[bool] | None = None  # the quick test's outcome, once sent
         was_ready = core.ready
 
         def ondata(reply: Reply) -> None:
-            nonlocal first, test_nat
+            nonlocal first, quick
             if not first:
                 return
             first = False
+            quick = asyncio.get_running_loop().create_future()
 
-            def ok(_: Reply) -> None:
-                nonlocal test_nat
-                test_nat = True
+            def ok(_: Reply, quick: asyncio.Future[bool] = quick) -> None:
+                if not quick.done():
+                    quick.set_result(True)
 
-            self._request_cb(reply.peer.address, Internal.PING_NAT, internal=True, value=self._port_value(), replied=ok)
+            def failed(_: DHTError, quick: asyncio.Future[bool] = quick) -> None:
+                if not quick.done():
+                    quick.set_result(False)
 
+            self._request_cb(
+                reply.peer.address,
+                Internal.PING_NAT,
+                internal=True,
+                value=self._port_value(),
+                replied=ok,
+                failed=failed,
+            )
+
+        answered = False
         try:
-            await self._background_query(core.table.id, on_data=ondata)
+            q = await self._background_query(core.table.id, on_data=ondata)
+            answered = q.successes > 0
+            test_nat = quick is not None and await quick
             if (test_nat or core.force_persistent) and await self._update_network_state(
                 only_firewall=not core.force_persistent
             ):
                 # as dht-rpc: one more walk, now from the server socket (and with our id if persistent)
                 await self._background_query(core.table.id)
-            elif check and not test_nat and first is False and core.detect_firewall and core.firewalled:
+            elif check and not test_nat and quick is not None and core.detect_firewall and core.firewalled:
                 await self._update_network_state(only_firewall=not core.adaptive)
         finally:
             joined = core.joined
-            core.join_walk_done()
+            core.join_walk_done(answered)
             self._dispatch()
         if core.joined and not joined:
             log.info(
