@@ -9,6 +9,11 @@ Layers (sans-IO cores, one asyncio runtime):
   `DHTError` is the one error type of this layer (`.code`: `BAD_MESSAGE`,
   `REQUEST_TIMEOUT`, `BIND_FAILED`, ...).
 - `relay.dht.table` — `RoutingTable` (kademlia-routing-table), `NatSampler` (nat-sampler).
+- `relay.dht.address` — `OwnAddress`: our public address, voted from replies to our own
+  requests (one vote per host) and rechecked with its witnesses before it moves.
+- `relay.dht.core` — `DHTCore`: the node's state and decisions (table upkeep, the tick,
+  reachability verdicts, rejoining, every command handler, handshake routing); bytes,
+  ticks and `now` in, datagrams, one deadline and events out.
 - `relay.dht.rpc` — `RPC`: tids, retransmission deadlines, congestion window, round-trip
   tokens; datagrams and `now` in, datagrams and events out.
 - `relay.dht.query` — `Query`: the iterative walk (dht-rpc `lib/query.js`).
@@ -18,7 +23,9 @@ Layers (sans-IO cores, one asyncio runtime):
 - `relay.dht.announcer` — `AnnounceState` (sans-IO decisions) + `Announcer` (driver).
 - `relay.dht.router` — where PEER_HANDSHAKE / PEER_HOLEPUNCH go next (pure functions).
 - `relay.dht.holepunch` — `NatAnalyzer`, `PunchState`: server-side holepunch decisions.
-- `relay.dht.node`, `.announcer`, `.server`, `.connection` — the asyncio runtime.
+- `relay.dht.node`, `.announcer`, `.server`, `.connection` — the asyncio runtime
+  (`DHTNode` keeps the sockets, awaited requests and the one clock, and runs the round-trip
+  sequences `DHTCore` asks for: walks, joining, the PING_NAT check).
 
 Public asyncio API (stable)::
 
@@ -34,8 +41,10 @@ Public asyncio API (stable)::
     #   False: become persistent at bootstrap if reachable; None: adaptive, as Node (~20 min)
     #   or DHTNode(socket=existing_udx_socket, udx=udx, ...) to use an already bound socket.
     await node.bootstrap()                          # raises DHTError("BIND_FAILED") if the port is taken;
-    #   bootstrap(require_reply=True) also raises DHTError("BOOTSTRAP_FAILED") when no node answered
+    #   bootstrap(require_reply=True) also raises DHTError("BOOTSTRAP_FAILED") when no node answered;
+    #   otherwise a node nobody answered (or that lost every node) keeps rejoining: 5, 10, 15 s...
     node.stats()  # {"bootstrapped", "firewalled", "public_host", "public_port", "last_announce", "nodes"}
+    node.bootstrapped       # True only while some DHT node answered and sits in the table
     node.remote_address()   # (host, port) once reachable and port-preserving, else None
     node.local_address()    # the bound server socket address
     node.server_socket, node.client_socket          # UDXSockets of `udx`

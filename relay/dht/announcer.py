@@ -94,8 +94,9 @@ class AnnounceState:
 
     @staticmethod
     def pick(closest_replies: list[Reply]) -> list[Reply]:
-        """The 3 XOR-closest responders that proved their id and gave a token."""
-        return [r for r in closest_replies[:3] if r.token is not None and r.peer.id is not None]
+        """The 3 XOR-closest responders that proved their id and gave a token (hyperdht takes
+        the 3 closest and fails on those without: then id-only repliers could take the slots)."""
+        return [r for r in closest_replies if r.token is not None and r.peer.id is not None][:3]
 
     def announce_value(self, node_id: bytes, token: bytes) -> bytes:
         return sign_announce(self.key_pair, self.target, node_id, token).encode()
