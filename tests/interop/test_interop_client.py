@@ -289,3 +289,42 @@ def test_interop_client_check_includes_the_probe_when_a_relay_runs(
     rows = {r["name"]: r for r in json.loads(p.stdout)}
     probe = rows["Relay carries a connection (probe)"]
     assert p.returncode == 1 and probe["status"] == "fail" and "key found on the DHT" in probe["detail"], probe
+
+
+async def test_interop_client_wizard_attaches_to_the_node_relay_by_key(
+    testnet: Testnet, node_relay: NodeRelay, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An operator who runs npm blind-relay-service: no runtime file, no /stats, only the key.
+    Step 2 attaches by key, the probe's peers meet through that relay, and step 3 gets the key."""
+    from textual.widgets import Input
+
+    from cosmictui.app import WizardApp
+    from cosmictui.ops.sandbox import create_sandbox
+    from cosmictui.screens.context import WizardContext
+    from tests.e2e._wizard_support import step, wait_status
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    sb = create_sandbox(tmp_path / "demo", bootstrap=tuple(testnet.bootstrap.split(",")), start_dht=False)
+    try:
+        app = WizardApp(WizardContext(sb.settings, demo=sb))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_status(pilot, app, "prereqs", ("ok", "warn"), timeout=30)
+            await pilot.press("n")
+            relay_step = step(app, "relay")
+            relay_step.query_one("#relay-by-key", Input).value = "not-a-key"
+            await pilot.press("k")
+            text = await wait_status(pilot, app, "relay", ("error",), timeout=10)
+            assert "not a relay key" in text
+            field = relay_step.query_one("#relay-by-key", Input)
+            field.value = node_relay.key
+            field.focus()
+            await pilot.press("enter")  # Enter on the pasted key attaches by it
+            text = await wait_status(pilot, app, "relay", ("ok", "error"), timeout=60)
+            assert "Attached by key" in text, text
+            rows = [r.text for r in relay_step.query("CheckRow")]
+            assert any(r.startswith("✔ ok Relay carries a connection (probe)") for r in rows), rows
+            assert app.screen.ctx.relay_key == node_relay.key
+            await pilot.press("n")
+            assert app.screen.index == 2  # on to the .env step with the key
+    finally:
+        sb.close()
