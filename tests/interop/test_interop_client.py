@@ -328,3 +328,20 @@ async def test_interop_client_wizard_attaches_to_the_node_relay_by_key(
             assert app.screen.index == 2  # on to the .env step with the key
     finally:
         sb.close()
+
+
+async def test_interop_client_holepunches_a_firewalled_node_server(testnet: Testnet, peers: NodePeers) -> None:
+    """Both sides firewalled (consistent NATs on loopback): two PEER_HOLEPUNCH rounds through the
+    DHT node, then probes; the raw stream ends on our puncher socket, not on any relay."""
+    srv = await call(peers, "serve")  # a firewalled Node server that punches
+    async with python_node(testnet, firewalled=True) as dht:
+        assert dht.remote_address() is None  # we cannot claim OPEN: the server cannot just connect to us
+        conn = await connect(dht, bytes.fromhex(srv["key"]), timeout=30)
+        try:
+            assert not conn.relayed and conn.stream.socket is not dht.client_socket
+            assert conn.stream.socket is not dht.server_socket  # the puncher's own socket
+            await exchange(conn, 200_000)
+            served = (await call(peers, "served"))["connections"]
+            assert served[-1]["remotePort"] == conn.stream.socket.address[1]
+        finally:
+            conn.destroy()
