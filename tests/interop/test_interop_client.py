@@ -345,3 +345,30 @@ async def test_interop_client_holepunches_a_firewalled_node_server(testnet: Test
             assert served[-1]["remotePort"] == conn.stream.socket.address[1]
         finally:
             conn.destroy()
+
+
+async def test_interop_client_python_client_holepunches_a_python_server(testnet: Testnet) -> None:
+    """Our client against our server's puncher (relay.dht.server), both firewalled."""
+    async with python_node(testnet, firewalled=True) as srv_node, python_node(testnet, firewalled=True) as cli_node:
+        conns: list[Connection] = []
+
+        async def on_connection(conn: Connection) -> None:
+            conns.append(conn)
+            with contextlib.suppress(Exception):
+                async for msg in conn.secret_stream:
+                    conn.secret_stream.send(msg)
+
+        kp = key_pair()
+        server = HyperDHTServer(srv_node, kp, on_connection, share_local_address=False)
+        await asyncio.wait_for(server.listen(), 30)
+        try:
+            conn = await connect(cli_node, kp.public_key, timeout=30)
+            try:
+                assert not conn.relayed
+                await exchange(conn, 100_000)
+                assert conns and conns[0].stream.socket not in (srv_node.server_socket, srv_node.client_socket)
+                assert server.stats["holepunches"] >= 1
+            finally:
+                conn.destroy()
+        finally:
+            await server.close()
