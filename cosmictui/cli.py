@@ -32,11 +32,24 @@ class UsageError(Exception):
     """Bad input from the operator: exit 2 with the message."""
 
 
+class _ParseError(Exception):
+    def __init__(self, parser: argparse.ArgumentParser, message: str) -> None:
+        super().__init__(message)
+        self.parser = parser
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises instead of exiting, so a bad flag under `--json` is JSON too."""
+
+    def error(self, message: str) -> Any:
+        raise _ParseError(self, message)
+
+
 # -- parser ---------------------------------------------------------------------------------------
 
 
 def build_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument("--config", metavar="PATH", default=argparse.SUPPRESS, help="TOML config file")
     common.add_argument(
         "--deployment",
@@ -46,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     fmt = argparse.RawDescriptionHelpFormatter
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="cosmictui",
         description="Set up a CosmicAC blind relay and watch it. Without a subcommand: the setup wizard.",
         epilog=EXIT_CODES,
@@ -81,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.add_argument("--json", action="store_true", help="print a JSON array of results")
     c.add_argument("--storage", metavar="DIR", help="relay storage directory to check")
-    c.add_argument("--port", type=int, help="relay UDP port to check")
+    c.add_argument("--port", type=_port, help="relay UDP port to check (1-65535)")
     c.add_argument(
         "--relay-key",
         metavar="KEY",
@@ -172,6 +185,17 @@ def _metrics_addr(text: str) -> str:
     return text
 
 
+def _port(text: str) -> int:
+    """1-65535 at parse time: 70000 is a usage error, not a traceback; 0 is not a port to check."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 1 <= v <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be 1-65535, got {v}")
+    return v
+
+
 def _interval(text: str) -> float:
     try:
         v = float(text)
@@ -219,9 +243,22 @@ def _plain(obj: Any) -> Any:
 
 
 def _dump(obj: Any, out: TextIO, stream: bool = False) -> None:
-    """Pretty on a terminal's stdout; `stream` (watch modes): always one object per line (NDJSON)."""
+    """Pretty on a terminal's stdout; `stream` (watch modes): always one object per line (NDJSON).
+
+    Always strict JSON: remote values (a relay's /stats) may hold NaN or Infinity, which
+    `json.dumps` would print as bare words no JSON parser takes; they become null."""
+    from cosmictui.ops.metrics import strict_json
+
     pretty = out is sys.stdout and not stream
-    out.write(json.dumps(_plain(obj), indent=2 if pretty else None) + "\n")
+    out.write(json.dumps(strict_json(_plain(obj)), indent=2 if pretty else None, allow_nan=False) + "\n")
+
+
+def _fail(args: argparse.Namespace, out: TextIO, command: str, error: str, code: int, fix: str = "") -> int:
+    """An error for people on stderr and, with --json, for programs on stdout; returns `code`."""
+    print(f"cosmictui {command}: {error}" + (f"\n  fix: {fix}" if fix else ""), file=sys.stderr)
+    if getattr(args, "json", False):
+        _dump({"error": error, "fix": fix or None, "exit_code": code}, out)
+    return code
 
 
 async def _open_runner(settings: Any) -> Any:
@@ -239,7 +276,7 @@ async def _open_runner(settings: Any) -> Any:
 def _runner_exit(e: Exception) -> int:
     """A deployment or file that does not exist is the operator's configuration (2); a host that
     does not answer, refuses us or fails a command is a failure (1)."""
-    return USAGE if getattr(e, "kind", "") in ("missing-file", "missing-directory") else FAILED
+    return USAGE if getattr(e, "kind", "") in ("missing-file", "missing-directory", "not-a-file") else FAILED
 
 
 # -- subcommands ----------------------------------------------------------------------------------
@@ -352,7 +389,7 @@ def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
 
 def cmd_env_set_relay(args: argparse.Namespace, out: TextIO) -> int:
     settings = _settings(args)
-    from cosmictui.ops.envfile import EnvFileError, decode_text, normalize_key, plan_relays, write_plan
+    from cosmictui.ops.envfile import EnvChanged, EnvFileError, decode_text, normalize_key, plan_relays, write_plan
     from cosmictui.ops.runner import RunnerError
 
     try:
@@ -365,8 +402,7 @@ def cmd_env_set_relay(args: argparse.Namespace, out: TextIO) -> int:
         try:
             runner = await _open_runner(settings)
         except RunnerError as e:
-            print(f"cosmictui env: {e}", file=sys.stderr)
-            return _runner_exit(e)
+            return _fail(args, out, "env", str(e), _runner_exit(e))
         try:
             path = runner.resolve(env_path)
             data = await runner.read_file(path)
@@ -385,6 +421,7 @@ def cmd_env_set_relay(args: argparse.Namespace, out: TextIO) -> int:
                 "written": False,
                 "backup": None,
                 "diff": plan.diff,
+                "bom": plan.bom,
             }
             if args.json and (not plan.changed or args.dry_run):
                 _dump(report, out)
@@ -392,6 +429,8 @@ def cmd_env_set_relay(args: argparse.Namespace, out: TextIO) -> int:
             if not plan.changed:
                 out.write(f"{path}: {settings.env_var} already holds {key}; nothing to change\n")
                 return OK
+            if plan.bom:
+                out.write(f"note: {path} starts with a UTF-8 byte order mark (BOM); it is kept as it was\n")
             if not args.json:
                 out.write(plan.diff if plan.diff.endswith("\n") else plan.diff + "\n")
             if args.dry_run:
@@ -404,11 +443,12 @@ def cmd_env_set_relay(args: argparse.Namespace, out: TextIO) -> int:
             out.write(f"wrote {path}" + (f" (backup {backup})" if backup else "") + "\n")
             out.write("next: apply the config and restart the worker (the wizard's step 4)\n")
             return OK
+        except EnvChanged as e:  # another writer, not the operator's mistake: nothing written, exit 1
+            return _fail(args, out, "env", str(e), FAILED)
         except EnvFileError as e:
             raise UsageError(str(e)) from None
         except RunnerError as e:
-            print(f"cosmictui env: {e}", file=sys.stderr)
-            return _runner_exit(e)
+            return _fail(args, out, "env", str(e), _runner_exit(e))
         finally:
             await runner.close()
 
@@ -421,7 +461,7 @@ def _jobs_table(views: Sequence[Any]) -> str:
     rows = [("ID", "STATUS", "AGE", "NOTE")]
     for v in views:
         note = v.stuck or ("created before the restart" if v.before_restart else "")
-        rows.append((v.job.id, v.job.status, format_age(v.age), note))
+        rows.append((v.job.id, v.job.status.strip() or "unknown", format_age(v.age), note))
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     return "".join(
         f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:>{widths[2]}}  {r[3]}".rstrip() + "\n" for r in rows
@@ -438,25 +478,28 @@ def worker_restart_time(deployment: str) -> datetime | None:
 
 def cmd_jobs(args: argparse.Namespace, out: TextIO) -> int:
     settings = _settings(args)
-    from cosmictui.ops.jobs import JobsFormatError, parse_jobs, view_jobs
+    from cosmictui.ops.evidence import name_case, new_job_left_creating, relay_evidence
+    from cosmictui.ops.joblist import list_jobs
+    from cosmictui.ops.progress import load_progress
+    from cosmictui.ops.relayproc import attach
     from cosmictui.ops.runner import RunnerError
 
     interval = args.interval or settings.poll_interval
     restart_at = worker_restart_time(settings.deployment)
+    baseline = load_progress(settings.deployment).data.get("relay_at_restart")
+    runtime = attach(settings.relay_storage)
+    metrics = runtime.metrics if runtime is not None and runtime.metrics else settings.metrics_url
+    if metrics and "://" not in metrics:
+        metrics = f"http://{metrics}"
 
     async def once(runner: Any) -> tuple[int, Any]:
-        result = await runner.run(settings.list_command)
-        if not result.ok:
-            return FAILED, {"error": f"`{result.cmd}` exited {result.exit_code}", "output": result.output}
-        try:
-            jobs = parse_jobs(result.output)
-        except JobsFormatError as e:
-            return FAILED, {"error": str(e), "output": e.raw}
-        now = datetime.now(UTC)
-        views = view_jobs(
-            jobs, now, restart_at=restart_at, stuck_after=settings.stuck_after, stale_after=settings.stale_after
-        )
-        return OK, views
+        # The same use case (and error wording) as the wizard's steps 5 and 6.
+        listing = await list_jobs(runner.run, settings, datetime.now(UTC), restart_at)
+        if not listing.ok:
+            return FAILED, {"error": listing.error, "output": listing.raw or ""}
+        evidence = await relay_evidence(metrics, baseline if isinstance(baseline, dict) else None, restart_at)
+        kind, case = name_case(new_job_left_creating(listing.views, restart_at, settings.statuses), evidence)
+        return OK, (listing.views, evidence, kind, case)
 
     def show(rc: int, res: Any) -> None:
         if rc != OK:
@@ -465,11 +508,13 @@ def cmd_jobs(args: argparse.Namespace, out: TextIO) -> int:
             else:
                 print(f"cosmictui jobs: {res['error']}\n{res['output']}", file=sys.stderr)
             return
+        views, evidence, kind, case = res
         if args.json:
             payload = [
                 {
                     "id": v.job.id,
                     "status": v.job.status,
+                    "status_class": settings.statuses.classify(v.job.status),
                     "created": v.job.created,
                     "updated": v.job.updated,
                     "age_seconds": v.age,
@@ -478,13 +523,15 @@ def cmd_jobs(args: argparse.Namespace, out: TextIO) -> int:
                     "stuck": v.stuck,
                     "fields": v.job.fields,
                 }
-                for v in res
+                for v in views
             ]
-            _dump({"at": datetime.now(UTC), "jobs": payload} if args.watch else payload, out, stream=args.watch)
+            doc = {"at": datetime.now(UTC), "jobs": payload, "relay": evidence.as_json(), "case": kind, "verdict": case}
+            _dump(doc, out, stream=args.watch)
         else:
             if args.watch:
                 out.write(f"-- {datetime.now().strftime('%H:%M:%S')} --\n")
-            out.write(_jobs_table(res))
+            out.write(_jobs_table(views))
+            out.write(f"{evidence.line()}\n{case}\n")
         out.flush()
 
     async def go() -> int:
@@ -517,10 +564,10 @@ def cmd_jobs(args: argparse.Namespace, out: TextIO) -> int:
 def relay_status_report(storage: str | None, metrics: str | None, timeout: float = 3.0) -> dict[str, Any]:
     """What `relay status` prints: runtime file, process liveness, /stats, and a verdict."""
     from cosmictui.ops import relayproc
-    from cosmictui.ops.metrics import MetricsError, fetch
+    from cosmictui.ops.metrics import BadData, MetricsError, fetch
 
     report: dict[str, Any] = {"state": "not running", "storage": storage, "runtime": None, "stats": None}
-    report |= {"metrics": metrics, "error": None, "key": None}
+    report |= {"metrics": metrics, "error": None, "fix": None, "key": None}
     if storage is not None:
         st = relayproc.relay_status(storage)
         report["storage"] = st.storage
@@ -529,8 +576,10 @@ def relay_status_report(storage: str | None, metrics: str | None, timeout: float
         report["key"] = st.runtime.key if st.runtime else None
         if st.runtime is None:
             report["error"] = f"no relay is running with storage {st.storage}"
+            report["fix"] = f"start it: blind-relay --storage {st.storage}"
         elif not st.running or st.stale_runtime:
             report["error"] = f"pid {st.runtime.pid} from {relayproc.RUNTIME_FILE} is gone"
+            report["fix"] = f"start it again: blind-relay --storage {st.storage} (and see its log {st.log_path})"
         elif metrics is None:
             metrics = st.runtime.metrics
             report["metrics"] = metrics
@@ -545,9 +594,13 @@ def relay_status_report(storage: str | None, metrics: str | None, timeout: float
         return report
     try:
         s = fetch(metrics, timeout=timeout)
-    except (MetricsError, ValueError) as e:
+    except BadData as e:  # it answers, with numbers no relay has: nothing of it is shown
+        report["state"] = "bad data"
+        report["error"], report["fix"], report["bad_field"] = e.reason, e.fix, e.field
+        return report
+    except MetricsError as e:
         report["state"] = "down"
-        report["error"] = f"{e}"
+        report["error"], report["fix"] = e.reason, e.fix or None
         return report
     report["state"] = "up"
     report["error"] = None
@@ -559,7 +612,7 @@ def relay_status_report(storage: str | None, metrics: str | None, timeout: float
 
 
 def cmd_relay_status(args: argparse.Namespace, out: TextIO) -> int:
-    from cosmictui.ops.metrics import human_bytes, human_duration
+    from cosmictui.ops.metrics import by_cause, human_bytes, human_duration
 
     settings = _settings(args)
     storage = args.storage if args.storage is not None else (None if args.metrics else settings.relay_storage)
@@ -567,7 +620,7 @@ def cmd_relay_status(args: argparse.Namespace, out: TextIO) -> int:
     if args.json:
         _dump(rep, out)
         return OK if rep["state"] == "up" else FAILED
-    badge = {"up": "▲ UP", "down": "✖ DOWN", "not running": "■ NOT RUNNING"}[rep["state"]]
+    badge = {"up": "▲ UP", "down": "✖ DOWN", "not running": "■ NOT RUNNING", "bad data": "✖ BAD DATA"}[rep["state"]]
     stats = rep["stats"] or {}
     rt = rep["runtime"] or {}
     key = stats.get("key") or rt.get("key") or "–"
@@ -590,12 +643,20 @@ def cmd_relay_status(args: argparse.Namespace, out: TextIO) -> int:
         pub = f"{dht.get('public_host')}:{dht.get('public_port')}" if dht.get("public_host") else "unknown"
         ann = dht.get("last_announce")
         ago = f"{human_duration(time.time() - ann)} ago" if isinstance(ann, int | float) else "never"
+        joined = dht.get("bootstrapped")
         out.write(
-            f"dht      bootstrapped {'yes' if dht.get('bootstrapped') else 'NO'}   "
+            f"dht      bootstrapped {'yes' if joined else 'NO'}   "
             f"firewalled {'YES' if dht.get('firewalled') else 'no'}   public {pub}   last announce {ago}\n"
         )
+        if joined is False:
+            out.write("         not joined to the DHT yet — retrying\n")
+        for block in ("dropped", "shed"):
+            if block in stats:
+                out.write(f"{block:<8} {by_cause(stats[block], top=8)}\n")
     if rep["error"]:
         out.write(f"note     {rep['error']}\n")
+    if rep.get("fix"):
+        out.write(f"next     {rep['fix']}\n")
     return OK if rep["state"] == "up" else FAILED
 
 
@@ -646,7 +707,14 @@ def cmd_relay_probe(args: argparse.Namespace, out: TextIO) -> int:
 def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except _ParseError as e:
+        e.parser.print_usage(sys.stderr)
+        print(f"{e.parser.prog}: error: {e}", file=sys.stderr)
+        if "--json" in (sys.argv[1:] if argv is None else argv):
+            _dump({"error": str(e), "fix": f"see `{e.parser.prog} --help`", "exit_code": USAGE}, out)
+        raise SystemExit(USAGE) from None  # as argparse itself does: callers and tests expect it
     handlers = {
         None: cmd_wizard,
         "monitor": cmd_monitor,
@@ -663,6 +731,8 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
         return handlers[args.command](args, out)
     except UsageError as e:
         print(f"cosmictui: {e}", file=sys.stderr)
+        if getattr(args, "json", False):
+            _dump({"error": str(e), "fix": None, "exit_code": USAGE}, out)
         return USAGE
     except NotImplementedError:
         print(f"cosmictui {args.command}: not available in this build yet", file=sys.stderr)

@@ -188,6 +188,10 @@ def create_sandbox(
         relay_metrics=f"127.0.0.1:{state['metrics_port']}",
         relay_bootstrap=boot,
         poll_interval=2.0,
+        # The sandbox `cosmicac` documents its create flags, so the demo has a known template, and
+        # its verify step a small test job of its own (never a copy of a stuck 4-GPU job).
+        create_command="cosmicac jobs create --name {name} --type {type} --gpus {gpus}",
+        test_job_command="cosmicac jobs create --name relay-check --type inference --gpus 1",
     )
     return Sandbox(base, deployment, bin_dir, storage, settings, temporary)
 

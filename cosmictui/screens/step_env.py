@@ -185,6 +185,7 @@ class EnvStep(Step):
         self.written = True
         self.written_key = self.ctx.relay_key
         self.ctx.env_writes += 1
+        self.invalidate_later("The .env changed")
         self.query_one("#env-summary", Static).update(
             # the backup sits next to the .env: its name alone, so no path wraps mid-word
             f"Wrote:  {path}\nBackup: {PurePosixPath(backup).name if backup else '(none)'} (same directory)\n"

@@ -105,7 +105,7 @@ async def test_wizard_relay_start_failure_shows_why_and_how_to_fix(tmp_path: Pat
             assert "Fix: the UDP port is taken" in text
             await pilot.press("n")
             assert app.screen.index == 1
-            log = app.screen.query_one("#command-log-text").lines
+            log = app.screen.query_one("#command-log-text").plain_lines
             assert any(line.startswith("$ ") and "-m relay --storage" in line for line in log)
     finally:
         squatter.close()
