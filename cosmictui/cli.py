@@ -171,6 +171,11 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--timeout", metavar="S", type=_interval, default=30.0, help="bound for the whole probe (30)")
     rp.add_argument("--storage", metavar="DIR", help="relay storage directory to take the key from (config)")
     rp.add_argument("--json", action="store_true", help="print a JSON object with every stage")
+    rp.add_argument(
+        "--watch", action="store_true", help="then echo every --interval seconds: round trip over time (Ctrl-C ends)"
+    )
+    rp.add_argument("--interval", metavar="S", type=_interval, default=5.0, help="seconds between echoes (5)")
+    rp.add_argument("--count", type=int, default=None, help=argparse.SUPPRESS)  # bounded --watch, for tests
     return p
 
 
@@ -683,6 +688,8 @@ def cmd_relay_probe(args: argparse.Namespace, out: TextIO) -> int:
     storage = args.storage if args.storage is not None else settings.relay_storage
     key = probe_key(args.key, storage)
     boot = [b.strip() for b in args.bootstrap.split(",") if b.strip()] if args.bootstrap else None
+    if args.watch:
+        return _relay_probe_watch(args, out, key, boot or list(settings.relay_bootstrap) or None)
     try:
         res = asyncio.run(run_probe(key, boot or list(settings.relay_bootstrap) or None, args.timeout))
     except ProbeUsageError as e:
@@ -699,6 +706,33 @@ def cmd_relay_probe(args: argparse.Namespace, out: TextIO) -> int:
         return OK
     out.write(f"result   ✖ failed at {res.error} (after {res.seconds:.1f} s)\n")
     return FAILED
+
+
+def _relay_probe_watch(args: argparse.Namespace, out: TextIO, key: str, boot: list[str] | None) -> int:
+    """`relay probe --watch`: one line (NDJSON with --json) per echo through the relay."""
+    from cosmictui.ops.probe import ProbeUsageError, watch_probe
+
+    last_ok = False
+
+    async def go() -> None:
+        nonlocal last_ok
+        async for p in watch_probe(key, boot, args.interval, args.timeout, args.count):
+            last_ok = p.ok
+            if args.json:
+                _dump(p, out, stream=True)
+            else:
+                when = datetime.fromtimestamp(p.at).strftime("%H:%M:%S")
+                rtt = f"round trip {p.rtt_ms:7.2f} ms" if p.rtt_ms is not None else "no echo          "
+                out.write(f"{when}  {'✔' if p.ok else '✖'} {rtt}  via {p.relay_address or '–'}  {p.detail}\n")
+            out.flush()
+
+    try:
+        asyncio.run(go())
+    except ProbeUsageError as e:
+        raise UsageError(str(e)) from None
+    except KeyboardInterrupt:
+        return OK
+    return OK if last_ok else FAILED
 
 
 # -- main -----------------------------------------------------------------------------------------

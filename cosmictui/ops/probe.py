@@ -19,6 +19,7 @@ import ipaddress
 import os
 import statistics
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -148,6 +149,68 @@ async def run_probe(
     result.seconds = round(time.monotonic() - started, 3)
     result.ok = len(result.stages) == len(STAGES) and all(s.ok for s in result.stages) and result.relayed
     return result
+
+
+@dataclass
+class ProbeSample:
+    """One point of `watch_probe`: the relayed round trip at `at` (wall clock), or why not."""
+
+    at: float
+    ok: bool
+    rtt_ms: float | None
+    relay_address: str | None
+    detail: str
+
+
+async def watch_probe(
+    relay_key: str | bytes,
+    bootstrap: list[str] | tuple[str, ...] | None = None,
+    interval: float = 5.0,
+    timeout: float = PROBE_TIMEOUT,
+    count: int | None = None,
+) -> AsyncIterator[ProbeSample]:
+    """Probe round trip over time, for a relay without metrics: one full probe, then one echo
+    every `interval` over the same relayed connection; a broken connection is probed again."""
+    pk = parse_relay_key(relay_key)
+    boot = parse_bootstrap(bootstrap)
+    n = 0
+    while count is None or n < count:
+        result = ProbeResult(relay_key=encode_id(pk))
+        probe = _Probe(pk, boot, result, 4096)
+        probe.deadline = time.monotonic() + timeout
+        try:
+            try:
+                await asyncio.wait_for(probe.run(), timeout)
+            except TimeoutError:
+                probe.fail(f"timed out after {timeout:g}s")
+            if result.failed is not None or probe.conn is None or not result.relayed:
+                n += 1
+                yield ProbeSample(time.time(), False, None, result.relay_address, result.error or "not relayed")
+                await asyncio.sleep(interval)
+                continue
+            n += 1
+            yield ProbeSample(time.time(), True, result.rtt_ms, result.relay_address, "probed")
+            ss = probe.conn.secret_stream
+            while count is None or n < count:
+                await asyncio.sleep(interval)
+                ping = os.urandom(16)
+                t = time.monotonic()
+                ss.send(ping)
+                try:
+                    back = await asyncio.wait_for(ss.recv(), timeout)
+                except Exception as e:  # a timeout or a broken stream: probe again
+                    n += 1
+                    why = f"echo lost: {str(e) or type(e).__name__}"
+                    yield ProbeSample(time.time(), False, None, result.relay_address, why)
+                    break
+                n += 1
+                if back != ping:
+                    yield ProbeSample(time.time(), False, None, result.relay_address, "echo came back wrong")
+                    break
+                rtt = round((time.monotonic() - t) * 1000, 2)
+                yield ProbeSample(time.time(), True, rtt, result.relay_address, "echo")
+        finally:
+            await probe.close()
 
 
 class _Probe:

@@ -372,3 +372,21 @@ async def test_interop_client_python_client_holepunches_a_python_server(testnet:
                 conn.destroy()
         finally:
             await server.close()
+
+
+def test_interop_client_relay_probe_watch_gives_round_trips_over_time(testnet: Testnet, node_relay: NodeRelay) -> None:
+    """A relay without metrics (the Node one): the round trip through it, sample after sample."""
+    watch = ["--watch", "--interval", "0.2", "--count", "4", "--json"]
+    p = subprocess.run(
+        [sys.executable, "-m", "cosmictui", "relay", "probe", node_relay.key, "--bootstrap", testnet.bootstrap, *watch],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        cwd=ROOT,
+    )
+    samples = [json.loads(line) for line in p.stdout.splitlines()]
+    assert p.returncode == 0 and len(samples) == 4, (p.stdout, p.stderr)
+    assert all(s["ok"] and s["rtt_ms"] > 0 for s in samples)
+    assert [s["detail"] for s in samples] == ["probed", "echo", "echo", "echo"]  # one connection, kept
+    assert all(int(s["relay_address"].rsplit(":", 1)[1]) in node_relay.ports for s in samples)
+    assert samples[0]["at"] < samples[-1]["at"]
