@@ -390,3 +390,23 @@ def test_interop_client_relay_probe_watch_gives_round_trips_over_time(testnet: T
     assert [s["detail"] for s in samples] == ["probed", "echo", "echo", "echo"]  # one connection, kept
     assert all(int(s["relay_address"].rsplit(":", 1)[1]) in node_relay.ports for s in samples)
     assert samples[0]["at"] < samples[-1]["at"]
+
+
+async def test_interop_client_probe_of_a_server_that_is_no_relay_fails_at_pairing(testnet: Testnet) -> None:
+    """A hyperdht server that is not a blind relay (it hangs up): found, handshake ok, pairing fails."""
+    from cosmictui.ops.probe import run_probe
+
+    async def hang_up(conn: Connection) -> None:
+        conn.close()
+
+    async with python_node(testnet) as dht:
+        kp = key_pair()
+        server = HyperDHTServer(dht, kp, hang_up)
+        await asyncio.wait_for(server.listen(), 30)
+        try:
+            res = await run_probe(kp.public_key, testnet.bootstrap.split(","), timeout=20)
+        finally:
+            await server.close()
+    assert not res.ok and [s.ok for s in res.stages] == [True, True, False]
+    assert res.stages[2].name == "pairing matched" and "closed the connection before pairing" in res.stages[2].detail
+    assert res.seconds < 20
