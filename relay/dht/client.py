@@ -88,7 +88,15 @@ RELAY_TIMEOUT = 15.0  # hyperdht: relayTimeout 15000 ms
 RELAY_KEEP_ALIVE = 5.0  # hyperdht: relayKeepAlive 5000 ms
 PASSIVE_CONNECT_TIMEOUT = 10.0  # hyperdht: passiveConnectTimeout when we claimed OPEN
 
-__all__ = ["CONNECT_TIMEOUT", "ConnectTrace", "RelayPairing", "connect", "pair_through_relay", "public_address"]
+__all__ = [
+    "CONNECT_TIMEOUT",
+    "ConnectTrace",
+    "RelayPairing",
+    "choose_path",
+    "connect",
+    "pair_through_relay",
+    "public_address",
+]
 
 
 @dataclass
@@ -115,6 +123,40 @@ def public_address(addresses: list[Address]) -> Address | None:
         if ip.is_global:
             return (host, port)
     return None
+
+
+def choose_path(
+    *,
+    server_firewall: int,
+    relayed: bool,
+    holepunchable: bool,
+    claimed_open: bool,
+    punch: bool,
+    relaying: bool,
+    server_seen: bool,
+) -> str:
+    """How the raw stream gets to the server after message 2 (hyperdht connect.js order).
+
+    "relay": only the blind relay (punching off); "seen": the server's first packet already
+    reached us; "open": the server is reachable (or answered via a node and cannot punch);
+    "direct": the handshake went to the server itself; "passive": we claimed OPEN, the server
+    connects to us; "holepunch": both firewalled, punch through the server's relay node;
+    "none": no way at all (CANNOT_HOLEPUNCH). Any path but "none" races a relay pairing
+    that `relaying` started.
+    """
+    if relaying and not punch:
+        return "relay"
+    if server_seen:
+        return "seen"
+    if server_firewall == Firewall.OPEN or (relayed and not holepunchable):
+        return "open"
+    if not relayed:
+        return "direct"
+    if claimed_open:
+        return "passive"
+    if holepunchable and punch:
+        return "holepunch"
+    return "relay" if relaying else "none"
 
 
 def _key_text(key: bytes) -> str:
@@ -312,23 +354,32 @@ class _Connector:
         if use_relay:
             self.trace.stage = "relay"
             self._spawn(self._relay())
-        if not self.punch and use_relay:
-            return  # blocked network: the relay is the only way
-        if self.server_seen is not None:
+        path = choose_path(
+            server_firewall=payload.firewall,
+            relayed=relayed,
+            holepunchable=bool(payload.holepunch and payload.holepunch.relays),
+            claimed_open=self.claimed_open,
+            punch=self.punch,
+            relaying=use_relay,
+            server_seen=self.server_seen is not None,
+        )
+        sock = self.node.socket_for(self.node.rpc.socket)
+        if path == "seen":
+            assert self.server_seen is not None
             self._connect_raw(*self.server_seen)
-        elif payload.firewall == Firewall.OPEN or (relayed and not (payload.holepunch and payload.holepunch.relays)):
-            target = public_address(payload.addresses4) or server_address
-            self._connect_raw(self.node.socket_for(self.node.rpc.socket), target)
-        elif not relayed:
-            self._connect_raw(self.node.socket_for(self.node.rpc.socket), addr)
-        elif self.claimed_open:
+        elif path == "open":
+            self._connect_raw(sock, public_address(payload.addresses4) or server_address)
+        elif path == "direct":
+            self._connect_raw(sock, addr)
+        elif path == "passive":
             # we said we are reachable: the server connects to us, our firewall hook takes it
             self._loop.call_later(PASSIVE_CONNECT_TIMEOUT, self._passive_timeout)
-        elif payload.holepunch and payload.holepunch.relays:
+        elif path == "holepunch":
             self.trace.stage = "holepunch"
             self._spawn(self._holepunch(addr, server_address, use_relay))
-        elif not use_relay:
+        elif path == "none":
             raise DHTError("the server is firewalled and offers no holepunch relay", "CANNOT_HOLEPUNCH")
+        # "relay": the pairing started above is the only way
 
     # ------------------------------------------------------------------ holepunch
 

@@ -103,3 +103,32 @@ async def test_connect_needs_a_udx_and_a_32_byte_key() -> None:
 def test_public_address_skips_bogons() -> None:
     assert public_address([("127.0.0.1", 1), ("10.0.0.2", 2), ("8.8.8.8", 3)]) == ("8.8.8.8", 3)
     assert public_address([("192.168.1.1", 1), ("not-an-ip", 2)]) is None
+
+
+@pytest.mark.parametrize(
+    "kw, path",
+    [
+        ({"relaying": True, "punch": False, "server_firewall": 1}, "relay"),  # blocked: even an OPEN server
+        ({"server_seen": True}, "seen"),
+        ({"server_firewall": 1, "relayed": True, "holepunchable": True}, "open"),
+        ({"relayed": True, "holepunchable": False}, "open"),  # answered via a node, cannot punch: try it
+        ({"relayed": False}, "direct"),
+        ({"relayed": True, "holepunchable": True, "claimed_open": True}, "passive"),
+        ({"relayed": True, "holepunchable": True}, "holepunch"),
+        ({"relayed": True, "holepunchable": True, "punch": False}, "none"),
+        ({"relayed": True, "holepunchable": True, "punch": False, "relaying": True}, "relay"),
+    ],
+)
+def test_choose_path_follows_hyperdht(kw: dict[str, Any], path: str) -> None:
+    from relay.dht.client import choose_path
+
+    args = {
+        "server_firewall": 0,
+        "relayed": True,
+        "holepunchable": True,
+        "claimed_open": False,
+        "punch": True,
+        "relaying": False,
+        "server_seen": False,
+    }
+    assert choose_path(**(args | kw)) == path
