@@ -16,7 +16,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import json
 import os
+import shlex
 import statistics
 import time
 from collections.abc import AsyncIterator
@@ -413,3 +415,34 @@ def probe_check(res: ProbeResult) -> Any:
     failed = res.failed
     fix = _FIXES.get(failed.name, "") if failed else ""
     return CheckResult(PROBE_CHECK, "fail", f"failed at {res.error}", fix)
+
+
+async def probe_from_host(
+    runner: Any, relay_key: str, bootstrap: list[str] | tuple[str, ...] | None, timeout: float = PROBE_TIMEOUT
+) -> Any:
+    """The same probe run on the deployment host, where the jobs are, when cosmictui is
+    installed there (`cosmictui relay probe KEY --json`); None when it is not."""
+    from cosmictui.ops.checks import CheckResult
+    from cosmictui.ops.runner import RunnerError
+
+    name = f"Relay carries a connection from {runner.label} (probe)"
+    cmd = f"cosmictui relay probe {shlex.quote(relay_key)} --json --timeout {timeout:g}"
+    if bootstrap:
+        cmd += f" --bootstrap {shlex.quote(','.join(bootstrap))}"
+    try:
+        res = await runner.run(cmd, timeout=timeout + 15)
+    except RunnerError as e:
+        if e.kind == "missing-command":
+            return None
+        return CheckResult(name, "warn", f"could not run the probe there: {e.what}", e.fix)
+    text = res.output
+    try:
+        data = json.loads(text[text.index("{") : text.rindex("}") + 1])
+        ok, error, where, rtt = bool(data["ok"]), data.get("error"), data.get("relay_address"), data.get("rtt_ms")
+    except (ValueError, KeyError, TypeError):
+        return CheckResult(
+            name, "warn", f"cosmictui there printed no probe result (exit {res.exit_code})", "update cosmictui there"
+        )
+    if ok:
+        return CheckResult(name, "ok", f"two peers there echoed through {where} (round trip {rtt} ms)")
+    return CheckResult(name, "fail", f"failed at {error}", "the jobs there would fail the same way: see the stage")

@@ -410,3 +410,21 @@ async def test_interop_client_probe_of_a_server_that_is_no_relay_fails_at_pairin
     assert not res.ok and [s.ok for s in res.stages] == [True, True, False]
     assert res.stages[2].name == "pairing matched" and "closed the connection before pairing" in res.stages[2].detail
     assert res.seconds < 20
+
+
+async def test_interop_client_probe_from_the_deployment_host(
+    testnet: Testnet, py_relay: RelayProcess, tmp_path: Path
+) -> None:
+    """Where cosmictui is installed on the deployment host, the probe runs there too (here: a
+    local runner whose PATH has this venv's `cosmictui`); where it is not, no row at all."""
+    from cosmictui.ops.probe import probe_from_host
+    from cosmictui.ops.runner import LocalRunner
+
+    assert py_relay.key is not None
+    venv_bin = str(Path(sys.executable).parent)
+    with_it = LocalRunner(str(tmp_path), env={"PATH": f"{venv_bin}:/usr/bin:/bin"})
+    row = await probe_from_host(with_it, py_relay.key, testnet.bootstrap.split(","), timeout=20)
+    assert row is not None and row.status == "ok", row
+    assert f"127.0.0.1:{py_relay.port}" in row.detail and row.name.startswith("Relay carries a connection from")
+    without = LocalRunner(str(tmp_path), env={"PATH": "/nonexistent"})
+    assert await probe_from_host(without, py_relay.key, testnet.bootstrap.split(","), timeout=20) is None
