@@ -21,7 +21,7 @@ from textual.widgets import Input, Static
 from cosmictui.ops import relayproc
 from cosmictui.ops.checks import CheckResult
 from cosmictui.ops.envfile import EnvFileError, decode_text, normalize_key, read_relays
-from cosmictui.ops.probe import PROBE_CHECK, PROBE_TIMEOUT, probe_check, run_probe
+from cosmictui.ops.probe import PROBE_CHECK, PROBE_TIMEOUT, probe_check, probe_from_host, run_probe
 from cosmictui.ops.relayproc import RelayProcError, RelayRuntime
 from cosmictui.ops.runner import RunnerError
 from cosmictui.ops.wizard_steps import RELAY_REACH_PREFIX, relay_reach_checks, sentences
@@ -313,6 +313,7 @@ class RelayStep(Step):
         self.busy = True
         self.status.set(f"{verb} the relay; checking that the deployment host reaches it …", "busy")
         try:
+            runner = None
             try:
                 runner = await self.ctx.logged_deployment()
                 results = await relay_reach_checks(self.ctx.settings, runner, rt)
@@ -320,8 +321,12 @@ class RelayStep(Step):
                 results = [CheckResult("Deployment host reachable", "fail", runner_problem(e, "connect"), e.fix)]
             # the proof that matters to jobs: two peers, punching off, meet through this relay
             self.status.set(f"{verb} the relay; probing it: two peers connect through it …", "busy")
-            probed = await run_probe(rt.key, list(self.ctx.settings.relay_bootstrap) or None, PROBE_TIMEOUT)
-            results.append(probe_check(probed))
+            boot = list(self.ctx.settings.relay_bootstrap) or None
+            results.append(probe_check(await run_probe(rt.key, boot, PROBE_TIMEOUT)))
+            if runner is not None and getattr(runner, "host", None):  # and from where the jobs run
+                remote = await probe_from_host(runner, rt.key, boot)
+                if remote is not None:
+                    results.append(remote)
         finally:
             self.busy = False
         self.reach = results
