@@ -362,9 +362,16 @@ def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
             for runner in opened:
                 await runner.close()
 
+    from cosmictui.ops.probe import ProbeUsageError, parse_relay_key, probe_check, run_probe
+
+    if args.relay_key:
+        try:
+            parse_relay_key(args.relay_key)  # a typo is a usage error before any check runs
+        except ProbeUsageError as e:
+            raise UsageError(f"--relay-key: {e}") from None
+
     async def probe() -> list[Any]:
         """With a relay key known: two peers must meet through it (`relay probe`)."""
-        from cosmictui.ops.probe import ProbeUsageError, probe_check, run_probe
         from cosmictui.ops.relayproc import attach
 
         rt = attach(settings.relay_storage)
@@ -665,8 +672,9 @@ def cmd_relay_status(args: argparse.Namespace, out: TextIO) -> int:
     return OK if rep["state"] == "up" else FAILED
 
 
-def probe_key(key: str | None, storage: str | None) -> str:
-    """KEY as given, else the relay running on (or the key held by) the configured storage."""
+def probe_key(key: str | None, storage: str | None, *, explicit_storage: bool = False) -> str:
+    """KEY as given, else the relay running on (or the key held by) the storage; with no
+    --storage given, the one relay running on this machine if there is exactly one."""
     if key:
         return key
     from cosmictui.ops import relayproc
@@ -675,10 +683,12 @@ def probe_key(key: str | None, storage: str | None) -> str:
         found = relayproc.read_key(storage) or relayproc.storage_key(storage)
         if found:
             return found
-    running = relayproc.running_relays()
-    if len(running) == 1:
-        return running[0].key
-    raise UsageError("no KEY given and no relay found in the configured storage; pass the relay's key")
+    if not explicit_storage:
+        running = relayproc.running_relays()
+        if len(running) == 1:
+            return running[0].key
+    where = f"storage {storage}" if storage else "the configured storage"
+    raise UsageError(f"no KEY given and no relay key in {where}; pass the relay's key")
 
 
 def cmd_relay_probe(args: argparse.Namespace, out: TextIO) -> int:
@@ -686,7 +696,7 @@ def cmd_relay_probe(args: argparse.Namespace, out: TextIO) -> int:
 
     settings = _settings(args)
     storage = args.storage if args.storage is not None else settings.relay_storage
-    key = probe_key(args.key, storage)
+    key = probe_key(args.key, storage, explicit_storage=args.storage is not None)
     boot = [b.strip() for b in args.bootstrap.split(",") if b.strip()] if args.bootstrap else None
     if args.watch:
         return _relay_probe_watch(args, out, key, boot or list(settings.relay_bootstrap) or None)
