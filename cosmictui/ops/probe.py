@@ -170,9 +170,13 @@ async def watch_probe(
     interval: float = 5.0,
     timeout: float = PROBE_TIMEOUT,
     count: int | None = None,
+    *,
+    echo_timeout: float | None = None,
 ) -> AsyncIterator[ProbeSample]:
     """Probe round trip over time, for a relay without metrics: one full probe, then one echo
-    every `interval` over the same relayed connection; a broken connection is probed again."""
+    every `interval` over the same relayed connection; a broken connection is probed again.
+    `timeout` bounds each probe, `echo_timeout` (default: the same) each echo."""
+    echo_wait = timeout if echo_timeout is None else echo_timeout
     pk = parse_relay_key(relay_key)
     boot = parse_bootstrap(bootstrap)
     n = 0
@@ -199,7 +203,7 @@ async def watch_probe(
                 t = time.monotonic()
                 ss.send(ping)
                 try:
-                    back = await asyncio.wait_for(ss.recv(), timeout)
+                    back = await asyncio.wait_for(ss.recv(), echo_wait)
                 except Exception as e:  # a timeout or a broken stream: probe again
                     n += 1
                     why = f"echo lost: {str(e) or type(e).__name__}"

@@ -87,6 +87,7 @@ CONNECT_TIMEOUT = 20.0
 RELAY_TIMEOUT = 15.0  # hyperdht: relayTimeout 15000 ms
 RELAY_KEEP_ALIVE = 5.0  # hyperdht: relayKeepAlive 5000 ms
 PASSIVE_CONNECT_TIMEOUT = 10.0  # hyperdht: passiveConnectTimeout when we claimed OPEN
+PARALLEL_HANDSHAKES = 2  # hyperdht: a semaphore of 2 connect attempts through announce holders
 
 __all__ = [
     "CONNECT_TIMEOUT",
@@ -301,28 +302,51 @@ class _Connector:
                 queue.put_nowait(None)
 
         walker = asyncio.ensure_future(walk())
+        attempts: dict[asyncio.Task[Any], Address] = {}
+        getter: asyncio.Task[Address | None] | None = None
+        walked = False
         try:
             while True:
-                addr = await queue.get()
-                if addr is None:
-                    return False
-                if addr in tried:
-                    continue
-                tried.add(addr)
-                try:
-                    await self._handshake(addr)
+                if getter is None and not walked:
+                    getter = asyncio.ensure_future(queue.get())
+                if not attempts and getter is None:
+                    return False  # the walk is over and every holder failed
+                waiting: set[asyncio.Future[Any]] = set(attempts)
+                if getter is not None and len(attempts) < PARALLEL_HANDSHAKES:
+                    waiting.add(getter)
+                done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                if getter is not None and getter in done:
+                    addr = getter.result()
+                    getter = None
+                    if addr is None:
+                        walked = True
+                    elif addr not in tried:
+                        tried.add(addr)
+                        attempts[asyncio.ensure_future(self._exchange(addr))] = addr
+                for t in [t for t in done if t in attempts]:
+                    addr = attempts.pop(t)
+                    try:
+                        found = t.result()
+                    except DHTError as e:
+                        log.debug("handshake through %s failed: %s", addr, e)
+                        errors.append(f"{addr[0]}:{addr[1]}: {e}")
+                        if e.code in ("SERVER_ERROR", "SERVER_INCOMPATIBLE"):
+                            raise
+                        continue
+                    self._adopt(addr, *found)  # raises CANNOT_HOLEPUNCH: the server's property, final
                     return True
-                except DHTError as e:
-                    log.debug("handshake through %s failed: %s", addr, e)
-                    errors.append(f"{addr[0]}:{addr[1]}: {e}")
-                    if e.code in ("SERVER_ERROR", "SERVER_INCOMPATIBLE", "CANNOT_HOLEPUNCH"):
-                        raise
         finally:
+            for t in attempts:
+                t.cancel()
+            if getter is not None:
+                getter.cancel()
             walker.cancel()
             with contextlib.suppress(BaseException):
                 await walker
 
-    async def _handshake(self, addr: Address) -> None:
+    async def _exchange(self, addr: Address) -> tuple[Any, Handshake, NoiseHandshake, NoisePayload]:
+        """PEER_HANDSHAKE through `addr` and message 2 checked, on a copy of our Noise state;
+        nothing of ours changes, so attempts can run side by side."""
         assert self.msg1 is not None
         value = Handshake(Mode.FROM_CLIENT, self.msg1).encode()
         reply = await self.node.request(addr, Command.PEER_HANDSHAKE, target=self.target, value=value)
@@ -342,6 +366,10 @@ class _Connector:
             raise DHTError(f"the server refused the handshake (error {payload.error})", "SERVER_ERROR")
         if payload.udx is None:
             raise DHTError("the server did not send UDX data", "SERVER_ERROR")
+        return reply, hs, noise, payload
+
+    def _adopt(self, addr: Address, reply: Any, hs: Handshake, noise: NoiseHandshake, payload: NoisePayload) -> None:
+        """The first good message 2 wins: finish the handshake and start the path(s) to the server."""
         self.noise = noise
         self.result = HandshakeResult.from_noise(noise)
         self.payload = payload

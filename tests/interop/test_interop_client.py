@@ -428,3 +428,27 @@ async def test_interop_client_probe_from_the_deployment_host(
     assert f"127.0.0.1:{py_relay.port}" in row.detail and row.name.startswith("Relay carries a connection from")
     without = LocalRunner(str(tmp_path), env={"PATH": "/nonexistent"})
     assert await probe_from_host(without, py_relay.key, testnet.bootstrap.split(","), timeout=20) is None
+
+
+async def test_interop_client_probe_watch_notices_a_relay_that_dies(testnet: Testnet, tmp_path: Path) -> None:
+    """Samples keep coming when the relay goes away: a lost echo, then a failed probe, bounded."""
+    from cosmictui.ops.probe import watch_probe
+
+    relay = RelayProcess(tmp_path / "r", bootstrap=testnet.bootstrap)
+    try:
+        relay.start()
+        assert relay.key is not None
+        samples = []
+        boot = testnet.bootstrap.split(",")
+        # generous bounds for what must work; the dead relay only ever makes us wait them out
+        async for s in watch_probe(relay.key, boot, interval=0.2, timeout=20, count=3, echo_timeout=2):
+            samples.append(s)
+            if len(samples) == 1:
+                assert s.ok and s.detail == "probed"
+                relay.stop()  # SIGKILL: no goodbye to anyone
+    finally:
+        relay.stop()
+    assert [s.ok for s in samples] == [True, False, False], samples
+    assert samples[1].detail.startswith("echo lost")
+    assert samples[2].detail.startswith(("handshake with the relay", "pairing matched")), samples[2]
+    assert samples[2].at - samples[0].at < 30
