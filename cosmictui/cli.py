@@ -181,6 +181,11 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--timeout", metavar="S", type=_interval, default=30.0, help="bound for the whole probe (30)")
     rp.add_argument("--storage", metavar="DIR", help="relay storage directory to take the key from (config)")
     rp.add_argument("--json", action="store_true", help="print a JSON object with every stage")
+    rp.add_argument(
+        "--watch", action="store_true", help="then echo every --interval seconds: round trip over time (Ctrl-C ends)"
+    )
+    rp.add_argument("--interval", metavar="S", type=_interval, default=5.0, help="seconds between echoes (5)")
+    rp.add_argument("--count", type=int, default=None, help=argparse.SUPPRESS)  # bounded --watch, for tests
     return p
 
 
@@ -377,9 +382,16 @@ def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
             for runner in opened:
                 await runner.close()
 
+    from cosmictui.ops.probe import ProbeUsageError, parse_relay_key, probe_check, run_probe
+
+    if args.relay_key:
+        try:
+            parse_relay_key(args.relay_key)  # a typo is a usage error before any check runs
+        except ProbeUsageError as e:
+            raise UsageError(f"--relay-key: {e}") from None
+
     async def probe() -> list[Any]:
         """With a relay key known: two peers must meet through it (`relay probe`)."""
-        from cosmictui.ops.probe import ProbeUsageError, probe_check, run_probe
         from cosmictui.ops.relayproc import attach
 
         rt = attach(settings.relay_storage)
@@ -679,8 +691,9 @@ def cmd_relay_status(args: argparse.Namespace, out: TextIO) -> int:
     return OK if rep["state"] == "up" else FAILED
 
 
-def probe_key(key: str | None, storage: str | None) -> str:
-    """KEY as given, else the relay running on (or the key held by) the configured storage."""
+def probe_key(key: str | None, storage: str | None, *, explicit_storage: bool = False) -> str:
+    """KEY as given, else the relay running on (or the key held by) the storage; with no
+    --storage given, the one relay running on this machine if there is exactly one."""
     if key:
         return key
     from cosmictui.ops import relayproc
@@ -689,10 +702,12 @@ def probe_key(key: str | None, storage: str | None) -> str:
         found = relayproc.read_key(storage) or relayproc.storage_key(storage)
         if found:
             return found
-    running = relayproc.running_relays()
-    if len(running) == 1:
-        return running[0].key
-    raise UsageError("no KEY given and no relay found in the configured storage; pass the relay's key")
+    if not explicit_storage:
+        running = relayproc.running_relays()
+        if len(running) == 1:
+            return running[0].key
+    where = f"storage {storage}" if storage else "the configured storage"
+    raise UsageError(f"no KEY given and no relay key in {where}; pass the relay's key")
 
 
 def cmd_relay_probe(args: argparse.Namespace, out: TextIO) -> int:
@@ -700,8 +715,10 @@ def cmd_relay_probe(args: argparse.Namespace, out: TextIO) -> int:
 
     settings = _settings(args)
     storage = args.storage if args.storage is not None else settings.relay_storage
-    key = probe_key(args.key, storage)
+    key = probe_key(args.key, storage, explicit_storage=args.storage is not None)
     boot = [b.strip() for b in args.bootstrap.split(",") if b.strip()] if args.bootstrap else None
+    if args.watch:
+        return _relay_probe_watch(args, out, key, boot or list(settings.relay_bootstrap) or None)
     try:
         res = asyncio.run(run_probe(key, boot or list(settings.relay_bootstrap) or None, args.timeout))
     except ProbeUsageError as e:
@@ -718,6 +735,33 @@ def cmd_relay_probe(args: argparse.Namespace, out: TextIO) -> int:
         return OK
     out.write(f"result   ✖ failed at {res.error} (after {res.seconds:.1f} s)\n")
     return FAILED
+
+
+def _relay_probe_watch(args: argparse.Namespace, out: TextIO, key: str, boot: list[str] | None) -> int:
+    """`relay probe --watch`: one line (NDJSON with --json) per echo through the relay."""
+    from cosmictui.ops.probe import ProbeUsageError, watch_probe
+
+    last_ok = False
+
+    async def go() -> None:
+        nonlocal last_ok
+        async for p in watch_probe(key, boot, args.interval, args.timeout, args.count):
+            last_ok = p.ok
+            if args.json:
+                _dump(p, out, stream=True)
+            else:
+                when = datetime.fromtimestamp(p.at).strftime("%H:%M:%S")
+                rtt = f"round trip {p.rtt_ms:7.2f} ms" if p.rtt_ms is not None else "no echo          "
+                out.write(f"{when}  {'✔' if p.ok else '✖'} {rtt}  via {p.relay_address or '–'}  {p.detail}\n")
+            out.flush()
+
+    try:
+        asyncio.run(go())
+    except ProbeUsageError as e:
+        raise UsageError(str(e)) from None
+    except KeyboardInterrupt:
+        return OK
+    return OK if last_ok else FAILED
 
 
 # -- main -----------------------------------------------------------------------------------------

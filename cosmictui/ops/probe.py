@@ -16,9 +16,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import json
 import os
+import shlex
 import statistics
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -148,6 +151,72 @@ async def run_probe(
     result.seconds = round(time.monotonic() - started, 3)
     result.ok = len(result.stages) == len(STAGES) and all(s.ok for s in result.stages) and result.relayed
     return result
+
+
+@dataclass
+class ProbeSample:
+    """One point of `watch_probe`: the relayed round trip at `at` (wall clock), or why not."""
+
+    at: float
+    ok: bool
+    rtt_ms: float | None
+    relay_address: str | None
+    detail: str
+
+
+async def watch_probe(
+    relay_key: str | bytes,
+    bootstrap: list[str] | tuple[str, ...] | None = None,
+    interval: float = 5.0,
+    timeout: float = PROBE_TIMEOUT,
+    count: int | None = None,
+    *,
+    echo_timeout: float | None = None,
+) -> AsyncIterator[ProbeSample]:
+    """Probe round trip over time, for a relay without metrics: one full probe, then one echo
+    every `interval` over the same relayed connection; a broken connection is probed again.
+    `timeout` bounds each probe, `echo_timeout` (default: the same) each echo."""
+    echo_wait = timeout if echo_timeout is None else echo_timeout
+    pk = parse_relay_key(relay_key)
+    boot = parse_bootstrap(bootstrap)
+    n = 0
+    while count is None or n < count:
+        result = ProbeResult(relay_key=encode_id(pk))
+        probe = _Probe(pk, boot, result, 4096)
+        probe.deadline = time.monotonic() + timeout
+        try:
+            try:
+                await asyncio.wait_for(probe.run(), timeout)
+            except TimeoutError:
+                probe.fail(f"timed out after {timeout:g}s")
+            if result.failed is not None or probe.conn is None or not result.relayed:
+                n += 1
+                yield ProbeSample(time.time(), False, None, result.relay_address, result.error or "not relayed")
+                await asyncio.sleep(interval)
+                continue
+            n += 1
+            yield ProbeSample(time.time(), True, result.rtt_ms, result.relay_address, "probed")
+            ss = probe.conn.secret_stream
+            while count is None or n < count:
+                await asyncio.sleep(interval)
+                ping = os.urandom(16)
+                t = time.monotonic()
+                ss.send(ping)
+                try:
+                    back = await asyncio.wait_for(ss.recv(), echo_wait)
+                except Exception as e:  # a timeout or a broken stream: probe again
+                    n += 1
+                    why = f"echo lost: {str(e) or type(e).__name__}"
+                    yield ProbeSample(time.time(), False, None, result.relay_address, why)
+                    break
+                n += 1
+                if back != ping:
+                    yield ProbeSample(time.time(), False, None, result.relay_address, "echo came back wrong")
+                    break
+                rtt = round((time.monotonic() - t) * 1000, 2)
+                yield ProbeSample(time.time(), True, rtt, result.relay_address, "echo")
+        finally:
+            await probe.close()
 
 
 class _Probe:
@@ -350,3 +419,34 @@ def probe_check(res: ProbeResult) -> Any:
     failed = res.failed
     fix = _FIXES.get(failed.name, "") if failed else ""
     return CheckResult(PROBE_CHECK, "fail", f"failed at {res.error}", fix)
+
+
+async def probe_from_host(
+    runner: Any, relay_key: str, bootstrap: list[str] | tuple[str, ...] | None, timeout: float = PROBE_TIMEOUT
+) -> Any:
+    """The same probe run on the deployment host, where the jobs are, when cosmictui is
+    installed there (`cosmictui relay probe KEY --json`); None when it is not."""
+    from cosmictui.ops.checks import CheckResult
+    from cosmictui.ops.runner import RunnerError
+
+    name = f"Relay carries a connection from {runner.label} (probe)"
+    cmd = f"cosmictui relay probe {shlex.quote(relay_key)} --json --timeout {timeout:g}"
+    if bootstrap:
+        cmd += f" --bootstrap {shlex.quote(','.join(bootstrap))}"
+    try:
+        res = await runner.run(cmd, timeout=timeout + 15)
+    except RunnerError as e:
+        if e.kind == "missing-command":
+            return None
+        return CheckResult(name, "warn", f"could not run the probe there: {e.what}", e.fix)
+    text = res.output
+    try:
+        data = json.loads(text[text.index("{") : text.rindex("}") + 1])
+        ok, error, where, rtt = bool(data["ok"]), data.get("error"), data.get("relay_address"), data.get("rtt_ms")
+    except (ValueError, KeyError, TypeError):
+        return CheckResult(
+            name, "warn", f"cosmictui there printed no probe result (exit {res.exit_code})", "update cosmictui there"
+        )
+    if ok:
+        return CheckResult(name, "ok", f"two peers there echoed through {where} (round trip {rtt} ms)")
+    return CheckResult(name, "fail", f"failed at {error}", "the jobs there would fail the same way: see the stage")

@@ -132,6 +132,7 @@ class WizardContext:
         self._relay_check = relay_check
         self.progress = progress_mod.load_progress(settings.deployment)
         self.relay_key: str | None = self.progress.relay_key
+        self.relay_external = False  # step 2 attached by key: the relay runs elsewhere, no runtime file here
         self.relay_storage: str = self.progress.relay_storage or settings.relay_storage
         self.restarted_at: float | None = self.progress.restarted_at
         self.env_backup: str | None = self.progress.env_backup
@@ -304,7 +305,7 @@ class WizardContext:
 
     def relay_problem(self) -> str | None:
         """Why the relay set up in step 2 cannot serve jobs now; None when it runs (or before step 2)."""
-        if not self.relay_key:
+        if not self.relay_key or self.relay_external:
             return None
         return self._relay_check(self.relay_storage, self.relay_key)
 

@@ -1,4 +1,5 @@
-"""dht-rpc node and HyperDHT server side, so real Node `hyperdht` peers can find and reach us.
+"""dht-rpc node and HyperDHT server and client, so real Node `hyperdht` peers can find and reach us
+(and we them).
 
 Layers (sans-IO cores, one asyncio runtime):
 
@@ -23,7 +24,8 @@ Layers (sans-IO cores, one asyncio runtime):
 - `relay.dht.announcer` — `AnnounceState` (sans-IO decisions) + `Announcer` (driver).
 - `relay.dht.router` — where PEER_HANDSHAKE / PEER_HOLEPUNCH go next (pure functions).
 - `relay.dht.holepunch` — `NatAnalyzer`, `PunchState`: server-side holepunch decisions.
-- `relay.dht.node`, `.announcer`, `.server`, `.connection` — the asyncio runtime
+- `relay.dht.blindclient` — `BlindRelayClient`: blind-relay `pair` from the peer's side.
+- `relay.dht.node`, `.announcer`, `.server`, `.client`, `.connection` — the asyncio runtime
   (`DHTNode` keeps the sockets, awaited requests and the one clock, and runs the round-trip
   sequences `DHTCore` asks for: walks, joining, the PING_NAT check).
 
@@ -65,6 +67,18 @@ Public asyncio API (stable)::
     await server.close()         # unannounce, destroy pending streams and connections
     await node.close()           # also closes (unannounces) servers still listening on it
 
+    # server side relaying (hyperdht relayThrough): every client is offered this blind relay
+    HyperDHTServer(node, key_pair, on_connection, relay_through=relay_public_key, holepunch=False)
+
+    # client side (hyperdht connect): FIND_PEER, PEER_HANDSHAKE through the announce holders,
+    # then direct / hole-punched (consistent NATs) / through a blind relay; errors are DHTError
+    from relay.dht import connect
+    conn = await connect(node, server_public_key,
+                         relay_through=relay_public_key,  # or None; the server may offer one too
+                         punch=False,                     # the blocked network: the relay only
+                         timeout=20.0)                    # DHTError("CONNECT_TIMEOUT") naming the stage
+    conn.relayed, conn.remote_address, conn.extra["trace"].stages   # timings per step
+
 Tests: `tests/interop/_dht_testnet.py` runs a Node hyperdht testnet on 127.0.0.1 (random
 ports) with a JSON command channel (`findPeer`, `ping`, `findNode`, `connect` + echo,
 `serve`); see `tests/interop/test_interop_dht.py` for the pattern.
@@ -82,9 +96,10 @@ with an abort. `HyperDHTServer(..., holepunch=False)` disables it (silence, as N
 
 from __future__ import annotations
 
+from .client import connect
 from .connection import Connection
 from .messages import BOOTSTRAP_NODES, DEFAULT_PORT, DHTError
 from .node import DHTNode
 from .server import HyperDHTServer
 
-__all__ = ["BOOTSTRAP_NODES", "DEFAULT_PORT", "Connection", "DHTError", "DHTNode", "HyperDHTServer"]
+__all__ = ["BOOTSTRAP_NODES", "DEFAULT_PORT", "Connection", "DHTError", "DHTNode", "HyperDHTServer", "connect"]

@@ -15,11 +15,17 @@ The asyncio side of `hyperdht/lib/connect.js`, on a `DHTNode` built with a `rela
    connect the raw stream to the relay's address: the relay joins it to the peer's;
 4. the secret stream starts on the raw stream with the Noise result (no second handshake).
 
+When the server is firewalled and answered through a DHT node, we hole-punch as hyperdht's
+client does, for consistent NATs on both sides (`relay.dht.holepunch` decides): a fresh
+puncher socket samples its NAT mapping from PINGs to DHT nodes, two PEER_HOLEPUNCH rounds
+through the node that relays for the server swap NAT types, addresses and tokens (sealed
+with the holepunch secret), then both sides send 1-byte probes; the first probe that
+reaches our puncher connects the raw stream on that socket. Random NATs (birthday sockets)
+are not punched: that case fails with `CANNOT_HOLEPUNCH` unless a relay carries it.
+
 `punch=False` is the blocked cluster network: we claim no reachable address (firewall
-UNKNOWN, no local addresses), never connect the raw stream anywhere but the relay, and
-drop UDX packets that try to reach it another way. Client-side hole punching of a
-firewalled server is not implemented: without a relay that case fails with
-`CANNOT_HOLEPUNCH` (the server side does punch, `relay.dht.server`).
+UNKNOWN, no local addresses), never punch, never connect the raw stream anywhere but the
+relay, and drop UDX packets that try to reach it another way.
 
 Every failure is a `DHTError` with a code (`PEER_NOT_FOUND`, `PEER_CONNECTION_FAILED`,
 `SERVER_ERROR`, `SERVER_INCOMPATIBLE`, `HANDSHAKE_INVALID`, `CANNOT_HOLEPUNCH`,
@@ -47,20 +53,28 @@ from relay.keys import KeyPair, encode_id, key_pair
 from relay.noise import NoiseError, NoiseHandshake
 from relay.secretstream import HandshakeResult, SecretStream, SecretStreamError
 from relay.secretstream_aio import SecretStreamProtocol
+from relay.udx import UDXSocket
 
 from .blindclient import BlindRelayClient, Paired, RelayChannelClosed
 from .connection import KEEP_ALIVE, Connection, start_secret_stream
+from .handshake import address_token, open_payload, seal_payload
+from .holepunch import HOLEPUNCH, MIN_SAMPLES, PROBE_INTERVAL, NatAnalyzer, PunchState
 from .messages import (
     NS_PEER_HANDSHAKE,
+    NS_PEER_HOLEPUNCH,
     Address,
     Command,
     DHTError,
     Firewall,
     Handshake,
+    Holepunch,
+    HolepunchPayload,
+    Internal,
     Mode,
     NoisePayload,
     PayloadError,
     PeerRecord,
+    RelayInfo,
     RelayThroughInfo,
     UDXInfo,
     hash32,
@@ -73,8 +87,17 @@ CONNECT_TIMEOUT = 20.0
 RELAY_TIMEOUT = 15.0  # hyperdht: relayTimeout 15000 ms
 RELAY_KEEP_ALIVE = 5.0  # hyperdht: relayKeepAlive 5000 ms
 PASSIVE_CONNECT_TIMEOUT = 10.0  # hyperdht: passiveConnectTimeout when we claimed OPEN
+PARALLEL_HANDSHAKES = 2  # hyperdht: a semaphore of 2 connect attempts through announce holders
 
-__all__ = ["CONNECT_TIMEOUT", "ConnectTrace", "RelayPairing", "connect", "pair_through_relay", "public_address"]
+__all__ = [
+    "CONNECT_TIMEOUT",
+    "ConnectTrace",
+    "RelayPairing",
+    "choose_path",
+    "connect",
+    "pair_through_relay",
+    "public_address",
+]
 
 
 @dataclass
@@ -101,6 +124,40 @@ def public_address(addresses: list[Address]) -> Address | None:
         if ip.is_global:
             return (host, port)
     return None
+
+
+def choose_path(
+    *,
+    server_firewall: int,
+    relayed: bool,
+    holepunchable: bool,
+    claimed_open: bool,
+    punch: bool,
+    relaying: bool,
+    server_seen: bool,
+) -> str:
+    """How the raw stream gets to the server after message 2 (hyperdht connect.js order).
+
+    "relay": only the blind relay (punching off); "seen": the server's first packet already
+    reached us; "open": the server is reachable (or answered via a node and cannot punch);
+    "direct": the handshake went to the server itself; "passive": we claimed OPEN, the server
+    connects to us; "holepunch": both firewalled, punch through the server's relay node;
+    "none": no way at all (CANNOT_HOLEPUNCH). Any path but "none" races a relay pairing
+    that `relaying` started.
+    """
+    if relaying and not punch:
+        return "relay"
+    if server_seen:
+        return "seen"
+    if server_firewall == Firewall.OPEN or (relayed and not holepunchable):
+        return "open"
+    if not relayed:
+        return "direct"
+    if claimed_open:
+        return "passive"
+    if holepunchable and punch:
+        return "holepunch"
+    return "relay" if relaying else "none"
 
 
 def _key_text(key: bytes) -> str:
@@ -182,6 +239,8 @@ class _Connector:
         self._connected: asyncio.Future[None] = self._loop.create_future()
         self._tasks: set[asyncio.Task[Any]] = set()
         self.claimed_open = False
+        self.puncher: _ClientPuncher | None = None
+        self.round = 0
         self.done = False
 
     # ------------------------------------------------------------------ steps
@@ -243,28 +302,51 @@ class _Connector:
                 queue.put_nowait(None)
 
         walker = asyncio.ensure_future(walk())
+        attempts: dict[asyncio.Task[Any], Address] = {}
+        getter: asyncio.Task[Address | None] | None = None
+        walked = False
         try:
             while True:
-                addr = await queue.get()
-                if addr is None:
-                    return False
-                if addr in tried:
-                    continue
-                tried.add(addr)
-                try:
-                    await self._handshake(addr)
+                if getter is None and not walked:
+                    getter = asyncio.ensure_future(queue.get())
+                if not attempts and getter is None:
+                    return False  # the walk is over and every holder failed
+                waiting: set[asyncio.Future[Any]] = set(attempts)
+                if getter is not None and len(attempts) < PARALLEL_HANDSHAKES:
+                    waiting.add(getter)
+                done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                if getter is not None and getter in done:
+                    addr = getter.result()
+                    getter = None
+                    if addr is None:
+                        walked = True
+                    elif addr not in tried:
+                        tried.add(addr)
+                        attempts[asyncio.ensure_future(self._exchange(addr))] = addr
+                for t in [t for t in done if t in attempts]:
+                    addr = attempts.pop(t)
+                    try:
+                        found = t.result()
+                    except DHTError as e:
+                        log.debug("handshake through %s failed: %s", addr, e)
+                        errors.append(f"{addr[0]}:{addr[1]}: {e}")
+                        if e.code in ("SERVER_ERROR", "SERVER_INCOMPATIBLE"):
+                            raise
+                        continue
+                    self._adopt(addr, *found)  # raises CANNOT_HOLEPUNCH: the server's property, final
                     return True
-                except DHTError as e:
-                    log.debug("handshake through %s failed: %s", addr, e)
-                    errors.append(f"{addr[0]}:{addr[1]}: {e}")
-                    if e.code in ("SERVER_ERROR", "SERVER_INCOMPATIBLE", "CANNOT_HOLEPUNCH"):
-                        raise
         finally:
+            for t in attempts:
+                t.cancel()
+            if getter is not None:
+                getter.cancel()
             walker.cancel()
             with contextlib.suppress(BaseException):
                 await walker
 
-    async def _handshake(self, addr: Address) -> None:
+    async def _exchange(self, addr: Address) -> tuple[Any, Handshake, NoiseHandshake, NoisePayload]:
+        """PEER_HANDSHAKE through `addr` and message 2 checked, on a copy of our Noise state;
+        nothing of ours changes, so attempts can run side by side."""
         assert self.msg1 is not None
         value = Handshake(Mode.FROM_CLIENT, self.msg1).encode()
         reply = await self.node.request(addr, Command.PEER_HANDSHAKE, target=self.target, value=value)
@@ -284,6 +366,10 @@ class _Connector:
             raise DHTError(f"the server refused the handshake (error {payload.error})", "SERVER_ERROR")
         if payload.udx is None:
             raise DHTError("the server did not send UDX data", "SERVER_ERROR")
+        return reply, hs, noise, payload
+
+    def _adopt(self, addr: Address, reply: Any, hs: Handshake, noise: NoiseHandshake, payload: NoisePayload) -> None:
+        """The first good message 2 wins: finish the handshake and start the path(s) to the server."""
         self.noise = noise
         self.result = HandshakeResult.from_noise(noise)
         self.payload = payload
@@ -296,23 +382,172 @@ class _Connector:
         if use_relay:
             self.trace.stage = "relay"
             self._spawn(self._relay())
-        if not self.punch and use_relay:
-            return  # blocked network: the relay is the only way
-        if self.server_seen is not None:
+        path = choose_path(
+            server_firewall=payload.firewall,
+            relayed=relayed,
+            holepunchable=bool(payload.holepunch and payload.holepunch.relays),
+            claimed_open=self.claimed_open,
+            punch=self.punch,
+            relaying=use_relay,
+            server_seen=self.server_seen is not None,
+        )
+        sock = self.node.socket_for(self.node.rpc.socket)
+        if path == "seen":
+            assert self.server_seen is not None
             self._connect_raw(*self.server_seen)
-        elif payload.firewall == Firewall.OPEN or (relayed and not (payload.holepunch and payload.holepunch.relays)):
-            target = public_address(payload.addresses4) or server_address
-            self._connect_raw(self.node.socket_for(self.node.rpc.socket), target)
-        elif not relayed:
-            self._connect_raw(self.node.socket_for(self.node.rpc.socket), addr)
-        elif self.claimed_open:
+        elif path == "open":
+            self._connect_raw(sock, public_address(payload.addresses4) or server_address)
+        elif path == "direct":
+            self._connect_raw(sock, addr)
+        elif path == "passive":
             # we said we are reachable: the server connects to us, our firewall hook takes it
             self._loop.call_later(PASSIVE_CONNECT_TIMEOUT, self._passive_timeout)
-        elif not use_relay:
-            raise DHTError(
-                "the server is firewalled and this client does not hole-punch; use a relay (relay_through)",
-                "CANNOT_HOLEPUNCH",
-            )
+        elif path == "holepunch":
+            self.trace.stage = "holepunch"
+            self._spawn(self._holepunch(addr, server_address, use_relay))
+        elif path == "none":
+            raise DHTError("the server is firewalled and offers no holepunch relay", "CANNOT_HOLEPUNCH")
+        # "relay": the pairing started above is the only way
+
+    # ------------------------------------------------------------------ holepunch
+
+    async def _holepunch(self, relay_address: Address, server_address: Address, relaying: bool) -> None:
+        """hyperdht connect.js `holepunch` for consistent NATs; a failure only fails the
+        connect when no relay is carrying it."""
+        try:
+            await self._punch(relay_address, server_address)
+        except DHTError as e:
+            self._destroy_puncher()
+            if not relaying and not self._connected.done():
+                self._connected.set_exception(e)
+
+    async def _punch(self, relay_address: Address, server_address: Address) -> None:
+        assert self.payload is not None and self.payload.holepunch is not None and self.result is not None
+        hp = self.payload.holepunch
+        p = self.puncher = _ClientPuncher(self.node, self._on_probe)
+        p.state.remote_firewall = self.payload.firewall
+        self._spawn(p.sample_nat())
+        server_relay = next((r for r in hp.relays if r.relay_address == relay_address), hp.relays[0])
+        token, peer_address = await self._probe_round(p, server_address, server_relay, retry=True)
+        if server_relay.relay_address == relay_address and peer_address != server_address:
+            server_address = peer_address  # the server re-rolled its socket: use the one it picked
+            p.probe(server_address)
+        st = p.state
+        st.nat.freeze()
+        if st.nat.firewall == Firewall.RANDOM or st.remote_firewall == Firewall.RANDOM:
+            await self._abort_punch(p, server_relay)
+            raise DHTError("a random NAT on one side: not hole-punched (no birthday sockets here)", "CANNOT_HOLEPUNCH")
+        await self._update(
+            p,
+            server_address,
+            relay_address,
+            HolepunchPayload(
+                error=PayloadError.NONE,
+                firewall=st.nat.firewall,
+                round=self._next_round(),
+                punching=True,
+                addresses=st.nat.addresses,
+                token=address_token(p.local_secret, server_address[0]),
+                remote_token=token,
+            ),
+        )
+        if not st.remote_holepunching:
+            raise DHTError("the server is not hole-punching", "REMOTE_NOT_HOLEPUNCHING")
+        if not st.can_punch():
+            raise DHTError("the server's NAT cannot be hole-punched from ours", "REMOTE_NOT_HOLEPUNCHABLE")
+        st.punching = True
+        while st.more_tries() and not self.stream.connected and not self.done:
+            for target in st.probe_targets():
+                p.probe(target)
+            await asyncio.sleep(PROBE_INTERVAL)
+        if not self.stream.connected:
+            raise DHTError(f"no probe came through after {st.tries} rounds", "HOLEPUNCH_PROBE_TIMEOUT")
+
+    async def _probe_round(
+        self, p: _ClientPuncher, server_address: Address, server_relay: RelayInfo, *, retry: bool
+    ) -> tuple[bytes | None, Address]:
+        p.probe(server_address)  # open a session towards the server's address
+        reply, peer_address, remote = await self._update(
+            p,
+            server_relay.peer_address,
+            server_relay.relay_address,
+            HolepunchPayload(
+                error=PayloadError.NONE,
+                firewall=p.state.nat.firewall,
+                round=self._next_round(),
+                addresses=p.state.nat.addresses,
+                remote_address=server_address,
+            ),
+        )
+        p.state.nat.add(reply.to, reply.peer.address)
+        if p.state.remote_firewall == Firewall.UNKNOWN:
+            await asyncio.sleep(1.0)  # let the server's NAT analysis finish
+        await p.analyzed(5.0)
+        if (p.state.remote_firewall == Firewall.UNKNOWN or not remote.token) and retry:
+            return await self._probe_round(p, server_address, server_relay, retry=False)
+        if p.state.remote_firewall == Firewall.UNKNOWN or p.state.nat.firewall == Firewall.UNKNOWN:
+            await self._abort_punch(p, server_relay)
+            raise DHTError("the NAT types could not be told apart in time", "HOLEPUNCH_PROBE_TIMEOUT")
+        if not p.state.stable():
+            await self._abort_punch(p, server_relay)
+            raise DHTError("both sides are behind random NATs", "HOLEPUNCH_DOUBLE_RANDOMIZED_NATS")
+        return remote.token, peer_address
+
+    async def _update(
+        self, p: _ClientPuncher, peer_address: Address, relay_address: Address, msg: HolepunchPayload
+    ) -> tuple[Any, Address, HolepunchPayload]:
+        """One PEER_HOLEPUNCH round from the puncher socket; the answer updates our view."""
+        assert self.payload is not None and self.payload.holepunch is not None and self.result is not None
+        secret = hash32(NS_PEER_HOLEPUNCH, self.result.hash)
+        value = Holepunch(Mode.FROM_CLIENT, self.payload.holepunch.id, seal_payload(secret, msg), peer_address)
+        reply = await self.node.request(
+            relay_address, Command.PEER_HOLEPUNCH, target=self.target, value=value.encode(), socket=p.name
+        )
+        if not reply.value:
+            raise DHTError("empty holepunch reply", "BAD_HOLEPUNCH_REPLY")
+        hp = Holepunch.decode(reply.value)
+        if hp.mode != Mode.REPLY or reply.peer.address != relay_address:
+            raise DHTError("bad holepunch reply", "BAD_HOLEPUNCH_REPLY")
+        remote = open_payload(secret, hp.payload)
+        if remote is None:
+            raise DHTError("the server's holepunch answer does not decrypt", "HOLEPUNCH_INVALID")
+        if remote.error != PayloadError.NONE:
+            raise DHTError(f"the server aborted the holepunch (error {remote.error})", "REMOTE_ABORTED")
+        echoed = remote.remote_token is not None and msg.token is not None and remote.remote_token == msg.token
+        peer = hp.peer_address or peer_address
+        p.state.update_remote(remote.punching, remote.firewall, remote.addresses, peer[0] if echoed else None)
+        return reply, peer, remote
+
+    async def _abort_punch(self, p: _ClientPuncher, server_relay: RelayInfo) -> None:
+        msg = HolepunchPayload(error=PayloadError.ABORTED, firewall=Firewall.UNKNOWN, round=self._next_round())
+        with contextlib.suppress(DHTError):
+            await self._update(p, server_relay.peer_address, server_relay.relay_address, msg)
+
+    def _next_round(self) -> int:
+        self.round += 1
+        return self.round - 1
+
+    def _on_probe(self, data: bytes, addr: Address) -> None:
+        """A server probe reached our puncher socket: the hole is open, connect there."""
+        p = self.puncher
+        if p is None or p.closed or self.stream.connected or self.result is None:
+            return
+        p.state.connected = True
+        self._connect_raw(p.socket, addr)
+        if self.stream.connected and self.stream.socket is p.socket:
+            p.in_use = True
+            prev = self.stream.on_close
+
+            def close_puncher(err: Any) -> None:
+                if prev is not None:
+                    prev(err)
+                p.close()
+
+            self.stream.on_close = close_puncher
+
+    def _destroy_puncher(self) -> None:
+        if self.puncher is not None and not self.puncher.in_use:
+            self.puncher.close()
 
     async def _relay(self) -> None:
         """Pair our raw stream through the relay; the first path to connect wins."""
@@ -421,9 +656,71 @@ class _Connector:
             t.cancel()
         if not self.stream.closed:
             self.stream.destroy()
+        self._destroy_puncher()
         if self.pairing is not None:
             self.pairing.close()
             self.pairing = None
+
+
+# ---------------------------------------------------------------------- holepunch socket
+
+
+class _ClientPuncher:
+    """The client's per-attempt punching socket (hyperdht `Holepuncher` as initiator)."""
+
+    def __init__(self, node: DHTNode, on_probe: Any) -> None:
+        self.node = node
+        host = node.local_address()[0]
+        self.socket = UDXSocket(node.udx, host, 0)  # binds now: create_socket is async by signature only
+        node.udx.sockets.append(self.socket)
+        self.name = f"cpunch:{id(self)}"
+        self.state = PunchState(NatAnalyzer(firewalled=True))
+        self.local_secret = os.urandom(32)
+        self.closed = False
+        self.in_use = False  # the connected stream lives on this socket
+        self._analyzed = asyncio.Event()
+        node.add_socket(self.name, self.socket, on_probe=on_probe)
+
+    def probe(self, addr: Address) -> None:
+        if not self.closed:
+            self.socket.send(HOLEPUNCH, addr)
+
+    async def sample_nat(self) -> None:
+        """PING a few DHT nodes from this socket: their `to` fields say how our NAT maps it."""
+        nodes = self.node.nodes()[::-1]
+        if len(nodes) >= 8:
+            nodes = nodes[5:]
+        pinged: set[Address] = set()
+        for _ in range(2):
+            batch = [n for n in nodes if n not in pinged][: max(0, MIN_SAMPLES - self.state.nat.sampled)]
+            pinged.update(batch)
+            replies = await asyncio.gather(
+                *(self.node.request(n, Internal.PING, internal=True, socket=self.name, retries=0) for n in batch),
+                return_exceptions=True,
+            )
+            for r in replies:
+                if not isinstance(r, BaseException):
+                    self.state.nat.add(r.to, r.peer.address)
+            if self.state.nat.done or self.closed:
+                break
+        self.state.nat.give_up()
+        self._analyzed.set()
+
+    async def analyzed(self, timeout: float) -> None:
+        if self.state.nat.done:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._analyzed.wait(), timeout)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.state.punching = False
+        self._analyzed.set()
+        self.node.remove_socket(self.name)
+        with contextlib.suppress(Exception):
+            self.socket.close()
 
 
 # ---------------------------------------------------------------------- blind-relay pairing

@@ -1,8 +1,8 @@
 """End to end: the demo sandbox walked from the first check to "the new job left Creating".
 
 Nothing here is simulated by the test: the sandbox's `task` and `cosmicac` decide job states
-themselves, and a job leaves Creating only when the real Python relay, started by the wizard,
-answers a dht-rpc PING at the address in its runtime file.
+themselves, and a job leaves Creating only when its agent reached the sandbox worker through the
+real Python relay the wizard started (both peers punching off; `cosmictui/ops/sandbox_worker.py`).
 """
 
 from __future__ import annotations

@@ -289,3 +289,166 @@ def test_interop_client_check_includes_the_probe_when_a_relay_runs(
     rows = {r["name"]: r for r in json.loads(p.stdout)}
     probe = rows["Relay carries a connection (probe)"]
     assert p.returncode == 1 and probe["status"] == "fail" and "key found on the DHT" in probe["detail"], probe
+
+
+async def test_interop_client_wizard_attaches_to_the_node_relay_by_key(
+    testnet: Testnet, node_relay: NodeRelay, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An operator who runs npm blind-relay-service: no runtime file, no /stats, only the key.
+    Step 2 attaches by key, the probe's peers meet through that relay, and step 3 gets the key."""
+    from textual.widgets import Input
+
+    from cosmictui.app import WizardApp
+    from cosmictui.ops.sandbox import create_sandbox
+    from cosmictui.screens.context import WizardContext
+    from tests.e2e._wizard_support import step, wait_status
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    sb = create_sandbox(tmp_path / "demo", bootstrap=tuple(testnet.bootstrap.split(",")), start_dht=False)
+    try:
+        app = WizardApp(WizardContext(sb.settings, demo=sb))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_status(pilot, app, "prereqs", ("ok", "warn"), timeout=30)
+            await pilot.press("n")
+            relay_step = step(app, "relay")
+            relay_step.query_one("#relay-by-key", Input).value = "not-a-key"
+            await pilot.press("k")
+            text = await wait_status(pilot, app, "relay", ("error",), timeout=10)
+            assert "not a relay key" in text
+            field = relay_step.query_one("#relay-by-key", Input)
+            field.value = node_relay.key
+            field.focus()
+            await pilot.press("enter")  # Enter on the pasted key attaches by it
+            text = await wait_status(pilot, app, "relay", ("ok", "error"), timeout=60)
+            assert "Attached by key" in text, text
+            rows = [r.text for r in relay_step.query("CheckRow")]
+            assert any(r.startswith("✔ ok Relay carries a connection (probe)") for r in rows), rows
+            assert app.screen.ctx.relay_key == node_relay.key
+            await pilot.press("n")
+            assert app.screen.index == 2  # on to the .env step with the key
+    finally:
+        sb.close()
+
+
+async def test_interop_client_holepunches_a_firewalled_node_server(testnet: Testnet, peers: NodePeers) -> None:
+    """Both sides firewalled (consistent NATs on loopback): two PEER_HOLEPUNCH rounds through the
+    DHT node, then probes; the raw stream ends on our puncher socket, not on any relay."""
+    srv = await call(peers, "serve")  # a firewalled Node server that punches
+    async with python_node(testnet, firewalled=True) as dht:
+        assert dht.remote_address() is None  # we cannot claim OPEN: the server cannot just connect to us
+        conn = await connect(dht, bytes.fromhex(srv["key"]), timeout=30)
+        try:
+            assert not conn.relayed and conn.stream.socket is not dht.client_socket
+            assert conn.stream.socket is not dht.server_socket  # the puncher's own socket
+            await exchange(conn, 200_000)
+            served = (await call(peers, "served"))["connections"]
+            assert served[-1]["remotePort"] == conn.stream.socket.address[1]
+        finally:
+            conn.destroy()
+
+
+async def test_interop_client_python_client_holepunches_a_python_server(testnet: Testnet) -> None:
+    """Our client against our server's puncher (relay.dht.server), both firewalled."""
+    async with python_node(testnet, firewalled=True) as srv_node, python_node(testnet, firewalled=True) as cli_node:
+        conns: list[Connection] = []
+
+        async def on_connection(conn: Connection) -> None:
+            conns.append(conn)
+            with contextlib.suppress(Exception):
+                async for msg in conn.secret_stream:
+                    conn.secret_stream.send(msg)
+
+        kp = key_pair()
+        server = HyperDHTServer(srv_node, kp, on_connection, share_local_address=False)
+        await asyncio.wait_for(server.listen(), 30)
+        try:
+            conn = await connect(cli_node, kp.public_key, timeout=30)
+            try:
+                assert not conn.relayed
+                await exchange(conn, 100_000)
+                assert conns and conns[0].stream.socket not in (srv_node.server_socket, srv_node.client_socket)
+                assert server.stats["holepunches"] >= 1
+            finally:
+                conn.destroy()
+        finally:
+            await server.close()
+
+
+def test_interop_client_relay_probe_watch_gives_round_trips_over_time(testnet: Testnet, node_relay: NodeRelay) -> None:
+    """A relay without metrics (the Node one): the round trip through it, sample after sample."""
+    watch = ["--watch", "--interval", "0.2", "--count", "4", "--json"]
+    p = subprocess.run(
+        [sys.executable, "-m", "cosmictui", "relay", "probe", node_relay.key, "--bootstrap", testnet.bootstrap, *watch],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        cwd=ROOT,
+    )
+    samples = [json.loads(line) for line in p.stdout.splitlines()]
+    assert p.returncode == 0 and len(samples) == 4, (p.stdout, p.stderr)
+    assert all(s["ok"] and s["rtt_ms"] > 0 for s in samples)
+    assert [s["detail"] for s in samples] == ["probed", "echo", "echo", "echo"]  # one connection, kept
+    assert all(int(s["relay_address"].rsplit(":", 1)[1]) in node_relay.ports for s in samples)
+    assert samples[0]["at"] < samples[-1]["at"]
+
+
+async def test_interop_client_probe_of_a_server_that_is_no_relay_fails_at_pairing(testnet: Testnet) -> None:
+    """A hyperdht server that is not a blind relay (it hangs up): found, handshake ok, pairing fails."""
+    from cosmictui.ops.probe import run_probe
+
+    async def hang_up(conn: Connection) -> None:
+        conn.close()
+
+    async with python_node(testnet) as dht:
+        kp = key_pair()
+        server = HyperDHTServer(dht, kp, hang_up)
+        await asyncio.wait_for(server.listen(), 30)
+        try:
+            res = await run_probe(kp.public_key, testnet.bootstrap.split(","), timeout=20)
+        finally:
+            await server.close()
+    assert not res.ok and [s.ok for s in res.stages] == [True, True, False]
+    assert res.stages[2].name == "pairing matched" and "closed the connection before pairing" in res.stages[2].detail
+    assert res.seconds < 20
+
+
+async def test_interop_client_probe_from_the_deployment_host(
+    testnet: Testnet, py_relay: RelayProcess, tmp_path: Path
+) -> None:
+    """Where cosmictui is installed on the deployment host, the probe runs there too (here: a
+    local runner whose PATH has this venv's `cosmictui`); where it is not, no row at all."""
+    from cosmictui.ops.probe import probe_from_host
+    from cosmictui.ops.runner import LocalRunner
+
+    assert py_relay.key is not None
+    venv_bin = str(Path(sys.executable).parent)
+    with_it = LocalRunner(str(tmp_path), env={"PATH": f"{venv_bin}:/usr/bin:/bin"})
+    row = await probe_from_host(with_it, py_relay.key, testnet.bootstrap.split(","), timeout=20)
+    assert row is not None and row.status == "ok", row
+    assert f"127.0.0.1:{py_relay.port}" in row.detail and row.name.startswith("Relay carries a connection from")
+    without = LocalRunner(str(tmp_path), env={"PATH": "/nonexistent"})
+    assert await probe_from_host(without, py_relay.key, testnet.bootstrap.split(","), timeout=20) is None
+
+
+async def test_interop_client_probe_watch_notices_a_relay_that_dies(testnet: Testnet, tmp_path: Path) -> None:
+    """Samples keep coming when the relay goes away: a lost echo, then a failed probe, bounded."""
+    from cosmictui.ops.probe import watch_probe
+
+    relay = RelayProcess(tmp_path / "r", bootstrap=testnet.bootstrap)
+    try:
+        relay.start()
+        assert relay.key is not None
+        samples = []
+        boot = testnet.bootstrap.split(",")
+        # generous bounds for what must work; the dead relay only ever makes us wait them out
+        async for s in watch_probe(relay.key, boot, interval=0.2, timeout=20, count=3, echo_timeout=2):
+            samples.append(s)
+            if len(samples) == 1:
+                assert s.ok and s.detail == "probed"
+                relay.stop()  # SIGKILL: no goodbye to anyone
+    finally:
+        relay.stop()
+    assert [s.ok for s in samples] == [True, False, False], samples
+    assert samples[1].detail.startswith("echo lost")
+    assert samples[2].detail.startswith(("handshake with the relay", "pairing matched")), samples[2]
+    assert samples[2].at - samples[0].at < 30
