@@ -399,7 +399,7 @@ def worker_restart_time(deployment: str) -> datetime | None:
 
 def cmd_jobs(args: argparse.Namespace, out: TextIO) -> int:
     settings = _settings(args)
-    from cosmictui.ops.evidence import name_case, new_job_left_creating, relay_evidence
+    from cosmictui.ops.evidence import name_case, new_job_left_creating, new_jobs, relay_evidence
     from cosmictui.ops.joblist import list_jobs
     from cosmictui.ops.progress import load_progress
     from cosmictui.ops.relayproc import attach
@@ -419,7 +419,8 @@ def cmd_jobs(args: argparse.Namespace, out: TextIO) -> int:
         if not listing.ok:
             return FAILED, {"error": listing.error, "output": listing.raw or ""}
         evidence = await relay_evidence(metrics, baseline if isinstance(baseline, dict) else None, restart_at)
-        kind, case = name_case(new_job_left_creating(listing.views, restart_at, settings.statuses), evidence)
+        left = new_job_left_creating(listing.views, restart_at, settings.statuses)
+        kind, case = name_case(left, evidence, new_job=bool(new_jobs(listing.views, restart_at)))
         return OK, (listing.views, evidence, kind, case)
 
     def show(rc: int, res: Any) -> None:

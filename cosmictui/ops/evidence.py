@@ -113,6 +113,13 @@ async def relay_evidence(
     return evidence_from(counters(s), baseline, restart_at)
 
 
+def new_jobs(views: list[JobView], restart_at: datetime | None) -> list[JobView]:
+    """Jobs created after the worker restart (none when the restart time is not known)."""
+    if restart_at is None:
+        return []
+    return [v for v in views if v.job.created is not None and v.job.created > restart_at]
+
+
 def new_job_left_creating(views: list[JobView], restart_at: datetime | None, statuses: StatusSets) -> bool:
     """From one list: a job created after the restart is in a done status (the CLI's one-shot view)."""
     if restart_at is None:
@@ -126,8 +133,13 @@ def new_job_left_creating(views: list[JobView], restart_at: datetime | None, sta
 CaseKind = Literal["relayed", "direct", "no-session", "waiting", "unknown"]
 
 
-def name_case(left_creating: bool, evidence: RelayEvidence) -> tuple[CaseKind, str]:
-    """Which of the cases the operator page cares about this is, and what to check."""
+def name_case(left_creating: bool, evidence: RelayEvidence, new_job: bool = True) -> tuple[CaseKind, str]:
+    """Which of the cases the operator page cares about this is, and what to check.
+
+    `new_job`: a job created after the worker restart is in the list at all.
+    """
+    if not new_job and not left_creating:
+        return "waiting", "No job created after the restart yet: the relay's numbers above tell once there is one."
     if not evidence.reachable:
         return "unknown", "Cannot tell whether the relay carried it: " + evidence.detail + "."
     if left_creating and evidence.carried:

@@ -39,7 +39,7 @@ class EnvStep(Step):
     TITLE = "Configure .env"
     STEP_BINDINGS = (
         Binding("w", "step('write')", "Write"),
-        Binding("t", "step('toggle_mode')", "Merge/replace"),
+        Binding("t", "step('toggle_mode')", "Mode"),
         Binding("e", "step('reload')", "Re-read"),
     )
 

@@ -161,7 +161,7 @@ class VerifyStep(Step):
             self.ctx.relay_metrics_url(), self.ctx.progress.data.get("relay_at_restart"), self._restart_dt()
         )
         left = verdict.state == "confirmed"
-        _, case = name_case(left, self.evidence)
+        _, case = name_case(left, self.evidence, new_job=bool(new_ids))
         self.query_one("#verify-evidence", Static).update(f"{self.evidence.line()}\n{case}")
         kind = {
             "confirmed": "ok",
