@@ -105,7 +105,7 @@ async def relay_evidence(
 ) -> RelayEvidence:
     """Read the relay's metrics now; an unreachable relay is evidence too ("no numbers")."""
     if not metrics_url:
-        return RelayEvidence(False, "", detail="the relay's metrics are off ([relay] metrics)")
+        return RelayEvidence(False, "", detail="the relay's metrics are off: [relay] metrics")
     try:
         s = await scrape(metrics_url, timeout)
     except MetricsError as e:

@@ -185,10 +185,10 @@ class RecoverStep(Step):
             commands.append(p.delete)
             commands.append(p.create if p.create else f"# {p.job.id}: delete only — you recreate it yourself")
         only = [p.job.id for p in plans if p.create is None]
-        where = recovery_dir(self.ctx.settings.deployment).parent  # the file's own name is shown once saved
+        where = recovery_dir(self.ctx.settings.deployment)  # the file's own name is shown once saved
         body = (
-            f"First every field and the recreate command of each job are saved to a new file under {where}/ "
-            "(its name is shown and logged). Then these commands run on the deployment host, in order:"
+            "First each job's every field and its recreate command are saved to a new file in\n"
+            f"{where}/\n(its name is shown and logged). Then these commands run on the deployment host, in order:"
         )
         if only:
             body += (
