@@ -89,7 +89,8 @@ class Reader:
             return self.uint32()
         return self.uint64()
 
-    def int(self) -> int:
+    def zigzag_int(self) -> int:
+        """compact-encoding `int` (zigzag varint); not named `int` so the builtin stays visible here."""
         return _unzigzag(self.uint())
 
     def bool(self) -> bool:
@@ -223,7 +224,8 @@ class Writer:
             self.buf += _U64.pack(v)
         return self
 
-    def int(self, v: int) -> Writer:
+    def zigzag_int(self, v: int) -> Writer:
+        """compact-encoding `int` (zigzag varint); see `Reader.zigzag_int`."""
         return self.uint(2 * v if v >= 0 else -2 * v - 1)
 
     def bool(self, v: bool) -> Writer:

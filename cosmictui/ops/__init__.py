@@ -47,7 +47,9 @@ progress    WizardProgress(deployment, current_step, completed, relay_storage, r
             clear_progress(deployment), progress_path(deployment), state_dir().
 sandbox     create_sandbox(root=None, *, relay_port, metrics_port, bootstrap, seed_jobs,
             start_dht=True) -> Sandbox(root, deployment, bin_dir, relay_storage, settings,
-            env_path, state_path, .close(), .stop_dht()). Without `bootstrap` the sandbox starts
+            env_path, state_path, .close(), .stop_dht()). `task restart` starts the sandbox
+            worker (`sandbox_worker`: each new job = an agent and the worker meeting through the
+            job's relay, punching off; stop_worker(state_path)). Without `bootstrap` the sandbox starts
             a private 5-node DHT on 127.0.0.1 (`sandbox_dht`, detached) because the relay needs a
             DHT to start; call Sandbox.close() in test teardown (it also exits by itself 15 min
             after the last relay on the sandbox storage stopped). ensure_dht(root, storage),

@@ -15,16 +15,15 @@ import posixpath
 import re
 import secrets
 import shlex
-import shutil
 import signal
 import socket
 import stat
-import tempfile
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import unquote, urlsplit
 
 import asyncssh
@@ -141,8 +140,15 @@ class Runner:
     async def read_file(self, path: str) -> bytes:
         raise NotImplementedError
 
-    async def write_file_atomic(self, path: str, data: bytes, backup: bool = True) -> str | None:
-        """Replace `path` atomically keeping mode/owner; returns the timestamped backup path."""
+    async def write_file_atomic(
+        self, path: str, data: bytes, backup: bool = True, expect: bytes | None = None
+    ) -> str | None:
+        """Replace `path` atomically keeping mode/owner; returns the timestamped backup path.
+
+        `expect`: the bytes the caller planned against. The file must still hold them, and must
+        not change (size, mtime, inode) until the rename; otherwise RunnerError(kind="changed")
+        and nothing is written, so another writer's edit is never lost.
+        """
         raise NotImplementedError
 
     async def exists(self, path: str) -> bool:
@@ -226,6 +232,10 @@ class LocalRunner(Runner):
         full = self.resolve(path)
         try:
             return await asyncio.to_thread(Path(full).read_bytes)
+        except IsADirectoryError:
+            raise RunnerError(
+                f"{full} is a directory, not a file", "pass the .env file itself with --env", self.label, "not-a-file"
+            ) from None
         except FileNotFoundError:
             raise RunnerError(
                 f"{full} does not exist on {self.label}",
@@ -236,10 +246,19 @@ class LocalRunner(Runner):
         except OSError as e:
             raise RunnerError(f"cannot read {full}: {e.strerror or e}", "", self.label, "io") from None
 
-    async def write_file_atomic(self, path: str, data: bytes, backup: bool = True) -> str | None:
+    async def write_file_atomic(
+        self, path: str, data: bytes, backup: bool = True, expect: bytes | None = None
+    ) -> str | None:
         full = os.path.realpath(self.resolve(path))  # a symlinked .env stays a symlink
         try:
-            return await asyncio.to_thread(_write_local_atomic, full, data, backup)
+            return await asyncio.to_thread(_write_local_atomic, full, data, backup, expect)
+        except FileChanged as e:
+            raise RunnerError(
+                f"{full} changed while it was being written ({e}); nothing was written",
+                "someone else edited it: review the new diff and run again",
+                self.label,
+                "changed",
+            ) from None
         except OSError as e:
             raise RunnerError(
                 f"cannot write {full}: {e.strerror or e}", "check permissions on its directory", self.label, "io"
@@ -254,36 +273,84 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
-def _write_local_atomic(full: str, data: bytes, backup: bool) -> str | None:
-    """Temp file beside the target, same mode/owner, fsync, rename; backup keeps the old bytes."""
-    directory = os.path.dirname(full) or "."
+class FileChanged(OSError):
+    """The file is not what the write was planned against, or changed during the write."""
+
+
+BEFORE_RENAME: list[Callable[[str], None]] = []
+"""Called with the target path after the new bytes are on disk and just before the final check
+and rename: how tests make "another writer appends right now" happen every time, not by luck."""
+
+
+def _signature(st: os.stat_result) -> tuple[int, int, int, int]:
+    return (st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns)
+
+
+def _create_like(path: str, st: os.stat_result | None, exclusive: bool = True) -> int:
+    """Open a new file that is 0600 from its first moment, then owned and moded like `st`
+    (the original) before a byte is written, so no other user can read it even briefly."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags | (os.O_EXCL if exclusive else os.O_TRUNC), 0o600)
     try:
-        st: os.stat_result | None = os.stat(full)
+        if st is not None:
+            if (st.st_uid, st.st_gid) != (os.fstat(fd).st_uid, os.fstat(fd).st_gid):
+                with contextlib.suppress(PermissionError):  # not root: ours, still 0600 or stricter
+                    os.fchown(fd, st.st_uid, st.st_gid)
+            os.fchmod(fd, stat.S_IMODE(st.st_mode))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _write_fd(fd: int, data: bytes) -> None:
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _write_local_atomic(full: str, data: bytes, backup: bool, expect: bytes | None = None) -> str | None:
+    """Temp file beside the target, same mode/owner, fsync, re-check, rename; the backup keeps
+    the old bytes with the original's owner and mode from its first byte."""
+    directory = os.path.dirname(full) or "."
+    old: bytes | None = None
+    try:
+        with open(full, "rb") as f:
+            st: os.stat_result | None = os.fstat(f.fileno())
+            old = f.read()
     except FileNotFoundError:
         st = None
+    if expect is not None and (old or b"") != expect:
+        raise FileChanged("its content is not what the edit was planned against")
     saved = None
-    if st is not None and backup:
-        saved = _backup_name(full)
-        n = 1
-        while os.path.exists(saved):
-            saved = f"{_backup_name(full)}-{n}"
-            n += 1
-        shutil.copy2(full, saved)
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(full)}.", suffix=".tmp", dir=directory)
+    if st is not None and old is not None and backup:
+        n = 0
+        while True:
+            saved = _backup_name(full) + (f"-{n}" if n else "")
+            try:
+                _write_fd(_create_like(saved, st), old)
+                break
+            except FileExistsError:
+                n += 1
+    tmp = os.path.join(directory, f".{os.path.basename(full)}.{secrets.token_hex(6)}.tmp")
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        if st is not None:
-            os.chmod(tmp, stat.S_IMODE(st.st_mode))
-            if (st.st_uid, st.st_gid) != (os.geteuid(), os.getegid()):
-                with contextlib.suppress(PermissionError):
-                    os.chown(tmp, st.st_uid, st.st_gid)
+        _write_fd(_create_like(tmp, st), data)
+        for hook in BEFORE_RENAME:
+            hook(full)
+        try:
+            now = _signature(os.stat(full)) if st is not None else None
+        except FileNotFoundError:
+            now = None
+        if now != (_signature(st) if st is not None else None):
+            raise FileChanged("its size, time or inode moved after it was read")
         os.replace(tmp, full)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if saved is not None and isinstance(sys.exc_info()[1], FileChanged):
+            with contextlib.suppress(OSError):
+                os.unlink(saved)  # nothing was written: no backup of a write that did not happen
         raise
     with contextlib.suppress(OSError):
         dfd = os.open(directory, os.O_RDONLY)
@@ -292,6 +359,10 @@ def _write_local_atomic(full: str, data: bytes, backup: bool) -> str | None:
         finally:
             os.close(dfd)
     return saved
+
+
+def _sftp_signature(attrs: asyncssh.SFTPAttrs | None) -> tuple[Any, ...] | None:
+    return None if attrs is None else (attrs.size, attrs.mtime, getattr(attrs, "mtime_ns", None))
 
 
 class SSHRunner(Runner):
@@ -525,7 +596,9 @@ class SSHRunner(Runner):
                 raise self._lost(e) from None
             raise RunnerError(f"cannot read {full} on {self.label}: {e}", "", self.label, "io") from None
 
-    async def write_file_atomic(self, path: str, data: bytes, backup: bool = True) -> str | None:
+    async def write_file_atomic(
+        self, path: str, data: bytes, backup: bool = True, expect: bytes | None = None
+    ) -> str | None:
         sftp = await self.sftp()
         full = self.resolve(path)
         with contextlib.suppress(asyncssh.SFTPError):
@@ -539,16 +612,43 @@ class SSHRunner(Runner):
                 attrs: asyncssh.SFTPAttrs | None = await sftp.stat(full)
             except asyncssh.SFTPNoSuchFile:
                 attrs = None
+            old = b""
+            if attrs is not None:
+                async with sftp.open(full, "rb") as f:
+                    old = cast(bytes, await f.read())  # opened "rb": asyncssh types read() as str
+            if expect is not None and old != expect:
+                raise FileChanged("its content is not what the edit was planned against")
             if attrs is not None and backup:
                 saved = _backup_name(full)
-                async with sftp.open(full, "rb") as f:
-                    old = await f.read()
+                n = 1
+                while await sftp.exists(saved):  # two writes in one second: distinct backups
+                    saved, n = f"{_backup_name(full)}-{n}", n + 1
                 await self._write(sftp, saved, old, attrs)
             await self._write(sftp, tmp, data, attrs)
+            for hook in BEFORE_RENAME:
+                hook(full)
+            try:
+                now: asyncssh.SFTPAttrs | None = await sftp.stat(full)
+            except asyncssh.SFTPNoSuchFile:
+                now = None
+            if _sftp_signature(now) != _sftp_signature(attrs):
+                raise FileChanged("its size or time moved after it was read")
             try:
                 await sftp.posix_rename(tmp, full)
             except asyncssh.SFTPOpUnsupported:
                 await sftp.rename(tmp, full, flags=0)
+        except FileChanged as e:
+            with contextlib.suppress(asyncssh.SFTPError, OSError):
+                await sftp.remove(tmp)
+            if saved is not None:
+                with contextlib.suppress(asyncssh.SFTPError, OSError):
+                    await sftp.remove(saved)
+            raise RunnerError(
+                f"{full} on {self.label} changed while it was being written ({e}); nothing was written",
+                "someone else edited it: review the new diff and run again",
+                self.label,
+                "changed",
+            ) from None
         except (asyncssh.SFTPError, OSError) as e:
             with contextlib.suppress(asyncssh.SFTPError, OSError):
                 await sftp.remove(tmp)
@@ -560,16 +660,16 @@ class SSHRunner(Runner):
     @staticmethod
     async def _write(sftp: asyncssh.SFTPClient, path: str, data: bytes, attrs: asyncssh.SFTPAttrs | None) -> None:
         private = asyncssh.SFTPAttrs(permissions=0o600)  # never readable by others, even briefly
-        async with sftp.open(path, "wb", private) as f:
+        async with sftp.open(path, "xb", private) as f:
+            if attrs is not None:  # owner and mode like the original before the first byte
+                if attrs.uid is not None and attrs.gid is not None:
+                    with contextlib.suppress(asyncssh.SFTPError):
+                        await f.chown(attrs.uid, attrs.gid)
+                if attrs.permissions is not None:
+                    await f.chmod(stat.S_IMODE(attrs.permissions))
             await f.write(data)
             with contextlib.suppress(asyncssh.SFTPError):
                 await f.fsync()
-        if attrs is not None:
-            if attrs.permissions is not None:
-                await sftp.chmod(path, stat.S_IMODE(attrs.permissions))
-            if attrs.uid is not None and attrs.gid is not None:
-                with contextlib.suppress(asyncssh.SFTPError):
-                    await sftp.chown(path, attrs.uid, attrs.gid)
 
     async def exists(self, path: str) -> bool:
         return await (await self.sftp()).exists(self.resolve(path))

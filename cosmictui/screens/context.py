@@ -93,8 +93,10 @@ class LoggedRunner(Runner):
     async def read_file(self, path: str) -> bytes:
         return await self.inner.read_file(path)
 
-    async def write_file_atomic(self, path: str, data: bytes, backup: bool = True) -> str | None:
-        return await self.inner.write_file_atomic(path, data, backup)
+    async def write_file_atomic(
+        self, path: str, data: bytes, backup: bool = True, expect: bytes | None = None
+    ) -> str | None:
+        return await self.inner.write_file_atomic(path, data, backup, expect)
 
     async def exists(self, path: str) -> bool:
         return await self.inner.exists(path)

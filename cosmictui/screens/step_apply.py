@@ -90,13 +90,17 @@ class ApplyStep(Step):
         self.mark_done(False)
         self.ctx.uncomplete(self.STEP_ID)  # until both commands succeed again, apply is not done
         self.busy = True
+
+        def show(text: str) -> None:
+            out.write_lines(text.splitlines())
+
         try:
             for i, row in enumerate(rows):
                 row.set_state("running")
                 self.status.set(f"Running {row.cmd} …", "busy")
                 out.write_line(f"$ {row.cmd}")
                 try:
-                    result = await self.ctx.run(row.cmd, on_output=lambda t: out.write_lines(t.splitlines()))
+                    result = await self.ctx.run(row.cmd, on_output=show)
                 except RunnerError as e:
                     row.set_state("failed", e.kind)
                     self._skip(rows[i + 1 :])

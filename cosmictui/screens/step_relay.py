@@ -19,6 +19,7 @@ from textual.widgets import Input, Static
 from cosmictui.ops import relayproc
 from cosmictui.ops.checks import CheckResult
 from cosmictui.ops.envfile import EnvFileError, decode_text, read_relays
+from cosmictui.ops.probe import PROBE_CHECK, PROBE_TIMEOUT, probe_check, run_probe
 from cosmictui.ops.relayproc import RelayProcError, RelayRuntime
 from cosmictui.ops.runner import RunnerError
 from cosmictui.ops.wizard_steps import RELAY_REACH_PREFIX, relay_reach_checks, sentences
@@ -247,10 +248,15 @@ class RelayStep(Step):
         self.busy = True
         self.status.set(f"{verb} the relay; checking that the deployment host reaches it …", "busy")
         try:
-            runner = await self.ctx.logged_deployment()
-            results = await relay_reach_checks(self.ctx.settings, runner, rt)
-        except RunnerError as e:
-            results = [CheckResult("Deployment host reachable", "fail", runner_problem(e, "connect"), e.fix)]
+            try:
+                runner = await self.ctx.logged_deployment()
+                results = await relay_reach_checks(self.ctx.settings, runner, rt)
+            except RunnerError as e:
+                results = [CheckResult("Deployment host reachable", "fail", runner_problem(e, "connect"), e.fix)]
+            # the proof that matters to jobs: two peers, punching off, meet through this relay
+            self.status.set(f"{verb} the relay; probing it: two peers connect through it …", "busy")
+            probed = await run_probe(rt.key, list(self.ctx.settings.relay_bootstrap) or None, PROBE_TIMEOUT)
+            results.append(probe_check(probed))
         finally:
             self.busy = False
         self.reach = results
@@ -259,9 +265,13 @@ class RelayStep(Step):
         await box.mount_all([CheckRow(r) for r in results])
         box.scroll_visible(animate=False)  # at 80×24 the checks land below the key: bring them up
         blocking = self._blocking()
+        probe = next((r for r in results if r.name == PROBE_CHECK), None)
         if blocking:
             self.mark_done(False)
             self.status.set(f"{verb} the relay, but: {blocking} Fix it, then press a to re-check.", "error")
+        elif probe is not None and probe.status == "fail":
+            self.mark_done()
+            self.status.set(f"{verb} the relay, but the probe {probe.detail}. Press a to probe again.", "warn")
         else:
             self.mark_done()
             self.status.set(f"{verb} the relay. Press c to copy the key, n to put it in the .env.", "ok")

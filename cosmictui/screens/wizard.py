@@ -62,8 +62,8 @@ class WizardScreen(Screen[None]):
         Binding("pageup", "scroll_step('up')", "Scroll", show=False),
     ]
 
-    VERTICAL_BREAKPOINTS: ClassVar[list[tuple[int, str]] | None] = [(0, "-short"), (40, "-tall")]
-    HORIZONTAL_BREAKPOINTS: ClassVar[list[tuple[int, str]] | None] = [(0, "-narrow"), (120, "-wide")]
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (40, "-tall")]  # noqa: RUF012 (typed by Textual)
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]  # noqa: RUF012 (typed by Textual)
 
     def __init__(self, ctx: WizardContext) -> None:
         super().__init__()

@@ -18,6 +18,7 @@ from cosmictui.ops.metrics import (
     STATE_BADGE,
     RelayState,
     RelayWatch,
+    by_cause,
     human_bytes,
     human_duration,
 )
@@ -28,7 +29,10 @@ STATE_STYLE = {
     RelayState.NOT_RUNNING: "bold $warning",
     RelayState.CONNECTING: "bold $secondary",
     RelayState.METRICS_OFF: "bold $success",
+    RelayState.BAD_DATA: "bold reverse $error",
 }
+
+NOT_JOINED = "not joined to the DHT yet — retrying"
 
 
 def short_key(key: str | None, width: int = 52) -> str:
@@ -107,10 +111,11 @@ class RelayFacts(Static):
         suffix = f" since {since}"
         t.add_row("relay", Text.assemble(badge, suffix) if len(badge) + len(suffix) <= width else badge)
         if w.error and w.state is not RelayState.UP:
-            # the reason is what the operator needs here: wrapped, never cut off
-            for i, part in enumerate(textwrap.wrap(w.error, width, max_lines=3, placeholder=" …") or [w.error]):
-                first = "note" if w.state is RelayState.METRICS_OFF else "why"
-                t.add_row(first if i == 0 else "", Text(part, style=self._style("$text-warning")))
+            # the reason and the next step are what the operator needs here: wrapped, not cut off
+            first = "note" if w.state is RelayState.METRICS_OFF else "why"
+            for label, words, lines in ((first, w.error, 3), ("next", w.fix, 3)):
+                for i, part in enumerate(textwrap.wrap(words or "", width, max_lines=lines, placeholder=" …")):
+                    t.add_row(label if i == 0 else "", Text(part, style=self._style("$text-warning")))
             if w.last is not None:
                 seen = time.strftime("%H:%M:%S", time.localtime(w.last.wall))
                 t.add_row("last seen", f"{seen} ({human_duration(now - w.last.wall)} ago)")
@@ -146,6 +151,11 @@ class RelayFacts(Static):
         t.add_row(
             "relayed", f"{human_bytes(r['relayed_bytes'], True)}  drop {_rate(r['dropped_packets'])}" if r else "–"
         )
+        if s is not None and isinstance(s.stats, dict):
+            # new in the relay's /stats: shown only when the relay sends them
+            for label, block in (("dropped", "dropped"), ("shed", "shed")):
+                if block in s.stats:
+                    t.add_row(label, by_cause(s.stats[block]))
         if roomy:
             t.add_row("", "")
         g = s.get if s else (lambda name, default=None: None)
@@ -166,7 +176,8 @@ class RelayFacts(Static):
             t.add_row("", "")
         dht = s.stat("dht") if s else None
         if isinstance(dht, dict):
-            t.add_row("dht", "bootstrapped ✓" if dht.get("bootstrapped") else "NOT bootstrapped ✗")
+            joined = dht.get("bootstrapped")
+            t.add_row("dht", "bootstrapped ✓" if joined else NOT_JOINED if joined is False else "NOT bootstrapped ✗")
             t.add_row("firewall", "firewalled ✗ (unreachable)" if dht.get("firewalled") else "open ✓ (reachable)")
             host, port = dht.get("public_host"), dht.get("public_port")
             t.add_row("public", f"{host}:{port}" if host else "unknown (not seen yet)")

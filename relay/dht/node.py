@@ -16,8 +16,8 @@ import os
 import socket as socketlib
 import struct
 import time
-from collections.abc import Callable
-from typing import Any, Protocol, Unpack
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, Unpack, cast
 
 import psutil
 
@@ -67,12 +67,20 @@ RECENT_NODE = 12
 OLD_NODE = 360
 MAX_PING_DELAY = 10.0
 DOWN_HINTS_PER_TICK = 50
+REJOIN_MIN_TICKS = 1  # with no DHT node left: walk from the bootstrap nodes again after 5 s,
+REJOIN_MAX_TICKS = 3  # doubling to 15 s (a node back on the network rejoins well within 30 s)
 
 
 class DatagramSocket(Protocol):
     """What the node needs from a socket: UDXSocket and UDPEndpoint both fit."""
 
-    on_datagram: Callable[[bytes, Address], None]
+    # a property pair, not a plain attribute: the node only ever sets the handler, and
+    # UDXSocket's own attribute is Optional (a bare UDX socket starts without one)
+    @property
+    def on_datagram(self) -> object: ...
+
+    @on_datagram.setter
+    def on_datagram(self, handler: Callable[[bytes, Address], None]) -> None: ...
 
     def send(self, data: bytes, addr: Address) -> None: ...
 
@@ -263,7 +271,7 @@ class DHTNode:
         self,
         socket: DatagramSocket | None = None,
         *,
-        bootstrap: list[str | Address] | None = None,
+        bootstrap: Sequence[str | Address] | None = None,
         host: str = "0.0.0.0",
         port: int = 0,
         firewalled: bool | None = None,
@@ -289,7 +297,12 @@ class DHTNode:
         self._force_persistent = ephemeral is False
         self._adaptive = ephemeral is None
         self.persistent: Persistent | None = None
-        self.bootstrapped = False
+        self._ready = False  # the first walk finished (dht-rpc's `bootstrapped`): upkeep runs
+        self._joined = False  # some DHT node answered and sits in our table
+        self._rejoin_tick = 0  # tick at which to walk from the bootstrap nodes again
+        self._rejoin_ticks = REJOIN_MIN_TICKS
+        self._rejoining = False
+        self._warned_alone = False
         self.destroyed = False
         self.last_announce: float | None = None
         self.internal_errors = 0  # bugs caught at the datagram boundary (tests assert 0)
@@ -324,6 +337,12 @@ class DHTNode:
     @property
     def firewalled(self) -> bool:
         return self.rpc.firewalled
+
+    @property
+    def bootstrapped(self) -> bool:
+        """True while we are part of the DHT: a walk reached a node and the table is not empty.
+        A node that nobody answered (yet), or that lost every node, says False and keeps trying."""
+        return self._joined
 
     @property
     def id(self) -> bytes | None:
@@ -421,6 +440,32 @@ class DHTNode:
 
     async def _bootstrap(self) -> None:
         self._resolved_bootstrap = await self._resolve_bootstrap()
+        await self._join_walk()
+        self._ready = True
+        if not self._joined and self.bootstrap_nodes and not self._warned_alone:
+            self._warned_alone = True
+            names = ", ".join(f"{h}:{p}" for h, p in self.bootstrap_nodes)
+            log.warning("dht bootstrap: no DHT node answered (%s); retrying in the background", names)
+
+    async def _rejoin(self) -> None:
+        """No DHT node left (never reached one, or lost them all): resolve the bootstrap names
+        again (DNS may have come up) and walk; back off while nobody answers."""
+        self._rejoining = True
+        try:
+            self._resolved_bootstrap = await self._resolve_bootstrap()
+            await self._join_walk(check=True)
+        finally:
+            self._rejoining = False
+        if not self._joined:
+            self._rejoin_ticks = min(2 * self._rejoin_ticks, REJOIN_MAX_TICKS)
+            self._rejoin_tick = self._tick + self._rejoin_ticks
+
+    async def _join_walk(self, check: bool = False) -> None:
+        """Walk towards our own id, probe reachability once a node answers (dht-rpc _bootstrap).
+
+        dht-rpc's quick test needs the PING_NAT reply before the walk ends, else the check
+        waits ~20 min for the stable ticks; `check` (a rejoin, where nobody waits) then runs
+        the full reachability check at once."""
         first = self.firewalled and self._detect_firewall and not self._force_persistent
         test_nat = False
 
@@ -442,17 +487,36 @@ class DHTNode:
         ):
             # as dht-rpc: one more walk, now from the server socket (and with our id if persistent)
             await self._background_query(self.table.id)
-        self.bootstrapped = True
-        if len(self.table) == 0 and self.bootstrap_nodes:
-            names = ", ".join(f"{h}:{p}" for h, p in self.bootstrap_nodes)
-            log.warning("dht bootstrap: no DHT node answered (%s)", names)
-        else:
-            log.info(
-                "dht bootstrapped: %d nodes, firewalled=%s, public=%s",
-                len(self.table),
-                self.firewalled,
-                self.remote_address(),
-            )
+        elif check and not test_nat and first is False and self._detect_firewall and self.firewalled:
+            await self._update_network_state(only_firewall=not self._adaptive)
+        if len(self.table) > 0:
+            self._on_joined()
+
+    def _on_joined(self) -> None:
+        if self._joined:
+            return
+        again = self._ready
+        self._joined = True
+        self._rejoin_ticks = REJOIN_MIN_TICKS
+        log.info(
+            "dht %s: %d nodes, firewalled=%s, public=%s",
+            "rejoined" if again else "bootstrapped",
+            len(self.table),
+            self.firewalled,
+            self.remote_address(),
+        )
+        if again:  # announces made while alone (or before an outage) reached nobody: announce now
+            for server in list(self.servers.values()):
+                server.refresh()
+
+    def _on_alone(self) -> None:
+        """The last node left the table (an outage, or the DHT went away): rejoin soon."""
+        if not self._joined:
+            return
+        self._joined = False
+        self._rejoin_ticks = REJOIN_MIN_TICKS
+        self._rejoin_tick = self._tick + REJOIN_MIN_TICKS
+        log.warning("dht: lost every DHT node; rejoining from the bootstrap nodes")
 
     async def _resolve_bootstrap(self) -> list[Address]:
         out: list[Address] = []
@@ -475,7 +539,7 @@ class DHTNode:
             except OSError:
                 continue
             if infos:
-                out.append((infos[0][4][0], port))
+                out.append((cast(str, infos[0][4][0]), port))  # AF_INET: always a str
         return out
 
     async def close(self) -> None:
@@ -731,9 +795,11 @@ class DHTNode:
             return
         self.table.remove(node.id)
         del self._nodes[node.id]
+        if not self._nodes and len(self.table) == 0:
+            self._on_alone()
 
     def _on_full_row(self, new: Node, row: Any) -> None:
-        if not self.bootstrapped or self._repinging >= 3:
+        if not self._ready or self._repinging >= 3:
             return
         oldest: Node | None = None
         for n in row.nodes:
@@ -803,8 +869,11 @@ class DHTNode:
         else:
             self._tick += 1
         self._last_tick = now
-        if not self.bootstrapped:
+        if not self._ready:
             return
+        if not self._joined and not self._rejoining and self._tick >= self._rejoin_tick:
+            self._rejoining = True
+            self._spawn(self._rejoin())
         interfaces = self.interfaces()
         if interfaces != self._interfaces:
             # hyperdht re-announces every server on a network change (`network-change`)
@@ -872,7 +941,7 @@ class DHTNode:
                     continue
                 if self.table.add(n) is not True:
                     self._nodes.pop(n.id, None)
-            if self.bootstrapped:
+            if self._ready:
                 self.refresh()
         self.persistent = Persistent(id_)
         for target, server in self.servers.items():

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import socket as _socket
 import struct
 import time
+from array import array
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from . import mmsg
@@ -59,6 +61,21 @@ class SocketStats:
     foreign_packets: int = 0
     send_errors: int = 0
     callback_errors: int = 0
+    #: `dropped_packets` by cause: garbage, unknown_stream, firewalled, wrong_address,
+    #: invalid (the stream refused it), reorder_limit, relay_unconnected, error
+    dropped_by_cause: dict[str, int] = field(default_factory=dict)
+    #: times the kernel refused a segmented send and GSO was switched off for the socket
+    gso_fallbacks: int = 0
+    #: datagrams sent inside segmented (GSO) sends, and those sends
+    gso_segments: int = 0
+    gso_sends: int = 0
+    #: datagrams that arrived coalesced by GRO, and the buffers that carried them
+    gro_segments: int = 0
+    gro_buffers: int = 0
+
+    def drop(self, cause: str, count: int = 1) -> None:
+        self.dropped_packets += count
+        self.dropped_by_cause[cause] = self.dropped_by_cause.get(cause, 0) + count
 
 
 class UDX:
@@ -81,11 +98,14 @@ class UDX:
         firewall: Firewall | None = None,
         framed: bool = False,
         seq: int = 0,
+        max_reorder_bytes: int | None = None,
     ) -> UDXStream:
+        """`max_reorder_bytes` bounds what the stream holds out of order (default: its window;
+        a relay's control streams, which carry tiny messages, can pass far less)."""
         sid = self.random_id() if id is None else id & U32
         if sid in self.streams and not self.streams[sid].closed:
             raise UDXError(f"stream id {sid:#010x} is in use", "EADDRINUSE")
-        s = UDXStream(self, sid, firewall=firewall, framed=framed, seq=seq)
+        s = UDXStream(self, sid, firewall=firewall, framed=framed, seq=seq, max_reorder_bytes=max_reorder_bytes)
         self.streams[sid] = s
         return s
 
@@ -97,9 +117,14 @@ class UDX:
         on_datagram: DatagramHandler | None = None,
         reuse_port: bool = False,
         use_mmsg: bool | None = None,
+        use_gso: bool | None = None,
     ) -> UDXSocket:
-        """Bind a UDP socket; `use_mmsg` None = batch syscalls on Linux unless UDX_NO_MMSG=1."""
-        sock = UDXSocket(self, host, port, on_datagram=on_datagram, reuse_port=reuse_port, use_mmsg=use_mmsg)
+        """Bind a UDP socket; `use_mmsg` None = batch syscalls on Linux unless UDX_NO_MMSG=1,
+        `use_gso` None = UDP GSO/GRO on the batched path where the kernel has them, unless
+        UDX_NO_GSO=1 (False turns them off, True asks for them where supported)."""
+        sock = UDXSocket(
+            self, host, port, on_datagram=on_datagram, reuse_port=reuse_port, use_mmsg=use_mmsg, use_gso=use_gso
+        )
         self.sockets.append(sock)
         return sock
 
@@ -126,6 +151,7 @@ class UDXSocket:
         on_datagram: DatagramHandler | None = None,
         reuse_port: bool = False,
         use_mmsg: bool | None = None,
+        use_gso: bool | None = None,
     ) -> None:
         self.udx = udx
         self.loop = asyncio.get_running_loop()
@@ -162,7 +188,13 @@ class UDXSocket:
         if use_mmsg is None:
             use_mmsg = mmsg.available() and os.environ.get("UDX_NO_MMSG") != "1"
         if use_mmsg:
-            self._mmsg = mmsg.BatchIO(sock.fileno(), family, RECV_BATCH_MMSG, BUFFER_SIZE)
+            gso, gro = mmsg.offload_support() if use_gso is not False else (False, False)
+            if gro:
+                try:
+                    sock.setsockopt(mmsg.SOL_UDP, mmsg.UDP_GRO, 1)
+                except OSError:
+                    gro = False
+            self._mmsg = mmsg.BatchIO(sock.fileno(), family, RECV_BATCH_MMSG, BUFFER_SIZE, gso=gso, gro=gro)
             self.loop.add_reader(sock.fileno(), self._on_readable_mmsg)
         else:
             self.loop.add_reader(sock.fileno(), self._on_readable)
@@ -178,6 +210,24 @@ class UDXSocket:
 
     def fileno(self) -> int:
         return self._sock.fileno()
+
+    @property
+    def gso(self) -> bool:
+        """Forwarded runs go out as one segmented send (UDP_SEGMENT) right now."""
+        return self._mmsg is not None and self._mmsg.gso
+
+    @property
+    def gro(self) -> bool:
+        """The kernel may hand this socket coalesced runs (UDP_GRO)."""
+        return self._mmsg is not None and self._mmsg.gro
+
+    def offload(self) -> dict[str, Any]:
+        """The `/stats` `udx` group for this socket: {gso, gro, gso_fallbacks}."""
+        return {"gso": self.gso, "gro": self.gro, "gso_fallbacks": self.stats.gso_fallbacks}
+
+    def count_dropped(self, cause: str) -> None:
+        """For an `on_datagram` handler that could not use a datagram: count it by cause."""
+        self.stats.drop(cause)
 
     def send(self, data: bytes | bytearray | memoryview, addr: Address) -> None:
         """Send a non-UDX datagram (dht-rpc) from this socket."""
@@ -224,6 +274,59 @@ class UDXSocket:
         self.stats.sent_packets += 1
         self.stats.sent_bytes += len(data)
 
+    def _send_many(self, out: list[bytes], addr: Address) -> None:
+        """A stream's datagrams for one destination: runs of equal size (the last may be
+        shorter) go out as one UDP_SEGMENT send when GSO is on, the rest one by one."""
+        io = self._mmsg
+        if io is None or not io.gso or self._sendq or len(out) < 2:
+            for d in out:
+                self._sendto(d, addr)
+            return
+        i = 0
+        n = len(out)
+        while i < n:
+            seg = len(out[i])
+            k = i + 1
+            total = seg
+            limit = min(n, i + mmsg.GSO_MAX_SEGMENTS)
+            while k < limit and total + len(out[k]) <= mmsg.GSO_MAX_BYTES:
+                ln = len(out[k])
+                if ln > seg:
+                    break
+                total += ln
+                k += 1
+                if ln < seg:
+                    break
+            if k - i < 2 or self._sendq or not io.gso:
+                for d in out[i:k]:
+                    self._sendto(d, addr)
+            else:
+                self._send_segmented(out[i:k], seg, addr)
+            i = k
+
+    def _send_segmented(self, run: list[bytes], seg: int, addr: Address) -> None:
+        st = self.stats
+        try:
+            self._sock.sendmsg([b"".join(run)], [(mmsg.SOL_UDP, mmsg.UDP_SEGMENT, struct.pack("=H", seg))], 0, addr)
+        except BlockingIOError:
+            pass
+        except OSError as e:
+            if e.errno in mmsg.GSO_REFUSED and self._mmsg is not None:
+                self._mmsg.disable_gso()
+                st.gso_fallbacks += 1
+                log.warning("udx: the kernel refused a UDP_SEGMENT send; GSO is off for this socket")
+            elif e.errno != errno.EMSGSIZE:
+                st.send_errors += len(run)
+                return
+        else:
+            st.sent_packets += len(run)
+            st.sent_bytes += sum(len(d) for d in run)
+            st.gso_sends += 1
+            st.gso_segments += len(run)
+            return
+        for d in run:  # the socket buffer is full, or segmentation was refused: one by one
+            self._sendto(d, addr)
+
     def _on_writable(self) -> None:
         q = self._sendq
         sendto = self._sock.sendto
@@ -269,7 +372,7 @@ class UDXSocket:
                 # fast path: a connected relay stream whose partner is connected on this socket
                 if n >= 20 and buf[0] == 0xFF and buf[1] == 0x01:
                     s = streams.get(_u32.unpack_from(buf, 4)[0])
-                    if s is not None and s._socket is self and not s.closed:
+                    if s is not None and s._socket is self and not s.closed and addr == s._remote_addr:
                         t = s._relay
                         if t is not None and t._socket is self and not self._sendq and not buf[2] & DESTROY:
                             buf[4:8] = t._remote_id_le
@@ -288,7 +391,7 @@ class UDXSocket:
                 self._handle(mv[:n], n, addr)
             except Exception:
                 st.callback_errors += 1
-                st.dropped_packets += 1
+                st.drop("error")
                 log.exception("udx: error while handling a datagram from %s", addr)
         if self._dirty:
             self._flush_dirty()
@@ -297,9 +400,11 @@ class UDXSocket:
         """Linux reader: `recvmmsg` a batch, forward relay packets with one `sendmmsg`.
 
         Per forwarded packet: one word test (magic, version, no DESTROY), one dict lookup,
-        one in-place id store and three stores into the prepared `sendmmsg` vectors (iovec
-        base and length pointing into the receive buffer, destination sockaddr pointer).
-        Counters are summed per batch.
+        one source-address word test, one in-place id store and a few stores into the
+        prepared `sendmmsg` vectors (iovec base and length pointing into the receive buffer).
+        With GSO, a packet of the same size as the open run of its route (one destination)
+        joins that run's entry instead of getting its own: the kernel segments it once.
+        A GRO-coalesced buffer goes to `_forward_coalesced`. Counters are summed per batch.
         """
         io = self._mmsg
         assert io is not None
@@ -308,79 +413,227 @@ class UDXSocket:
         mv = io.mv
         u32 = io.u32
         lens = io.lens
+        rq = io.rhdr_q
+        nq = io.names_q
         size = io.size
         words = size >> 2
         siov_q = io.siov_q
         shdr_q = io.shdr_q
+        sctl16 = io.sctl16
         targets = io.targets
         rbuf_addr = io.rbuf_addr
+        cap = io.batch
+        v6 = self.family == _socket.AF_INET6
+        iov_stride = mmsg.GSO_MAX_SEGMENTS * 2
+        max_bytes = mmsg.GSO_MAX_BYTES
+        ctl_len = mmsg.SCTL_LEN
         for _ in range(RECV_ROUNDS):
             count = io.recv()
             if count == 0:
                 break
             if count < 0:
                 continue
+            gro = io.gro
+            maxseg = io.max_segments
+            gen = io.gen
             j = 0
             rx_bytes = 0
-            fw_bytes = 0
             for i in range(count):
                 n = lens[i * 16 + 14]
                 rx_bytes += n
+                if gro and rq[i * 8 + 5]:
+                    g = io.segment_size(i)
+                    if 0 < g < n:
+                        j = self._forward_coalesced(io, i, n, g, j)
+                        if j >= cap:
+                            self._flush_batch(io, j)
+                            j = 0
+                        gen = io.gen
+                        maxseg = io.max_segments
+                        continue
                 w = i * words
                 if n >= 20 and u32[w] & 0x10FFFF == 0x01FF:  # ff 01, DESTROY bit clear
                     s = streams.get(u32[w + 1])
                     if s is not None:
-                        fast = s._fast
-                        if fast is not None and fast[3] is self:
-                            u32[w + 1] = fast[0]
-                            siov_q[2 * j] = rbuf_addr + i * size
-                            siov_q[2 * j + 1] = n
-                            shdr_q[8 * j] = fast[1]
-                            targets[j] = fast[2]
-                            j += 1
-                            fw_bytes += n
+                        r = s._fast
+                        b = i * 4
+                        if (
+                            r is not None
+                            and r.sock is self
+                            and nq[b] == r.src0
+                            and (not v6 or (nq[b + 1] == r.src1 and nq[b + 2] == r.src2))
+                        ):
+                            u32[w + 1] = r.rid
+                            base = rbuf_addr + i * size
+                            k = r.k
+                            if r.gen == gen and n <= r.seg and k < maxseg and r.nbytes + n <= max_bytes:
+                                e = r.entry
+                                x = e * iov_stride + 2 * k
+                                siov_q[x] = base
+                                siov_q[x + 1] = n
+                                k += 1
+                                shdr_q[e * 8 + 3] = k
+                                if k == 2:
+                                    shdr_q[e * 8 + 5] = ctl_len
+                                    sctl16[e * 12 + 8] = r.seg
+                                r.k = k
+                                r.nbytes += n
+                                if n < r.seg:
+                                    r.seg = 0  # a shorter datagram ends the run
+                            else:
+                                x = j * iov_stride
+                                siov_q[x] = base
+                                siov_q[x + 1] = n
+                                shdr_q[j * 8] = r.sa
+                                shdr_q[j * 8 + 3] = 1
+                                shdr_q[j * 8 + 5] = 0
+                                targets[j] = r.target
+                                r.entry = j
+                                r.seg = n
+                                r.k = 1
+                                r.nbytes = n
+                                r.gen = gen
+                                j += 1
+                                if j >= cap:
+                                    self._flush_batch(io, j)
+                                    j = 0
+                                    gen = io.gen
+                                    maxseg = io.max_segments
                             continue
                 try:
                     self._handle(mv[i * size : i * size + n], n, i)
                 except Exception:
                     st.callback_errors += 1
-                    st.dropped_packets += 1
+                    st.drop("error")
                     log.exception("udx: error while handling a datagram")
             st.received_packets += count
             st.received_bytes += rx_bytes
             if j:
-                st.relayed_packets += j
-                st.relayed_bytes += fw_bytes
-                self._flush_batch(io, j, fw_bytes)
+                self._flush_batch(io, j)
             if self._dirty:
                 self._flush_dirty()  # ACK what this batch delivered before reading more
             if count < io.batch:
                 break
 
-    def _flush_batch(self, io: mmsg.BatchIO, count: int, nbytes: int) -> None:
+    def _forward_coalesced(self, io: mmsg.BatchIO, i: int, n: int, g: int, j: int) -> int:
+        """A GRO buffer: `n` bytes of datagrams of `g` bytes (the last may be shorter) from one source.
+
+        When every segment is a fast-path packet of one stream (the common case: one peer's
+        run of DATA) the ids are rewritten with one strided store and the buffer is forwarded
+        as one segmented entry. Otherwise each segment is taken on its own (at most
+        GSO_MAX_SEGMENTS entries: GRO coalesces no more). Returns the next free entry.
+        """
         st = self.stats
+        nseg = -(-n // g)
+        st.received_packets += nseg - 1  # the caller counts the buffer as one
+        st.gro_buffers += 1
+        st.gro_segments += nseg
+        size = io.size
+        off0 = i * size
+        u32 = io.u32
+        last = n - (nseg - 1) * g
+        if g & 3 == 0 and g >= 20 and last >= 20 and io.gso and n <= mmsg.GSO_MAX_BYTES:
+            gw = g >> 2
+            w = i * (size >> 2)
+            stop = w + (nseg - 1) * gw + 2
+            heads = u32[w:stop:gw].tolist()
+            ids = u32[w + 1 : stop : gw].tolist()
+            sid = ids[0]
+            s = self.udx.streams.get(sid)
+            r = s._fast if s is not None else None
+            if (
+                r is not None
+                and r.sock is self
+                and ids.count(sid) == nseg
+                and all(h & 0x10FFFF == 0x01FF for h in heads)
+                and self._from_route_source(io, i, r)
+            ):
+                u32[w + 1 : stop : gw] = array("I", [r.rid]) * nseg
+                x = j * mmsg.GSO_MAX_SEGMENTS * 2
+                io.siov_q[x] = io.rbuf_addr + off0
+                io.siov_q[x + 1] = n
+                q = io.shdr_q
+                q[j * 8] = r.sa
+                q[j * 8 + 3] = 1
+                q[j * 8 + 5] = mmsg.SCTL_LEN
+                io.sctl16[j * 12 + 8] = g
+                io.targets[j] = r.target
+                r.gen = -1  # nothing joins a coalesced entry
+                return j + 1
+        mv = io.mv
+        for off in range(off0, off0 + n, g):
+            ln = min(g, off0 + n - off)
+            seg = mv[off : off + ln]
+            if ln >= 20 and seg[0] == 0xFF and seg[1] == 0x01 and not seg[2] & DESTROY:
+                s = self.udx.streams.get(_u32.unpack_from(seg, 4)[0])
+                r = s._fast if s is not None else None
+                if r is not None and r.sock is self and self._from_route_source(io, i, r):
+                    seg[4:8] = _u32.pack(r.rid)
+                    x = j * mmsg.GSO_MAX_SEGMENTS * 2
+                    io.siov_q[x] = io.rbuf_addr + off
+                    io.siov_q[x + 1] = ln
+                    q = io.shdr_q
+                    q[j * 8] = r.sa
+                    q[j * 8 + 3] = 1
+                    q[j * 8 + 5] = 0
+                    io.targets[j] = r.target
+                    r.gen = -1
+                    j += 1
+                    continue
+            try:
+                self._handle(seg, ln, i)
+            except Exception:
+                st.callback_errors += 1
+                st.drop("error")
+                log.exception("udx: error while handling a datagram")
+        return j
+
+    def _from_route_source(self, io: mmsg.BatchIO, i: int, r: _Route) -> bool:
+        nq = io.names_q
+        b = i * 4
+        if nq[b] != r.src0:
+            return False
+        return self.family != _socket.AF_INET6 or (nq[b + 1] == r.src1 and nq[b + 2] == r.src2)
+
+    def _flush_batch(self, io: mmsg.BatchIO, count: int) -> None:
+        """Send the `count` prepared entries; count what they carried (per entry, not per packet)."""
+        st = self.stats
+        q = io.shdr_q
+        sizes = [io.entry_size(e) for e in range(count)]
+        for e in range(count):
+            if q[e * 8 + 5]:
+                st.gso_sends += 1
+                st.gso_segments += sizes[e][0]
+        fallbacks = io.gso_fallbacks
         sent, failed, rest = io.flush(count)
-        st.sent_packets += sent
-        st.sent_bytes += nbytes
+        datagrams = sum(d for d, _ in sizes)
+        st.relayed_packets += datagrams
+        st.relayed_bytes += sum(b for _, b in sizes)
         st.send_errors += failed
-        if rest:  # the socket buffer is full: keep the rest in order in the send queue
-            if not self._sendq:
-                self.loop.add_writer(self._sock.fileno(), self._on_writable)
-            for k, d in rest:
+        st.sent_packets += sum(d for d, _ in sizes[:sent]) - failed
+        st.sent_bytes += sum(b for _, b in sizes[:sent])
+        if io.gso_fallbacks != fallbacks:
+            st.gso_fallbacks += io.gso_fallbacks - fallbacks
+            log.warning("udx: the kernel refused a UDP_SEGMENT send; GSO is off for this socket")
+        if rest:  # the socket buffer is full or segmentation was refused: the rest, in order
+            for k, datagrams_k in rest:
                 t = io.targets[k]
-                st.sent_bytes -= len(d)
-                if len(self._sendq) < SEND_QUEUE_MAX and t is not None and t._send_addr is not None:
-                    self._sendq.append((d, t._send_addr))
-                else:
-                    st.send_errors += 1
-            for t in set(io.targets[:count]):
-                if t is not None:
-                    t._invalidate_fast()  # back to the queued path until the queue drains
+                for d in datagrams_k:
+                    if t is not None and t._send_addr is not None:
+                        self._sendto(d, t._send_addr)
+                    else:
+                        st.send_errors += 1
+            if self._sendq:
+                for t in set(io.targets[:count]):
+                    if t is not None:
+                        t._invalidate_fast()  # back to the queued path until the queue drains
 
     def _handle(self, buf: memoryview, n: int, addr: Address | int) -> None:
         """Everything but the relay fast path: firewall, relaying, streams, foreign datagrams.
 
         `addr` is the source, or its index in the recvmmsg batch (decoded only when needed).
+        A relayed stream that knows its peer's address takes packets from that address only:
+        anything else for its id (a forged DESTROY too) is dropped as `wrong_address`.
         """
         st = self.stats
         if n >= 20 and buf[0] == 0xFF and buf[1] == 0x01:
@@ -390,10 +643,15 @@ class UDXSocket:
                     if isinstance(addr, int):
                         addr = self._mmsg.address(addr)  # type: ignore[union-attr]
                     if not self._pass_firewall(s, addr):
-                        st.dropped_packets += 1
+                        st.drop("firewalled")
                         return
                 t = s._relay
                 if t is not None:
+                    if isinstance(addr, int):
+                        addr = self._mmsg.address(addr)  # type: ignore[union-attr]
+                    if addr != s._remote_addr:
+                        st.drop("wrong_address")
+                        return
                     dst = t._send_addr
                     if dst is not None and t._socket is not None:
                         buf[4:8] = t._remote_id_le
@@ -401,26 +659,31 @@ class UDXSocket:
                         st.relayed_packets += 1
                         st.relayed_bytes += n
                         if s._socket is self and t._socket is self and self._mmsg is not None and not self._sendq:
-                            s._fast = (t._core.remote_id, t._sa_addr, t, self)
+                            s._fast = _Route(s, t, self)
                     elif len(t._early) < EARLY_PACKETS:
                         t._early.append((bytes(buf), self))  # partner not connected yet: hold
                     else:
-                        st.dropped_packets += 1
+                        st.drop("relay_unconnected")
                     if buf[2] & DESTROY:
                         s._on_relayed_destroy()
                     return
                 if s._core.receive(bytes(buf), time.monotonic()):
                     s._after_input()
                 else:
-                    st.dropped_packets += 1
+                    st.drop(s._core.drop_reason)
                 return
             if s is not None and s._core.lingering:
                 s._core.receive(bytes(buf), time.monotonic())
                 s._after_input()
                 return
+            # UDX-shaped with the id of no live stream. libudx hands such a datagram to the
+            # socket's message callback, where dht-rpc fails to decode it (its messages start
+            # 0x03/0x13): count it here instead of passing it on.
+            st.drop("unknown_stream")
+            return
         cb = self.on_datagram
         if cb is None:
-            st.dropped_packets += 1
+            st.drop("garbage")
             return
         st.foreign_packets += 1
         if isinstance(addr, int):
@@ -463,6 +726,27 @@ class UDXSocket:
             s._flush(now)
 
 
+class _Route:
+    """The fast path's view of one relayed direction while both streams sit on one batching
+    socket: packets for `source` from its peer go to `target`'s peer with `rid` as their id.
+    `entry`/`seg`/`k`/`nbytes`/`gen` describe the open GSO run of the current send batch."""
+
+    __slots__ = ("entry", "gen", "k", "nbytes", "rid", "sa", "sa_buf", "seg", "sock", "src0", "src1", "src2", "target")
+
+    def __init__(self, source: UDXStream, target: UDXStream, sock: UDXSocket) -> None:
+        self.rid = target._core.remote_id
+        self.sa = target._sa_addr
+        self.sa_buf = target._sa  # keeps the sockaddr `sa` points at alive while entries use it
+        self.target = target
+        self.sock = sock
+        self.src0, self.src1, self.src2 = source._src_key
+        self.entry = 0
+        self.seg = 0
+        self.k = 0
+        self.nbytes = 0
+        self.gen = -1
+
+
 def _v4(addr: Any) -> Address:
     host = addr[0]
     if host.startswith("::ffff:") and "." in host:
@@ -477,10 +761,22 @@ class UDXStream:
     `on_message`, `on_close` callbacks (data then bypasses the read queue).
     """
 
-    def __init__(self, udx: UDX, id: int, *, firewall: Firewall | None, framed: bool, seq: int) -> None:
+    def __init__(
+        self,
+        udx: UDX,
+        id: int,
+        *,
+        firewall: Firewall | None,
+        framed: bool,
+        seq: int,
+        max_reorder_bytes: int | None = None,
+    ) -> None:
         self.udx = udx
         self.id = id
-        self._core = StreamCore(id, seq=seq)
+        if max_reorder_bytes is None:
+            self._core = StreamCore(id, seq=seq)
+        else:
+            self._core = StreamCore(id, seq=seq, max_reorder_bytes=max_reorder_bytes)
         self._firewall = firewall
         self.framed = framed
         self._socket: UDXSocket | None = None
@@ -493,9 +789,10 @@ class UDXStream:
         self._sa = bytearray()
         self._sa_addr = 0
         self._sa_len = 0
+        self._src_key = (0, 0, 0)
         #: (partner's remote id, its sockaddr pointer, partner, socket) while both relay
         #: streams sit on one batching socket: the forwarding fast path reads only this
-        self._fast: tuple[int, int, UDXStream, UDXSocket] | None = None
+        self._fast: _Route | None = None
         self.closed = False
         self._finished = False
         self.error: UDXError | None = None
@@ -613,6 +910,7 @@ class UDXStream:
         self._sa = mmsg.sockaddr(sock.family, addr[0], addr[1])
         self._sa_addr = mmsg._address(self._sa)
         self._sa_len = len(self._sa)
+        self._src_key = mmsg.source_key(self._sa)
 
     def relay_to(self, destination: UDXStream) -> None:
         """Forward every packet this stream receives to `destination`'s peer, id rewritten."""
@@ -719,10 +1017,7 @@ class UDXStream:
         core = self._core
         out = core.poll(now)
         if out and self._socket is not None and self._send_addr is not None:
-            sendto = self._socket._sendto
-            dst = self._send_addr
-            for d in out:
-                sendto(d, dst)
+            self._socket._send_many(out, self._send_addr)
         if core.events:
             self._dispatch()
         if self.closed:
@@ -826,7 +1121,7 @@ class UDXStream:
         if self._closed_fut is not None and not self._closed_fut.done():
             self._closed_fut.set_result(None)
         for _, held_by in self._early:
-            held_by.stats.dropped_packets += 1
+            held_by.stats.drop("relay_unconnected")
         self._early = []
         partners = self._relayed_from
         self._relayed_from = []

@@ -54,6 +54,11 @@ TLP_MAX_ACK_DELAY = 0.002
 REO_WND_MIN = 0.001
 #: Out-of-order packets buffered above the cumulative ack; Node's window (4 MiB / 1152) fits.
 MAX_REORDER = 4096
+#: Out-of-order bytes buffered per stream by default: our advertised window, which a peer
+#: that follows the protocol never exceeds. Each packet is charged its payload plus
+#: REORDER_OVERHEAD (what holding it costs in Python), so tiny packets cannot park more.
+MAX_REORDER_BYTES = DEFAULT_RWND
+REORDER_OVERHEAD = 128
 HIGH_WATERMARK = 262144
 
 OPEN = 0
@@ -129,7 +134,9 @@ class _Sent:
 class StreamCore:
     """One UDX stream endpoint. See the module docstring for the contract."""
 
-    def __init__(self, local_id: int, *, seq: int = 0, rwnd_max: int = DEFAULT_RWND) -> None:
+    def __init__(
+        self, local_id: int, *, seq: int = 0, rwnd_max: int = DEFAULT_RWND, max_reorder_bytes: int = MAX_REORDER_BYTES
+    ) -> None:
         self.id = local_id & U32
         self.remote_id = 0
         self.connected = False
@@ -185,6 +192,11 @@ class StreamCore:
         # receiver
         self.ack = 0
         self._ooo: dict[int, tuple[int, bytes]] = {}
+        #: bytes held out of order (payload + REORDER_OVERHEAD each), bounded by max_reorder_bytes
+        self.reorder_bytes = 0
+        self.max_reorder_bytes = max_reorder_bytes
+        #: why `receive` last returned False: "invalid" or "reorder_limit" (a socket drop cause)
+        self.drop_reason = "invalid"
         self._run_starts: list[int] = []
         self._run_ends: list[int] = []
         self._remote_end: int | None = None
@@ -284,16 +296,19 @@ class StreamCore:
         n = len(data)
         stats = self.stats
         if n < HEADER_SIZE:
+            self.drop_reason = "invalid"
             stats.dropped += 1
             return False
         magic, version, type_, off, _id, rwnd, wseq, wack = _HEADER.unpack_from(data, 0)
         if magic != MAGIC or version != VERSION or off > n - HEADER_SIZE:
+            self.drop_reason = "invalid"
             stats.dropped += 1
             return False
         if self.closed:
             if self.lingering and type_ & (DATA | END):
                 self._ack_needed = True  # re-ACK a retransmitted END the peer still waits for
                 return True
+            self.drop_reason = "invalid"
             stats.dropped += 1
             return False
         stats.packets_rx += 1
@@ -305,6 +320,7 @@ class StreamCore:
         # The ack field first: a packet acknowledging what we never sent is not from our peer.
         acked = self.remote_acked + (((wack - self.remote_acked) & U32 ^ 0x80000000) - 0x80000000)
         if acked > self.seq:
+            self.drop_reason = "invalid"
             stats.dropped += 1
             return False
 
@@ -314,6 +330,7 @@ class StreamCore:
                 self._close(UDXError("stream was reset by the peer", "ECONNRESET"), linger=False)
                 return True
             if seq - self.ack >= MAX_REORDER:
+                self.drop_reason = "invalid"
                 stats.dropped += 1
                 return False
             payload = bytes(data[HEADER_SIZE + off :])
@@ -330,6 +347,13 @@ class StreamCore:
             elif seq in self._ooo:
                 stats.duplicates += 1
             else:
+                cost = len(payload) + REORDER_OVERHEAD
+                if self.reorder_bytes + cost > self.max_reorder_bytes:
+                    stats.dropped += 1
+                    stats.extra["reorder_limit"] = stats.extra.get("reorder_limit", 0) + 1
+                    self.drop_reason = "reorder_limit"
+                    return False
+                self.reorder_bytes += cost
                 self._ooo[seq] = (type_, payload)
                 self._add_run(seq)
         elif type_ & (DATA | END):
@@ -358,9 +382,12 @@ class StreamCore:
     def _drain_reorder(self) -> None:
         start, end = self._run_starts.pop(0), self._run_ends.pop(0)
         ooo = self._ooo
+        freed = 0
         for s in range(start, end):
             type_, payload = ooo.pop(s)
+            freed += len(payload) + REORDER_OVERHEAD
             self._deliver(type_, payload, s)
+        self.reorder_bytes -= freed
         self.ack = end
 
     def _add_run(self, s: int) -> None:
@@ -723,6 +750,7 @@ class StreamCore:
         self._outstanding.clear()
         self._lost.clear()
         self._ooo.clear()
+        self.reorder_bytes = 0
         self._run_starts.clear()
         self._run_ends.clear()
         self._sendbuf = bytearray()

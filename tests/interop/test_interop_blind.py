@@ -13,6 +13,8 @@ import asyncio
 import time
 from typing import Any
 
+import pytest
+
 from relay.blindrelay import (
     BlindRelayError,
     BlindRelayServer,
@@ -24,6 +26,8 @@ from relay.blindrelay import (
 from relay.keys import key_pair
 from relay.secretstream import Opened
 from tests.interop._mux_peers import SecretConn, Watch, node_peer
+
+pytestmark = pytest.mark.interop
 
 SEED_A = "01" * 32
 SEED_B = "03" * 32

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import random
+import shutil
 import socket
-from collections.abc import AsyncIterator
+import subprocess
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +21,8 @@ from relay.dht.messages import Command, ErrorCode, hash32, node_id
 from relay.keys import key_pair
 from relay.udx import UDX
 from tests.interop._dht_testnet import NodeTestnet
+from tests.interop._relay_net import Testnet, run_peers
+from tests.interop._relay_proc import RelayProcess, free_udp_port
 
 pytestmark = [pytest.mark.interop, pytest.mark.timeout(120)]
 
@@ -162,19 +169,32 @@ async def test_interop_dht_reconnect_goes_direct_and_survives_garbage(node: str)
         await server.close()
 
 
-async def test_interop_dht_firewalled_server_still_reached_on_same_host(node: str) -> None:
-    # firewalled=True: we never claim OPEN, so the reply carries holepunch relays and no public address;
-    # a Node client on the same host takes hyperdht's same-IP shortcut to our local address
+@pytest.mark.parametrize("holepunch", [False, True], ids=["lan_only", "lan_or_punch"])
+async def test_interop_dht_firewalled_server_still_reached_on_same_host(node: str, holepunch: bool) -> None:
+    # firewalled=True: we never claim OPEN, so the reply carries holepunch relays and no public address.
+    # A Node client on the same host then pings our local address (hyperdht's same-IP shortcut) and,
+    # in parallel, holepunches to the puncher socket we open for its attempt when we punch; hyperdht
+    # 6.34 (connect.js holepunch()) races the two and the first to reach onsocket wins. So without
+    # punching only our server socket can carry the stream; with it, either may, which depends on timing.
     async with NodeTestnet.start(node, size=4) as tn, python_node(tn, firewalled=True) as py:
         assert py.stats()["firewalled"] and py.remote_address() is None
-        server = HyperDHTServer(py, key_pair(), echo)
+        conns: list[tuple[Any, int]] = []
+
+        async def on_connection(conn: Connection) -> None:
+            sock = conn.stream.socket
+            conns.append((sock, sock.port))  # read now: a punched stream's socket closes with it
+            await echo(conn)
+
+        server = HyperDHTServer(py, key_pair(), on_connection, holepunch=holepunch)
         await asyncio.wait_for(server.listen(), 30)
         # while firewalled we announce from the client socket; the announce nodes saw that address
         assert {r.peer_address for r in server.announcer.relays} == {py.client_socket.address}
         res = await tn.call("connect", key=server.public_key.hex(), message="behind a wall")
         assert res["ok"] and res["echo"] == "behind a wall", res
-        assert server.stats["connections"] == 1
-        assert res["rawStream"]["remotePort"] in (py.local_address()[1], py.client_socket.address[1])
+        ((sock, port),) = conns
+        assert res["rawStream"]["remotePort"] == port  # both ends agree on our socket
+        if sock is not py.server_socket:  # the punch won the race: a socket made for this client
+            assert holepunch and sock is not py.client_socket and server.stats["holepunches"] >= 1
         await server.close()
 
 
@@ -301,3 +321,83 @@ async def test_interop_dht_firewalled_server_holepunches_with_a_firewalled_node_
         # the punch socket goes away with its stream (the client closed it)
         await wait_until(lambda: conn.stream.socket.closed)
         await server.close()
+
+
+def wait_for_stats(relay: RelayProcess, cond: Callable[[dict[str, Any]], bool], timeout: float = 90) -> dict[str, Any]:
+    """Poll the relay's /stats until `cond` holds (a bounded event wait, not a timing assertion)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        stats = relay.stats()
+        if cond(stats):
+            return stats
+        if time.monotonic() > deadline:
+            raise AssertionError(f"relay /stats never satisfied the wait: {stats['dht']}")
+        time.sleep(0.2)
+
+
+def test_interop_dht_relay_started_without_a_dht_relays_once_it_appears(node: str, tmp_path: Path) -> None:
+    # a boot where the network (here: the DHT) is not up yet: the relay must not exit
+    port = free_udp_port()
+    with RelayProcess(tmp_path / "s", bootstrap=f"127.0.0.1:{port}") as relay:
+        relay.start()
+        assert relay.key is not None and relay.proc is not None, relay.stderr
+        assert relay.stats()["dht"]["bootstrapped"] is False
+        with Testnet(node, size=4, port=port) as tn:  # the DHT appears on the bootstrap port
+            stats = wait_for_stats(relay, lambda s: s["dht"]["bootstrapped"] and s["dht"]["last_announce"])
+            assert stats["dht"]["nodes"] >= 1 and not stats["dht"]["firewalled"]
+            res = run_peers(node, tn.bootstrap, relay.key, relay.port, mode="client")
+            assert res.all_ok and all(p["relayed"] for p in res.pairs), (res.summary, res.stderr[-2000:])
+        assert relay.proc.poll() is None  # still running
+    assert relay.stderr.count("no DHT node answered") == 1  # warned once, then quietly retried
+
+
+@contextlib.contextmanager
+def cut_off(host: str) -> Iterator[Callable[[bool], None]]:
+    """nftables rules (in a table of our own, named for this process) that drop every packet
+    from or to `host`: the relay bound there loses its network; yields `cut(on)`."""
+    table = f"dhtcore_outage_{os.getpid()}"
+
+    def nft(*args: str) -> None:
+        subprocess.run(["nft", *args], check=True, capture_output=True, text=True, timeout=30)
+
+    nft("add", "table", "ip", table)
+    try:
+        nft("add", "chain", "ip", table, "out", "{ type filter hook output priority 0 ; }")
+
+        def cut(on: bool) -> None:
+            if on:
+                nft("add", "rule", "ip", table, "out", "ip", "saddr", host, "drop")
+                nft("add", "rule", "ip", table, "out", "ip", "daddr", host, "drop")
+            else:
+                nft("flush", "chain", "ip", table, "out")
+
+        yield cut
+    finally:
+        subprocess.run(["nft", "delete", "table", "ip", table], capture_output=True, timeout=30)
+
+
+def test_interop_dht_relay_heals_after_a_network_outage(node: str, tmp_path: Path) -> None:
+    if shutil.which("nft") is None:
+        pytest.fail("nft is not on PATH: this test needs nftables and root (.ci/run installs it)")
+    # the relay on a loopback address of its own; everything else stays on 127.0.0.1
+    host = f"127.{os.getpid() >> 8 & 0xFF}.{os.getpid() & 0xFF}.{random.randint(2, 254)}"
+    with (
+        Testnet(node, size=4) as tn,
+        cut_off(host) as cut,
+        RelayProcess(tmp_path / "s", host=host, bootstrap=tn.bootstrap) as relay,
+    ):
+        relay.start()
+        assert relay.key is not None, relay.stderr
+        before = wait_for_stats(relay, lambda s: s["dht"]["bootstrapped"] and s["dht"]["last_announce"])
+        assert before["dht"]["public_host"] == host
+        cut(True)  # the relay host loses its network: every DHT node stops answering
+        lost = wait_for_stats(relay, lambda s: not s["dht"]["bootstrapped"])
+        assert lost["dht"]["nodes"] == 0
+        cut(False)  # and gets it back
+        back, back_wall = time.monotonic(), time.time()
+        after = wait_for_stats(relay, lambda s: s["dht"]["bootstrapped"] and s["dht"]["last_announce"] > back_wall)
+        res = run_peers(node, tn.bootstrap, relay.key, relay.port, mode="client")
+        healed = time.monotonic() - back
+        assert res.all_ok and all(p["relayed"] for p in res.pairs), (res.summary, res.stderr[-2000:])
+        assert after["dht"]["public_host"] == host and not after["dht"]["firewalled"]
+        print(f"relay rejoined, re-announced and relayed a new pair {healed:.1f} s after the network came back")

@@ -10,6 +10,8 @@ from relay.keys import key_pair, namespace
 from relay.noise import NoiseError, NoiseHandshake
 from tests.interop._streams_node import NodeLines, node_script
 
+pytestmark = pytest.mark.interop
+
 NS_PEER_HANDSHAKE = namespace("hyperswarm/dht", [0])[0]
 MESSAGES = {"XX": 3, "IK": 2}
 

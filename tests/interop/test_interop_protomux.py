@@ -27,6 +27,8 @@ from relay.protomux import (
 )
 from tests.interop._mux_peers import NodePeer, SecretConn, Watch, node_peer
 
+pytestmark = pytest.mark.interop
+
 ALPHA_ID = bytes(range(32))
 BIG = bytes(i % 251 for i in range(100_000))
 

@@ -6,11 +6,15 @@ import asyncio
 import hashlib
 import os
 
+import pytest
+
 from relay.keys import key_pair
 from relay.noise import NoiseHandshake
 from relay.secretstream import HandshakeResult, SecretStreamError
 from relay.secretstream_aio import SecretStreamProtocol, connect, serve
 from tests.interop._streams_node import SAFETY_TIMEOUT, NodeLines, node_script
+
+pytestmark = pytest.mark.interop
 
 ONE_MB = 1 << 20
 SIZES = [7, 65536, 1, 250000, 0, 3000, 99999]

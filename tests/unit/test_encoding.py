@@ -14,10 +14,11 @@ CE = load("streams")["compact_encoding"]
 
 @pytest.mark.parametrize("codec", ["uint", "uint8", "uint16", "uint24", "uint32", "uint64", "int", "bool", "string"])
 def test_scalar_vectors(codec: str) -> None:
+    method = {"int": "zigzag_int"}.get(codec, codec)  # ours is not named `int`: it shadowed the builtin
     for v in CE[codec]:
-        assert getattr(Writer(), codec)(v["value"]).getvalue().hex() == v["hex"]
+        assert getattr(Writer(), method)(v["value"]).getvalue().hex() == v["hex"]
         r = Reader(bytes.fromhex(v["hex"]))
-        assert getattr(r, codec)() == v["value"]
+        assert getattr(r, method)() == v["value"]
         assert r.remaining == 0
 
 
