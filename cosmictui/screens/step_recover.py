@@ -208,8 +208,14 @@ class RecoverStep(Step):
                 yes="Delete only" if len(only) == len(plans) else "Delete & recreate",
                 danger=True,
             ),
-            lambda ok: self.recreate(plans) if ok else self.status.set("Nothing deleted.", "info"),
+            lambda ok: self._recover_confirmed(plans, ok),
         )
+
+    def _recover_confirmed(self, plans: list[RecoveryPlan], ok: bool | None) -> None:
+        if ok:
+            self.recreate(plans)
+        else:
+            self.status.set("Nothing deleted.", "info")
 
     @work(exclusive=True, group="recover", exit_on_error=False)
     async def recreate(self, plans: list[RecoveryPlan]) -> None:
