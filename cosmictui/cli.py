@@ -421,7 +421,8 @@ def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
 
 def cmd_env_set_relay(args: argparse.Namespace, out: TextIO) -> int:
     settings = _settings(args)
-    from cosmictui.ops.envfile import EnvChanged, EnvFileError, decode_text, normalize_key, plan_relays, write_plan
+    from cosmictui.ops.envapply import apply_plan
+    from cosmictui.ops.envfile import EnvChanged, EnvFileError, decode_text, normalize_key, plan_relays
     from cosmictui.ops.runner import RunnerError
 
     try:
@@ -468,9 +469,12 @@ def cmd_env_set_relay(args: argparse.Namespace, out: TextIO) -> int:
             if args.dry_run:
                 out.write(f"dry run: {path} not written\n")
                 return OK
-            backup = await write_plan(runner, path, plan)
+            applied = await apply_plan(runner, path, plan, settings.env_var, key)  # with its read-back
+            backup = applied.backup
+            if problem := applied.problem():
+                return _fail(args, out, "env", problem, FAILED)
             if args.json:
-                _dump(report | {"written": True, "backup": backup}, out)
+                _dump(report | {"written": True, "backup": backup, "read_back": list(applied.keys)}, out)
                 return OK
             out.write(f"wrote {path}" + (f" (backup {backup})" if backup else "") + "\n")
             out.write("next: apply the config and restart the worker (the wizard's step 4)\n")
@@ -510,7 +514,7 @@ def worker_restart_time(deployment: str) -> datetime | None:
 
 def cmd_jobs(args: argparse.Namespace, out: TextIO) -> int:
     settings = _settings(args)
-    from cosmictui.ops.evidence import name_case, new_job_left_creating, relay_evidence
+    from cosmictui.ops.evidence import name_case, new_job_left_creating, new_jobs, relay_evidence
     from cosmictui.ops.joblist import list_jobs
     from cosmictui.ops.progress import load_progress
     from cosmictui.ops.relayproc import attach
@@ -530,7 +534,12 @@ def cmd_jobs(args: argparse.Namespace, out: TextIO) -> int:
         if not listing.ok:
             return FAILED, {"error": listing.error, "output": listing.raw or ""}
         evidence = await relay_evidence(metrics, baseline if isinstance(baseline, dict) else None, restart_at)
-        kind, case = name_case(new_job_left_creating(listing.views, restart_at, settings.statuses), evidence)
+        if restart_at is None:
+            kind = "unknown"
+            case = "No worker restart is recorded (the wizard's step 4 records it): which jobs are new is not known."
+        else:
+            left = new_job_left_creating(listing.views, restart_at, settings.statuses)
+            kind, case = name_case(left, evidence, new_job=bool(new_jobs(listing.views, restart_at)))
         return OK, (listing.views, evidence, kind, case)
 
     def show(rc: int, res: Any) -> None:

@@ -93,11 +93,11 @@ def evidence_from(
     else:
         base = {}
         since = "since it started (no reading from the restart)"
-    values: dict[str, int | None] = {}
-    for name in COUNTERS:
+    def delta(name: str) -> int | None:
         v = now.get(name)
-        values[name] = None if v is None else int(max(0.0, v - base.get(name, 0.0)))
-    return RelayEvidence(True, since, **values)
+        return None if v is None else int(max(0.0, v - base.get(name, 0.0)))
+
+    return RelayEvidence(True, since, delta("sessions_opened"), delta("pairings_matched"), delta("relayed_bytes"))
 
 
 async def relay_evidence(
@@ -105,12 +105,19 @@ async def relay_evidence(
 ) -> RelayEvidence:
     """Read the relay's metrics now; an unreachable relay is evidence too ("no numbers")."""
     if not metrics_url:
-        return RelayEvidence(False, "", detail="the relay's metrics are off ([relay] metrics)")
+        return RelayEvidence(False, "", detail="the relay's metrics are off: [relay] metrics")
     try:
         s = await scrape(metrics_url, timeout)
     except MetricsError as e:
         return RelayEvidence(False, "", detail=f"{e.url}: {e.reason}")
     return evidence_from(counters(s), baseline, restart_at)
+
+
+def new_jobs(views: list[JobView], restart_at: datetime | None) -> list[JobView]:
+    """Jobs created after the worker restart (none when the restart time is not known)."""
+    if restart_at is None:
+        return []
+    return [v for v in views if v.job.created is not None and v.job.created > restart_at]
 
 
 def new_job_left_creating(views: list[JobView], restart_at: datetime | None, statuses: StatusSets) -> bool:
@@ -126,8 +133,13 @@ def new_job_left_creating(views: list[JobView], restart_at: datetime | None, sta
 CaseKind = Literal["relayed", "direct", "no-session", "waiting", "unknown"]
 
 
-def name_case(left_creating: bool, evidence: RelayEvidence) -> tuple[CaseKind, str]:
-    """Which of the cases the operator page cares about this is, and what to check."""
+def name_case(left_creating: bool, evidence: RelayEvidence, new_job: bool = True) -> tuple[CaseKind, str]:
+    """Which of the cases the operator page cares about this is, and what to check.
+
+    `new_job`: a job created after the worker restart is in the list at all.
+    """
+    if not new_job and not left_creating:
+        return "waiting", "No job created after the restart yet: the relay's numbers above tell once there is one."
     if not evidence.reachable:
         return "unknown", "Cannot tell whether the relay carried it: " + evidence.detail + "."
     if left_creating and evidence.carried:

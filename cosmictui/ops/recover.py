@@ -127,9 +127,8 @@ def plan_recovery(job: Job, settings: Settings, reviewed_create: str | None = No
 
 
 def recovery_dir(deployment: str) -> Path:
-    from cosmictui.ops.progress import progress_path
-
-    return state_dir() / "recovered" / progress_path(deployment).stem.removeprefix("progress-")
+    """One folder for every deployment (a short path to show); each file names its deployment."""
+    return state_dir() / "recovered"
 
 
 def save_record(plan: RecoveryPlan, settings: Settings, draft: CreateDraft | None = None) -> Path:

@@ -467,7 +467,7 @@ class SSHRunner(Runner):
                 f"the host key of {self.label} does NOT match the one in {known_file} — possibly a different "
                 "machine or a man-in-the-middle",
                 f"if the host was reinstalled, verify its new key out of band, then "
-                f"`ssh-keygen -f {shlex.quote(known_file)} -R {shlex.quote(entry)}`",
+                f"`ssh-keygen -f {shlex.quote(known_file or '~/.ssh/known_hosts')} -R {shlex.quote(entry)}`",
                 self.label,
                 "host-key-mismatch",
             )

@@ -276,7 +276,8 @@ def keep_running_commands(settings: Settings, storage: str, port: int) -> list[s
     import shutil
     import sys
 
-    exe = shutil.which("blind-relay") or os.path.join(os.path.dirname(sys.executable), "blind-relay")
+    beside = os.path.join(os.path.dirname(sys.executable), "blind-relay")  # this install's, not another on PATH
+    exe = beside if os.path.exists(beside) else (shutil.which("blind-relay") or beside)
     flags = [f"--storage {shlex.quote(storage)}", f"--port {int(port)}"]
     if settings.relay_bootstrap:
         flags.append("--bootstrap " + shlex.quote(",".join(settings.relay_bootstrap)))

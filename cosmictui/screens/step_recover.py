@@ -33,7 +33,7 @@ class RecoverStep(Step):
     STEP_BINDINGS = (
         Binding("r", "step('refresh')", "Refresh"),
         Binding("d", "step('recreate')", "Recover"),
-        Binding("e", "step('edit_create')", "Edit create"),
+        Binding("e", "step('edit_create')", "Edit"),
     )
 
     def __init__(self, ctx) -> None:  # type: ignore[no-untyped-def]
@@ -185,10 +185,10 @@ class RecoverStep(Step):
             commands.append(p.delete)
             commands.append(p.create if p.create else f"# {p.job.id}: delete only — you recreate it yourself")
         only = [p.job.id for p in plans if p.create is None]
-        where = recovery_dir(self.ctx.settings.deployment)
+        where = recovery_dir(self.ctx.settings.deployment)  # the file's own name is shown once saved
         body = (
-            f"First every field and the recreate command of each job are saved to a file in {where}. "
-            "Then these commands run on the deployment host, in order:"
+            "First each job's every field and its recreate command are saved to a new file in\n"
+            f"{where}/\n(its name is shown and logged). Then these commands run on the deployment host, in order:"
         )
         if only:
             body += (
@@ -208,8 +208,14 @@ class RecoverStep(Step):
                 yes="Delete only" if len(only) == len(plans) else "Delete & recreate",
                 danger=True,
             ),
-            lambda ok: self.recreate(plans) if ok else self.status.set("Nothing deleted.", "info"),
+            lambda ok: self._recover_confirmed(plans, ok),
         )
+
+    def _recover_confirmed(self, plans: list[RecoveryPlan], ok: bool | None) -> None:
+        if ok:
+            self.recreate(plans)
+        else:
+            self.status.set("Nothing deleted.", "info")
 
     @work(exclusive=True, group="recover", exit_on_error=False)
     async def recreate(self, plans: list[RecoveryPlan]) -> None:

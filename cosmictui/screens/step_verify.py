@@ -68,7 +68,7 @@ class VerifyStep(Step):
     def __init__(self, ctx) -> None:  # type: ignore[no-untyped-def]
         super().__init__(ctx)
         self.timer: Timer | None = None
-        self.watch: JobWatch | None = None
+        self.job_watch: JobWatch | None = None
         self.polls = 0
         self._poll_worker: Worker[None] | None = None
         self.active = False
@@ -103,9 +103,9 @@ class VerifyStep(Step):
             f"Worker restarted at [b]{when}[/b]; older jobs never get the key. [b]Create a new job now[/b] "
             f"({escape(how)}). Refreshes every {self.ctx.settings.poll_interval:g} s."
         )
-        if self.watch is None or self.watch.since != r:
+        if self.job_watch is None or self.job_watch.since != r:
             # first visit, or the worker was restarted again since
-            self.watch = JobWatch(r, statuses=self.ctx.settings.statuses)
+            self.job_watch = JobWatch(r, statuses=self.ctx.settings.statuses)
             if self.done:
                 self.mark_done(False)
         problem = self.ctx.relay_problem()
@@ -152,16 +152,16 @@ class VerifyStep(Step):
             return
         raw.remove_class("-shown")
         self.polls += 1
-        assert self.watch is not None
-        verdict = self.watch.observe(listing.jobs)
+        assert self.job_watch is not None
+        verdict = self.job_watch.observe(listing.jobs)
         self.verdict = verdict
-        new_ids = {j.id for j in listing.jobs if self.watch.is_new(j)}
+        new_ids = {j.id for j in listing.jobs if self.job_watch.is_new(j)}
         self.query_one(JobsTable).show(listing.views, new_ids)
         self.evidence = await relay_evidence(
             self.ctx.relay_metrics_url(), self.ctx.progress.data.get("relay_at_restart"), self._restart_dt()
         )
         left = verdict.state == "confirmed"
-        _, case = name_case(left, self.evidence)
+        _, case = name_case(left, self.evidence, new_job=bool(new_ids))
         self.query_one("#verify-evidence", Static).update(f"{self.evidence.line()}\n{case}")
         kind = {
             "confirmed": "ok",
@@ -210,8 +210,12 @@ class VerifyStep(Step):
             ConfirmScreen(
                 "Create a test job", "Run on the deployment host ([commands] test_job):", commands=[cmd], yes="Create"
             ),
-            lambda ok: self.create_job(cmd) if ok else None,
+            lambda ok: self._create_confirmed(cmd, ok),
         )
+
+    def _create_confirmed(self, cmd: str, ok: bool | None) -> None:
+        if ok:
+            self.create_job(cmd)
 
     @work(exclusive=True, group="verify-create", exit_on_error=False)
     async def create_job(self, cmd: str) -> None:

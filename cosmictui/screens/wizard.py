@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from textual import on
+from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
@@ -95,6 +95,7 @@ class WizardScreen(Screen[None]):
     async def on_mount(self) -> None:
         self.title = "cosmictui · relay setup"
         self.sub_title = self.ctx.describe_deployment()
+        self.query_one(Footer).compact = self.app.size.width < 80
         log = self.query_one(CommandLog)
         log.journal = self._journal = self.ctx.journal()
         self.ctx.attach_log(log, self._on_command, lambda text: self.notify(text, title="Deployment host"))
@@ -110,6 +111,12 @@ class WizardScreen(Screen[None]):
             self.notify(f"Resumed at step {resume + 1}: {self.steps[resume].TITLE}", title="Progress restored")
         if self.relay_down:
             self.notify(self.relay_down, title="Step 2 needs attention", severity="error", timeout=15)
+
+    def on_resize(self, event: events.Resize) -> None:
+        # Below 80 columns the footer drops its padding, so no key falls off the right edge.
+        footer = self.query_one(Footer)
+        if footer.compact != (event.size.width < 80):
+            footer.compact = event.size.width < 80
 
     def on_unmount(self) -> None:
         if self._journal is not None:

@@ -54,7 +54,8 @@ async def test_wizard_apply_runs_both_streams_output_and_records_restart(tmp_pat
         assert "ran apply-wrk-server-k8s-nvidia-common-config" in out and "ran restart" in out
         assert app.screen.ctx.restarted_at is not None
         await pilot.press("y")  # the command log, copied for the operator's notes
-        assert app.clipboard.splitlines()[0].startswith("$ task apply-wrk-server-k8s-nvidia-common-config")
+        commands = [line for line in app.clipboard.splitlines() if line.startswith("$ ")]
+        assert commands[0].startswith("$ task apply-wrk-server-k8s-nvidia-common-config")
         assert '$ task restart SERVICES="cosmicac-wrk-server-k8s-nvidia"' in app.clipboard
         await pilot.press("n")
         assert app.screen.index == 4

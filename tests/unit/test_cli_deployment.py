@@ -183,6 +183,7 @@ def test_env_set_relay_json_reports_the_plan_and_the_backup(deploy: Path) -> Non
     rc, out = run("--deployment", str(deploy), "env", "set-relay", KEY_B, "--json", "--replace")
     doc = json.loads(out)
     assert rc == 0 and doc["written"] and doc["new_relays"] == [KEY_B] and doc["mode"] == "replace"
+    assert doc["read_back"] == [KEY_B]  # the file as read back after the write (same use case as step 3)
     assert doc["backup"] and Path(doc["backup"]).read_bytes() == ENV.encode()
     rc, out = run("--deployment", str(deploy), "env", "set-relay", KEY_B, "--json", "--replace")
     doc = json.loads(out)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from cosmictui.ops.evidence import counters, evidence_from, name_case, relay_evidence
-from cosmictui.ops.metrics import fetch
+from cosmictui.ops.metrics import Scrape, scrape
 from tests.unit._metrics_server import FakeRelayMetrics
 
 
@@ -15,7 +15,7 @@ async def test_counters_since_the_restart_from_a_metrics_endpoint() -> None:
         relay.gauges["blind_relay_sessions_opened"].set(3)
         relay.gauges["blind_relay_pairings_matched"].set(5)
         relay.counters["blind_relay_relayed_bytes"].inc(1000)
-        at_restart = counters(fetch(relay.url))  # what step 4 keeps at the worker restart
+        at_restart = counters(await scrape(relay.url))  # what step 4 keeps at the worker restart
         restart = datetime.now(UTC)
         relay.gauges["blind_relay_sessions_opened"].set(4)
         relay.gauges["blind_relay_pairings_matched"].set(7)
@@ -52,13 +52,19 @@ def test_the_three_cases_and_an_unreachable_relay() -> None:
 
 async def test_untrusted_values_and_a_relay_that_does_not_answer() -> None:
     relay = FakeRelayMetrics()
-    relay.metrics_body = b"blind_relay_sessions_opened NaN\nblind_relay_pairings_matched -4\n"
+    relay.metrics_body = b"blind_relay_sessions_opened -4\nblind_relay_pairings_matched 3\n"
     try:
-        ev = await relay_evidence(relay.url, None, None)
+        negative = await relay_evidence(relay.url, None, None)
+        relay.metrics_body = b"blind_relay_sessions_opened NaN\n"
+        nan = await relay_evidence(relay.url, None, None)
     finally:
         relay.server.shutdown()
-    assert ev.reachable and ev.sessions_opened is None and ev.pairings_matched is None
-    assert ev.relayed_bytes is None and "? relayed" in ev.line()
+    # The scraper refuses them: no numbers, and why — never a made-up count.
+    assert not negative.reachable and "out of range" in negative.detail
+    assert not nan.reachable and "not finite" in nan.detail
+    # … and the evidence itself drops what is not a finite count >= 0, whatever hands it over.
+    s = Scrape(0.0, 0.0, {"blind_relay_sessions_opened": -4.0, "blind_relay_pairings_matched": float("nan")})
+    assert counters(s) == {}
     down = await relay_evidence("http://127.0.0.1:9", None, None, timeout=0.5)
     assert not down.reachable and name_case(True, down)[0] == "unknown"
     assert (await relay_evidence(None, None, None)).detail.startswith("the relay's metrics are off")
