@@ -23,8 +23,9 @@ pytestmark = pytest.mark.timeout(60)
 class HostileHolder:
     """Holds an 'announce' for `public_key` and answers every handshake with `answer(hs)`."""
 
-    def __init__(self, node: DHTNode, answer: Callable[[Handshake], bytes | None]) -> None:
+    def __init__(self, node: DHTNode, public_key: bytes, answer: Callable[[Handshake], bytes | None]) -> None:
         self.node = node
+        self.public_key = public_key  # DHTNode.register_server reads it (the node keeps a forward for the key)
         self.answer = answer
         self.handshakes = 0
 
@@ -42,7 +43,7 @@ async def hostile_network(answer: Callable[[Handshake], bytes | None]) -> AsyncI
     udx_h, udx_c = UDX(), UDX()
     hostile = DHTNode(bootstrap=[], host="127.0.0.1", udx=udx_h, firewalled=False)
     await hostile.bind()
-    holder = HostileHolder(hostile, answer)
+    holder = HostileHolder(hostile, pk, answer)
     hostile.register_server(hash32(pk), holder)
 
     def on_request(inc: Any) -> bool:
