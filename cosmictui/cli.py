@@ -18,14 +18,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-OK, FAILED, USAGE = 0, 1, 2
+OK, FAILED, USAGE, NOT_CONFIRMED = 0, 1, 2, 3
 
 EXIT_CODES = """\
 exit codes:
   0  ok (checks passed, relay up, .env written or already right, jobs listed)
   1  a check failed, the relay is down or not running, a command on the deployment failed
   2  usage or configuration error (bad flag, unreadable config, invalid key, missing deployment
-     directory or .env, .env not editable)"""
+     directory or .env, .env not editable; jobs recover: no known create command and no
+     --delete-only, or a --create-command with {fields} the jobs list does not fill)
+  3  jobs recover without --yes: the plan was printed, nothing was saved or deleted"""
 
 
 class UsageError(Exception):
@@ -134,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         help="list CosmicAC jobs and which look stuck",
         description="Run the list command (default `cosmicac jobs list`) on the deployment and show jobs "
-        "with status, age and why they look stuck.",
+        "with status, age and why they look stuck. `jobs recover` deletes and recreates stuck ones.",
         epilog=EXIT_CODES,
         formatter_class=fmt,
     )
@@ -142,6 +144,33 @@ def build_parser() -> argparse.ArgumentParser:
     j.add_argument("--watch", action="store_true", help="list again every --interval seconds until Ctrl-C")
     j.add_argument("--interval", metavar="S", type=_interval, default=None, help="seconds between lists (config)")
     j.add_argument("--count", type=int, default=None, help=argparse.SUPPRESS)  # bounded --watch, for tests
+    jsub = j.add_subparsers(dest="jobs_command", metavar="ACTION")
+    jr = jsub.add_parser(
+        "recover",
+        parents=[common],
+        help="delete stuck jobs and recreate them (the wizard's step 6, headless)",
+        description="Recover jobs the way the wizard's step 6 does: list the jobs, find each JOB_ID, save "
+        "its every field and the recreate command to a new file (its path is printed) BEFORE any delete, "
+        "then delete it and create it again. The create command is --create-command (yours, reviewed; "
+        "{field}s are filled from the job's columns) or the configured [commands] create template. With "
+        "neither, the job is deleted only with --delete-only, and you recreate it from the saved file. "
+        "Without --yes: print the plan (the exact commands), delete nothing, exit 3.",
+        epilog=EXIT_CODES,
+        formatter_class=fmt,
+    )
+    jr.add_argument("ids", metavar="JOB_ID", nargs="+", help="id of a job to recover (as the list shows it)")
+    jr.add_argument(
+        "--create-command",
+        metavar="CMD",
+        help="your reviewed create command; {name}, {gpu_model} or any column is filled from the job",
+    )
+    jr.add_argument(
+        "--delete-only",
+        action="store_true",
+        help="jobs with no known create command are deleted only (you recreate them from the saved file)",
+    )
+    jr.add_argument("--yes", action="store_true", help="really delete and recreate (default: print the plan)")
+    jr.add_argument("--json", action="store_true", help="print the plan and each result as one JSON object")
 
     r = sub.add_parser(
         "relay", parents=[common], help="the relay on this machine", epilog=EXIT_CODES, formatter_class=fmt
@@ -513,6 +542,8 @@ def worker_restart_time(deployment: str) -> datetime | None:
 
 
 def cmd_jobs(args: argparse.Namespace, out: TextIO) -> int:
+    if getattr(args, "jobs_command", None) == "recover":
+        return cmd_jobs_recover(args, out)
     settings = _settings(args)
     from cosmictui.ops.evidence import name_case, new_job_left_creating, new_jobs, relay_evidence
     from cosmictui.ops.joblist import list_jobs
@@ -599,6 +630,107 @@ def cmd_jobs(args: argparse.Namespace, out: TextIO) -> int:
         return asyncio.run(go())
     except KeyboardInterrupt:
         return OK
+
+
+def cmd_jobs_recover(args: argparse.Namespace, out: TextIO) -> int:
+    """`jobs recover`: the wizard's step 6 use case (ops/recover), confirmed by --yes instead of a dialog."""
+    settings = _settings(args)
+    from cosmictui.ops.joblist import list_jobs
+    from cosmictui.ops.recover import RecoveryRefused, draft_create, plan_jobs, recover, recovery_dir, save_record
+    from cosmictui.ops.runner import RunnerError
+
+    name = "jobs recover"
+    if args.create_command is not None and not args.create_command.strip():
+        raise UsageError("--create-command is empty")
+
+    def plan_doc(p: Any) -> dict[str, Any]:
+        return {
+            "id": p.job.id,
+            "status": p.job.status,
+            "fields": p.job.fields,
+            "delete_command": p.delete,
+            "create_command": p.create,
+            "create_source": p.create_source,
+        }
+
+    def show_plan(plans: list[Any], folder: Path) -> None:
+        for p in plans:
+            out.write(f"job {p.job.id} ({p.job.status.strip() or 'unknown'})\n")
+            out.write(f"  delete  {p.delete}\n")
+            if p.create is None:
+                out.write("  create  none known: deleted only; you recreate it (web UI or CLI) from the saved file\n")
+            else:
+                source = "your --create-command" if p.create_source == "operator" else "[commands] create"
+                out.write(f"  create  {p.create}   ({source})\n")
+        out.write(f"record   every field and these commands go to a new file in {folder}/ before the delete\n")
+
+    async def go() -> int:
+        try:
+            runner = await _open_runner(settings)
+        except RunnerError as e:
+            return _fail(args, out, name, e.what + " Nothing deleted.", _runner_exit(e), e.fix)
+        try:
+            listing = await list_jobs(runner.run, settings, datetime.now(UTC))
+            if not listing.ok:
+                raw = f"\n{listing.raw}" if listing.raw else ""
+                return _fail(args, out, name, f"{listing.error} Nothing deleted.{raw}", FAILED)
+            try:
+                plans = plan_jobs(listing.jobs, args.ids, settings, args.create_command, args.delete_only)
+            except RecoveryRefused as e:
+                return _fail(args, out, name, e.what, FAILED if e.kind == "unknown-job" else USAGE, e.fix)
+            folder = recovery_dir(settings.deployment)
+            doc: dict[str, Any] = {"jobs": [plan_doc(p) for p in plans], "record_dir": folder, "confirmed": args.yes}
+            doc |= {"results": [], "error": None, "fix": None}
+            if not args.yes:
+                if args.json:
+                    _dump(doc | {"exit_code": NOT_CONFIRMED}, out)
+                else:
+                    show_plan(plans, folder)
+                    out.write("not confirmed: nothing saved or deleted; run again with --yes to do it\n")
+                return NOT_CONFIRMED
+            rc = OK
+            for plan in plans:
+                try:  # the record first: without it on disk, nothing is deleted
+                    record = save_record(plan, settings, draft_create(plan.job, settings))
+                except OSError as e:
+                    doc["error"] = f"could not save job {plan.job.id}'s record in {folder}: {e}; job not deleted"
+                    doc["fix"] = "make the state directory writable (XDG_STATE_HOME), then run again"
+                    rc = FAILED
+                    break
+                if not args.json:
+                    out.write(f"saved job {plan.job.id} (every field, recreate command) to {record}\n")
+                    out.flush()
+                result = await recover(runner.run, plan, record)
+                doc["results"].append(
+                    {
+                        "id": result.job_id,
+                        "outcome": result.outcome,
+                        "message": result.message,
+                        "record": result.record,
+                        "command": result.command,
+                        "output": result.output,
+                    }
+                )
+                if result.outcome in ("delete-failed", "create-failed"):
+                    doc["error"] = result.message + " Stopped here."
+                    if result.output.strip():
+                        doc["fix"] = f"the command printed: {result.output.strip()[-500:]}"
+                    rc = FAILED
+                    break
+                if not args.json:
+                    out.write(result.message + "\n")
+            if rc == OK and not args.json and any(r["outcome"] == "recreated" for r in doc["results"]):
+                out.write("watch the recreated job(s) leave Creating: cosmictui jobs --watch\n")
+            if args.json:
+                _dump(doc | {"exit_code": rc}, out)
+            elif doc["error"]:
+                fix = f"\n  {doc['fix']}" if doc["fix"] else ""
+                print(f"cosmictui {name}: {doc['error']}{fix}", file=sys.stderr)
+            return rc
+        finally:
+            await runner.close()
+
+    return asyncio.run(go())
 
 
 def relay_status_report(storage: str | None, metrics: str | None, timeout: float = 3.0) -> dict[str, Any]:

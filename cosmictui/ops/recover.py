@@ -251,3 +251,82 @@ async def recover(run: RunCommand, plan: RecoveryPlan, record: Path) -> Recovery
             result.output,
         )
     return RecoveryResult(jid, "recreated", f"Job {jid} deleted and created again.", record, plan.create)
+
+
+class RecoveryRefused(Exception):
+    """Recovery that would lose a job, or guess: refused before anything is saved or deleted.
+
+    `kind` is "unknown-job" (an id the list does not show: a failure) or "usage" (the operator
+    must give a create command or say delete only).
+    """
+
+    def __init__(self, kind: Literal["unknown-job", "usage"], what: str, fix: str = "") -> None:
+        super().__init__(what)
+        self.kind = kind
+        self.what = what
+        self.fix = fix
+
+
+def operator_create(job: Job, settings: Settings, command: str) -> CreateDraft:
+    """The operator's create command for `job`: its `{field}`s filled from the list, never guessed."""
+    draft = draft_create(job, settings.with_overrides(create_command=command))
+    return CreateDraft(draft.command, draft.missing, "config")
+
+
+def plan_jobs(
+    jobs: list[Job],
+    ids: list[str],
+    settings: Settings,
+    create_command: str | None = None,
+    delete_only: bool = False,
+) -> list[RecoveryPlan]:
+    """Plans for the named jobs of a listing, in the given order, or RecoveryRefused.
+
+    Every id must be in the list; each job is recreated by `create_command` (the operator's,
+    `{field}`s filled per job) or the configured template, and a job with neither is deleted
+    only when the operator said so (`delete_only`).
+    """
+    by_id = {j.id: j for j in jobs}
+    wanted = list(dict.fromkeys(ids))
+    unknown = [i for i in wanted if i not in by_id]
+    if unknown:
+        shown = ", ".join(sorted(by_id)[:10]) or "none"
+        raise RecoveryRefused(
+            "unknown-job",
+            f"no job {', '.join(unknown)} in the jobs list ({settings.list_command}); nothing deleted",
+            f"use an id the list shows (it shows: {shown})",
+        )
+    plans: list[RecoveryPlan] = []
+    for jid in wanted:
+        job = by_id[jid]
+        if create_command is not None and create_command.strip():
+            draft = operator_create(job, settings, create_command)
+            if draft.missing:
+                gaps = " ".join("{" + m + "}" for m in draft.missing)
+                raise RecoveryRefused(
+                    "usage",
+                    f"--create-command still has {gaps} unfilled for job {jid} (the jobs list does not show "
+                    "them); nothing deleted",
+                    "write those values into the command yourself (check `cosmicac jobs create --help`)",
+                )
+            plans.append(plan_recovery(job, settings, draft.command))
+        else:
+            plans.append(plan_recovery(job, settings))
+    if len(plans) > 1 and create_command and not _PLACEHOLDER.search(create_command):
+        raise RecoveryRefused(
+            "usage",
+            "--create-command has no {field}: it would create the same job for every id; nothing deleted",
+            "recover one job per command, or name its fields ({name}, {gpu_model}, any column)",
+        )
+    unknown_create = [p.job.id for p in plans if p.create is None]
+    if unknown_create and not delete_only:
+        draft = draft_create(by_id[unknown_create[0]], settings)
+        gaps = f" ({', '.join(draft.missing)} not in the list)" if draft.missing and draft.source == "config" else ""
+        raise RecoveryRefused(
+            "usage",
+            f"no known create command for job {', '.join(unknown_create)}{gaps}; nothing deleted",
+            "give --create-command CMD (your reviewed `cosmicac jobs create ...`, {field}s allowed), set "
+            "[commands] create in the config, or pass --delete-only and recreate the job yourself from the "
+            f"saved file (draft: {draft.command})",
+        )
+    return plans
