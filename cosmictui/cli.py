@@ -730,7 +730,18 @@ def cmd_jobs_recover(args: argparse.Namespace, out: TextIO) -> int:
         finally:
             await runner.close()
 
-    return asyncio.run(go())
+    try:
+        return asyncio.run(go())
+    except KeyboardInterrupt:  # maybe between a delete and its create: say where the records are
+        folder = recovery_dir(settings.deployment)
+        return _fail(
+            args,
+            out,
+            name,
+            f"interrupted: a job may be deleted and not recreated; every job's record is in {folder}",
+            FAILED,
+            "check with `cosmictui jobs` and recreate any missing job with its record's recreate_command",
+        )
 
 
 def relay_status_report(storage: str | None, metrics: str | None, timeout: float = 3.0) -> dict[str, Any]:

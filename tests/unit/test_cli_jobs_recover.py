@@ -227,3 +227,27 @@ def test_help_documents_the_command_and_its_exit_code(capsys: pytest.CaptureFixt
     for word in ("JOB_ID", "--create-command", "--delete-only", "--yes", "--json", "BEFORE any delete"):
         assert word in text
     assert "3  jobs recover without --yes" in cli.EXIT_CODES
+
+
+def test_no_record_on_disk_means_no_delete(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    d, cfg = _deploy(tmp_path, TEMPLATE)
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    monkeypatch.setenv("XDG_STATE_HOME", str(blocker))  # the record cannot be written there
+    rc, out = run(cfg, "job-001", "--yes", "--json")
+    assert rc == 1
+    doc = strict(out)
+    assert "could not save job job-001's record" in doc["error"] and "job not deleted" in doc["error"]
+    assert doc["results"] == [] and calls(d) == [] and job_ids(d) == ["job-001", "job-002"]
+
+
+def test_a_failing_delete_stops_before_any_create(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    real = tmp_path / "bin" / "cosmicac"
+    script = f'[ "$2" = delete ] && {{ echo "error: permission denied" >&2; exit 1; }}\nexec "{real}" "$@"\n'
+    d, cfg = _deploy(tmp_path, TEMPLATE, bin_dir=make_bin(tmp_path / "nodelete", {"cosmicac": script}))
+    rc, _ = run(cfg, "job-001", "job-002", "--yes")
+    assert rc == 1
+    err = capsys.readouterr().err
+    assert "job job-001 not deleted" in err and "Stopped here" in err
+    assert calls(d) == [] and job_ids(d) == ["job-001", "job-002"]  # the refused delete never reached the jobs
+    assert len(records(d)) == 1  # saved before the attempt, kept
