@@ -22,7 +22,12 @@ from cosmictui.ops.probe import PROBE_TIMEOUT, STAGES, ProbeSample, ProbeUsageEr
 PROBE_INTERVAL = 5.0
 """Seconds between echoes: a few bytes each, so cheap, but a relay is not a ping target."""
 ECHO_TIMEOUT = 10.0
-"""An echo not back within this is lost (then the relay is probed again from scratch)."""
+"""An echo not back within this is lost (then the relay is probed again from scratch); a
+faster interval shortens it (never below 3 s), so a dead relay shows within a few echoes."""
+
+
+def echo_timeout_for(interval: float) -> float:
+    return max(3.0, min(ECHO_TIMEOUT, 5 * interval))
 
 ProbeFn = Callable[..., AsyncIterator[ProbeSample]]
 
@@ -63,7 +68,8 @@ class ProbeWatch:
     bootstrap: list[str] | None = None
     interval: float = PROBE_INTERVAL
     timeout: float = PROBE_TIMEOUT
-    echo_timeout: float = ECHO_TIMEOUT
+    echo_timeout: float | None = None
+    """default: `echo_timeout_for(interval)`"""
     history_len: int = 720
     rtt: deque[tuple[float, float]] = field(default_factory=deque)
     """(wall time, round trip in ms) of each good sample"""
@@ -82,6 +88,8 @@ class ProbeWatch:
     def __post_init__(self) -> None:
         self.rtt = deque(self.rtt, maxlen=self.history_len)
         self.failed_at = deque(self.failed_at, maxlen=self.history_len)
+        if self.echo_timeout is None:
+            self.echo_timeout = echo_timeout_for(self.interval)
 
     # -- sans-IO core -------------------------------------------------------------------------
     def observe(self, s: ProbeSample) -> bool:

@@ -237,7 +237,7 @@ class RelayFacts(Static):
         t.add_row("via", p.relay_address or "–")
         if p.last is not None:
             at = time.strftime("%H:%M:%S", time.localtime(p.last.at))
-            t.add_row("samples", f"{p.ok_count} ok  {p.failed_count} failed  (last {at})")
+            t.add_row("samples", f"{p.ok_count} ok · {p.failed_count} failed · {at}")
         f = p.last_failure
         if f is not None and not (w.error and f.text in w.error):
             at = time.strftime("%H:%M:%S", time.localtime(f.at))
