@@ -29,6 +29,7 @@ faster interval shortens it (never below 3 s), so a dead relay shows within a fe
 def echo_timeout_for(interval: float) -> float:
     return max(3.0, min(ECHO_TIMEOUT, 5 * interval))
 
+
 ProbeFn = Callable[..., AsyncIterator[ProbeSample]]
 
 

@@ -36,9 +36,7 @@ def testnet(node: str) -> Iterator[NodeTestnet]:
         tn.stop()
 
 
-async def test_monitor_probes_a_relay_without_metrics_and_shows_it_dying(
-    testnet: NodeTestnet, tmp_path: Path
-) -> None:
+async def test_monitor_probes_a_relay_without_metrics_and_shows_it_dying(testnet: NodeTestnet, tmp_path: Path) -> None:
     relay = MonitoredRelay(tmp_path / "store", testnet.bootstrap, metrics="off").start()
     try:
         targets = [Target(storage=relay.storage), Target(relay_key=relay.key)]
