@@ -875,8 +875,8 @@ def summarize(watches: Iterable[RelayWatch]) -> dict[str, float]:
     out |= {"pairings_active": 0.0, "pairings_pending": 0.0, "streams_errors": 0.0}
     for w in watches:
         out["relays"] += 1
-        if w.state is RelayState.METRICS_OFF:
-            out["up"] += 1  # running; it just has no numbers to add
+        if w.state in (RelayState.METRICS_OFF, RelayState.RELAYING):
+            out["up"] += 1  # running (or its probe came back); it just has no numbers to add
             continue
         if w.state is not RelayState.UP or w.last is None:
             continue

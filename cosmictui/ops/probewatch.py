@@ -53,7 +53,7 @@ def split_failure(detail: str) -> tuple[str, str]:
         if detail.startswith(stage + ": "):
             return stage, detail[len(stage) + 2 :]
     if detail.startswith("echo lost: "):
-        return "echo", "lost: " + detail[len("echo lost: ") :]
+        return "echo", f"not back ({detail[len('echo lost: ') :]})"
     if detail.startswith("echo "):
         return "echo", detail[len("echo ") :]
     if detail == "not relayed":

@@ -148,7 +148,7 @@ class MonitorScreen(Screen[None]):
                 yield TimePlot(
                     "packets", units=COUNT_UNITS, floor=10.0, id="plot-packets", classes="wide-only metric-plot"
                 )
-                yield TimePlot("probe round trip", unit="ms", floor=1.0, window=300.0, id="plot-probe")
+                yield TimePlot("probe round trip", unit="ms", floor=1.0, id="plot-probe")
         yield Log(id="log", max_lines=500, auto_scroll=True)
         yield Footer()
 
@@ -276,7 +276,7 @@ class MonitorScreen(Screen[None]):
         self.set_class(probe_only, "-probe-only")
         if w.probe is not None:
             p = w.probe
-            series = [Series("rtt", list(p.rtt), "relayed")]
+            series = [Series("rtt", list(p.rtt), "in")]
             if p.failed_at:
                 series.append(Series("failed", [(t, 0.0) for t in p.failed_at], "out"))
             self.query_one("#plot-probe", TimePlot).show(series, now)

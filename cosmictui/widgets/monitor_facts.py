@@ -130,6 +130,11 @@ class RelayFacts(Static):
             self._probe_rows(t, w, width, now)
             if w.target.key_only:
                 return t  # nothing else is known about a relay known by key only
+            if w.state is not RelayState.UP and w.last is None:
+                # metrics off: the probe is all there is; skip a column of dashes
+                pid = w.runtime.pid if w.runtime is not None and w.state is RelayState.METRICS_OFF else None
+                t.add_row("uptime", f"{human_duration(w.uptime(now))}" + (f"   pid {pid}" if pid else ""))
+                return t
         if roomy:
             if w.target.storage is not None and w.url is None:
                 t.add_row("storage", str(w.target.storage))

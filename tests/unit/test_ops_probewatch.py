@@ -18,7 +18,7 @@ KEY = "a" * 52
 def test_split_failure_names_the_stage_and_the_reason() -> None:
     assert split_failure(f"{STAGES[0]}: no DHT node holds an announce") == (STAGES[0], "no DHT node holds an announce")
     assert split_failure(f"{STAGES[2]}: the relay did not join: x: y") == (STAGES[2], "the relay did not join: x: y")
-    assert split_failure("echo lost: TimeoutError") == ("echo", "lost: TimeoutError")
+    assert split_failure("echo lost: TimeoutError") == ("echo", "not back (TimeoutError)")
     assert split_failure("echo came back wrong") == ("echo", "came back wrong")
     assert split_failure("something odd") == ("probe", "something odd")
 
@@ -105,3 +105,16 @@ def test_the_echo_deadline_follows_the_interval_within_bounds() -> None:
     assert ProbeWatch(KEY, interval=1.0).echo_timeout == 5.0
     assert ProbeWatch(KEY).echo_timeout == 10.0
     assert ProbeWatch(KEY, interval=60, echo_timeout=2).echo_timeout == 2
+
+
+def test_a_relaying_key_only_relay_counts_as_up_in_the_summary() -> None:
+    from cosmictui.ops.metrics import summarize
+
+    w = RelayWatch(Target(relay_key=KEY))
+    w.probe = ProbeWatch(KEY)
+    w.probe.observe(ProbeSample(2.0, True, 1.0, "127.0.0.1:1", "probed"))
+    w.observe_probe(2.0)
+    assert summarize([w])["up"] == 1
+    w.probe.observe(ProbeSample(3.0, False, None, None, "echo lost: TimeoutError"))
+    w.observe_probe(3.0)
+    assert summarize([w])["up"] == 0
