@@ -102,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument(
         "--bootstrap",
         metavar="HOST:PORT,…",
-        help="DHT bootstrap nodes for the probes (default: the public hyperdht bootstrap nodes)",
+        help="DHT bootstrap nodes for the probes (default: the config's [relay] bootstrap, else the public nodes)",
     )
     m.add_argument(
         "--probe-interval", metavar="S", type=_interval, default=None, help="seconds between probe echoes (5)"
@@ -370,7 +370,8 @@ def cmd_monitor(args: argparse.Namespace, out: TextIO) -> int:
     targets = monitor_targets(args, settings)
     from cosmictui.monitor_app import MonitorApp
 
-    bootstrap = None
+    # the probes join the DHT the configured relay joins, unless told otherwise
+    bootstrap = list(getattr(settings, "relay_bootstrap", ()) or ()) or None
     if args.bootstrap:
         from cosmictui.ops.probe import ProbeUsageError, parse_bootstrap
 
