@@ -61,6 +61,8 @@ recover     draft_create(job, settings) -> CreateDraft(command, missing, source,
             | None, create_source); save_record(plan, settings, draft) -> Path (before any delete);
             async recover(run, plan, record) -> RecoveryResult(outcome recreated | deleted-only |
             delete-failed | create-failed, message, record, .lost); recovery_dir(deployment).
+envapply    async apply_plan(runner, path, plan, var, key) -> AppliedPlan(path, backup, keys, key,
+            .key_present, .problem()): write_plan plus the read-back (wizard step 3, env set-relay).
 evidence    counters(scrape); async relay_evidence(metrics_url, baseline, restart_at) ->
             RelayEvidence(reachable, since, sessions_opened, pairings_matched, relayed_bytes);
             name_case(left_creating, evidence) -> (kind, message).

@@ -26,6 +26,7 @@ import psutil
 from cosmictui.ops.config import Settings
 from cosmictui.ops.relayproc import attach
 from cosmictui.ops.runner import Runner, RunnerError
+from relay.dht.messages import BOOTSTRAP_NODES
 
 Status = Literal["ok", "warn", "fail"]
 MIN_FREE_RAM = 200 * 1024 * 1024
@@ -533,11 +534,9 @@ async def check_jobs_cli(runner: Runner, settings: Settings) -> CheckResult:
 
 async def check_bootstrap(settings: Settings, timeout: float = 1.5) -> CheckResult:
     """A bootstrap node answers a dht-rpc PING from here: without one the relay never joins the DHT."""
-    from relay.dht.messages import BOOTSTRAP_NODES
-
     name = "Bootstrap node answers"
     configured = bool(settings.relay_bootstrap)
-    nodes = list(settings.relay_bootstrap or BOOTSTRAP_NODES)
+    nodes = list(settings.relay_bootstrap or PUBLIC_BOOTSTRAP)
     addrs: list[tuple[str, str, int]] = []
     for node in nodes:
         host, sep, port = node.rpartition(":")
@@ -564,6 +563,10 @@ async def check_bootstrap(settings: Settings, timeout: float = 1.5) -> CheckResu
         "allow outbound UDP to port 49737, or set [relay] bootstrap to DHT nodes this host reaches; step 2 "
         "shows whether the relay joined the DHT",
     )
+
+
+#: The nodes the relay joins without [relay] bootstrap (the public HyperDHT ones); tests point it at loopback.
+PUBLIC_BOOTSTRAP: tuple[str, ...] = tuple(BOOTSTRAP_NODES)
 
 
 def relay_address(settings: Settings, runner: Runner | None, stats: dict[str, Any] | None) -> str | None:

@@ -351,7 +351,7 @@ def test_interop_dht_relay_started_without_a_dht_relays_once_it_appears(node: st
     assert relay.stderr.count("no DHT node answered") == 1  # warned once, then quietly retried
 
 
-OUTAGE_SECONDS = float(os.environ.get("DHT_OUTAGE_SECONDS", "20"))
+OUTAGE_SECONDS = float(os.environ.get("DHT_OUTAGE_SECONDS", "15"))
 
 
 @contextlib.contextmanager
@@ -397,7 +397,7 @@ def test_interop_dht_relay_heals_after_a_network_outage(node: str, tmp_path: Pat
         cut_at = time.monotonic()
         wait_for_stats(relay, lambda s: not s["dht"]["bootstrapped"])
         noticed = time.monotonic() - cut_at
-        # stay cut off past a few failed rejoins (their backoff reaches its cap); 20 s by default
+        # stay cut off past a few failed rejoins (their backoff reaches its cap); 15 s by default
         # to keep the suite lean, DHT_OUTAGE_SECONDS=60 for the minute
         wait_for_stats(relay, lambda s: time.monotonic() - cut_at >= OUTAGE_SECONDS, timeout=OUTAGE_SECONDS + 30)
         assert not relay.stats()["dht"]["bootstrapped"]

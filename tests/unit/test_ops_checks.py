@@ -222,3 +222,23 @@ async def test_run_checks_local_order(tmp_path: Path) -> None:
     ]
     assert results[-1].status == "fail"  # no relay runs on that port
     assert results[7].status == "fail" and results[8].status == "fail"  # no task, no cosmicac here
+
+
+async def test_bootstrap_node_answers_configured_silent_and_public_unreachable() -> None:
+    from cosmictui.ops.checks import check_bootstrap
+
+    transport, proto, port = await responder("ok")
+    silent, _, quiet_port = await responder("silent")
+    try:
+        ok = await check_bootstrap(Settings(relay_bootstrap=(f"127.0.0.1:{quiet_port}", f"127.0.0.1:{port}")))
+        assert ok.status == "ok" and f"1 of 2 answered (127.0.0.1:{port})" in ok.detail, ok
+        assert proto.requests and proto.requests[0][:2] == b"\x03\x04"  # a real dht-rpc PING
+        bad = await check_bootstrap(Settings(relay_bootstrap=(f"127.0.0.1:{quiet_port}",)), timeout=0.5)
+        assert bad.status == "fail" and "[relay] bootstrap" in bad.fix
+        public = await check_bootstrap(Settings(), timeout=0.5)  # the public nodes (loopback in tests)
+        assert public.status == "warn" and "public HyperDHT bootstrap nodes" in public.detail
+        malformed = await check_bootstrap(Settings(relay_bootstrap=("nonsense",)))
+        assert malformed.status == "fail" and "is not HOST:PORT" in malformed.detail
+    finally:
+        transport.close()
+        silent.close()

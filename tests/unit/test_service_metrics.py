@@ -168,7 +168,7 @@ async def test_stats_and_metrics_count_sheds_and_drops_by_cause(app: RelayApp, m
     assert s["handshakes"] == {"accepted": 0, "rejected": 0, "failed": 0, "pending": 0}  # no DHT server yet
     app.blind.shed["silent_pair"] += 3
     # the UDX sockets' per-cause counters (helper fastpath's `SocketStats.dropped_by_cause`), summed
-    # over sockets; a stand-in socket here so this test does not depend on that branch
+    # over sockets; stand-in sockets give known counts
     real = app.udx.sockets[0].stats
     fields = {f.name: getattr(real, f.name) for f in dataclasses.fields(real) if f.name != "dropped_by_cause"}
     fake = [
@@ -181,16 +181,17 @@ async def test_stats_and_metrics_count_sheds_and_drops_by_cause(app: RelayApp, m
             offload=lambda: {"gso": False, "gro": True, "gso_fallbacks": 2},
         ),
     ]
-    monkeypatch.setattr(app.udx, "sockets", fake)
-    s = app.snapshot()
-    assert s["shed"]["silent_pair"] == 3 and s["dropped"] == {"garbage": 6, "unknown_stream": 2}
-    assert s["udx"] == {"gso": True, "gro": True, "gso_fallbacks": 3}
-    text = (await _get("127.0.0.1", app.metrics.port, "/metrics"))[2].decode()
-    assert 'blind_relay_shed_total{cause="silent_pair"} 3.0' in text
-    assert 'blind_relay_shed_total{cause="idle_session"} 0.0' in text
-    assert 'blind_relay_dropped_total{cause="garbage"} 6.0' in text
-    assert 'blind_relay_handshakes_total{result="rejected"} 0.0' in text
-    assert "blind_relay_udx_gso 1.0" in text and "blind_relay_udx_gso_fallbacks_total 3.0" in text
+    with monkeypatch.context() as m:  # the stand-ins go before the app fixture closes the real sockets
+        m.setattr(app.udx, "sockets", fake)
+        s = app.snapshot()
+        assert s["shed"]["silent_pair"] == 3 and s["dropped"] == {"garbage": 6, "unknown_stream": 2}
+        assert s["udx"] == {"gso": True, "gro": True, "gso_fallbacks": 3}
+        text = (await _get("127.0.0.1", app.metrics.port, "/metrics"))[2].decode()
+        assert 'blind_relay_shed_total{cause="silent_pair"} 3.0' in text
+        assert 'blind_relay_shed_total{cause="idle_session"} 0.0' in text
+        assert 'blind_relay_dropped_total{cause="garbage"} 6.0' in text
+        assert 'blind_relay_handshakes_total{result="rejected"} 0.0' in text
+        assert "blind_relay_udx_gso 1.0" in text and "blind_relay_udx_gso_fallbacks_total 3.0" in text
 
 
 async def test_metrics_tolerate_a_snapshot_without_the_new_groups() -> None:
