@@ -69,7 +69,9 @@ class WizardApp(App[int]):
             if storage
             else Target(metrics=self.ctx.settings.metrics_url)
         )
-        self.push_screen(MonitorScreen([target]))
+        # a relay with metrics off is probed: on the DHT the wizard's relay joins, never another
+        bootstrap = list(self.ctx.settings.relay_bootstrap) or None
+        self.push_screen(MonitorScreen([target], bootstrap=bootstrap))
 
     async def on_unmount(self) -> None:
         if self._handle_signals:

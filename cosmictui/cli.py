@@ -76,7 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         help="live monitor of one or more relays",
         description="Live monitor of one or more relays (memory, CPU, traffic, pairings, DHT, log). "
-        "Without --storage/--metrics: the configured relay storage, else the default metrics address.",
+        "Without --storage/--metrics/--relay-key: the configured relay storage, else the default metrics "
+        "address. A relay without metrics (--relay-key, or a local relay started with --metrics off) is "
+        "probed over the DHT instead: its graph is the probe's round trip over time.",
         epilog="keys: +/- refresh interval, p pause, r refresh now, t light/dark theme, l log, q quit\n\n" + EXIT_CODES,
         formatter_class=fmt,
     )
@@ -91,6 +93,21 @@ def build_parser() -> argparse.ArgumentParser:
         type=_timeout,
         default=None,
         help="give up on a relay's scrape after S seconds and show it DOWN (default: the interval, 2-5 s)",
+    )
+    m.add_argument(
+        "--relay-key",
+        metavar="KEY",
+        action="append",
+        default=[],
+        help="watch a relay known only by its key (e.g. npm blind-relay-service) by probing it (repeatable)",
+    )
+    m.add_argument(
+        "--bootstrap",
+        metavar="HOST:PORT,…",
+        help="DHT bootstrap nodes for the probes (default: the config's [relay] bootstrap, else the public nodes)",
+    )
+    m.add_argument(
+        "--probe-interval", metavar="S", type=_interval, default=None, help="seconds between probe echoes (5)"
     )
 
     c = sub.add_parser(
@@ -360,6 +377,14 @@ def monitor_targets(args: argparse.Namespace, settings: Any) -> list[Any]:
         except ValueError as e:
             raise UsageError(f"--metrics {url}: {e}") from None
         targets.append(Target(metrics=url))
+    for key in getattr(args, "relay_key", None) or []:
+        from cosmictui.ops.probe import ProbeUsageError, parse_relay_key
+
+        try:
+            parse_relay_key(key)
+        except ProbeUsageError as e:
+            raise UsageError(f"--relay-key: {e}") from None
+        targets.append(Target(relay_key=key))
     if not targets:
         storage = Path(settings.relay_storage).expanduser().absolute()
         if read_runtime(str(storage)) is not None or settings.metrics_url is None:
@@ -374,7 +399,22 @@ def cmd_monitor(args: argparse.Namespace, out: TextIO) -> int:
     targets = monitor_targets(args, settings)
     from cosmictui.monitor_app import MonitorApp
 
-    app = MonitorApp(targets, interval=args.interval, scrape_timeout=args.timeout)
+    # the probes join the DHT the configured relay joins, unless told otherwise
+    bootstrap = list(getattr(settings, "relay_bootstrap", ()) or ()) or None
+    if args.bootstrap:
+        from cosmictui.ops.probe import ProbeUsageError, parse_bootstrap
+
+        try:
+            bootstrap = parse_bootstrap([b.strip() for b in args.bootstrap.split(",") if b.strip()])
+        except ProbeUsageError as e:
+            raise UsageError(f"--bootstrap: {e}") from None
+    app = MonitorApp(
+        targets,
+        interval=args.interval,
+        scrape_timeout=args.timeout,
+        bootstrap=bootstrap,
+        probe_interval=args.probe_interval,
+    )
     app.run()
     # a crash inside the app (Textual prints the traceback) must not look like success to scripts
     return FAILED if app.return_code else OK

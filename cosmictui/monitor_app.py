@@ -20,8 +20,12 @@ class MonitorApp(App[None]):
         interval: float = 1.0,
         theme: str | None = None,
         scrape_timeout: float | None = None,
+        bootstrap: list[str] | None = None,
+        probe_interval: float | None = None,
     ) -> None:
         super().__init__()
+        self.bootstrap = bootstrap
+        self.probe_interval = probe_interval
         self.targets = targets
         self.interval = interval
         self.scrape_timeout = scrape_timeout
@@ -30,5 +34,12 @@ class MonitorApp(App[None]):
 
     def on_mount(self) -> None:
         self.push_screen(
-            MonitorScreen(self.targets, self.interval, standalone=True, scrape_timeout=self.scrape_timeout)
+            MonitorScreen(
+                self.targets,
+                self.interval,
+                standalone=True,
+                scrape_timeout=self.scrape_timeout,
+                bootstrap=self.bootstrap,
+                probe_interval=self.probe_interval,
+            )
         )

@@ -21,9 +21,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cosmictui.ops import relayproc
+
+if TYPE_CHECKING:  # the probe pulls in the DHT client: only the monitor's probe rows need it
+    from cosmictui.ops.probewatch import ProbeWatch
 
 DEFAULT_METRICS = "127.0.0.1:49738"
 RUNTIME_FILE = relayproc.RUNTIME_FILE
@@ -616,6 +619,8 @@ class RelayState(Enum):
     """the pid in the runtime file is alive, but the relay serves no /metrics to read"""
     BAD_DATA = "bad data"
     """it answers, but with numbers no relay can have (wrong type, NaN, ±1e300): not shown"""
+    RELAYING = "relaying (probed)"
+    """known by key only (no metrics): the latest probe's echo came back through it"""
 
 
 # Words and symbols, so state never depends on colour alone.
@@ -626,25 +631,38 @@ STATE_BADGE = {
     RelayState.NOT_RUNNING: "■ NOT RUNNING",
     RelayState.METRICS_OFF: "▲ RUNNING",
     RelayState.BAD_DATA: "✖ BAD DATA",
+    RelayState.RELAYING: "▲ RELAYING",
 }
 
-RUNNING = (RelayState.UP, RelayState.METRICS_OFF)
+RUNNING = (RelayState.UP, RelayState.METRICS_OFF, RelayState.RELAYING)
 """States in which the relay process is alive."""
 
 METRICS_OFF_NOTE = "metrics off — start the relay with --metrics HOST:PORT to see numbers"
+KEY_ONLY_NOTE = "known by key only: no metrics, so the monitor probes it over the DHT"
+PROBING_NOTE = "probing: looking the key up and connecting through the relay…"
+PROBE_FIX = "is the relay running, announced on this DHT (--bootstrap), and reachable from here?"
 
 SERIES = ("rss_mb", "cpu_percent", "in_bps", "out_bps", "relayed_bps", "in_pps", "out_pps")
 
 
 @dataclass
 class Target:
-    """What to watch: a metrics URL, or a storage directory whose runtime file names one."""
+    """What to watch: a metrics URL, a storage directory whose runtime file names one, or only a
+    relay key (e.g. npm blind-relay-service): then the monitor can only probe it."""
 
     metrics: str | None = None
     storage: Path | None = None
+    relay_key: str | None = None
+
+    @property
+    def key_only(self) -> bool:
+        return self.relay_key is not None and self.metrics is None and self.storage is None
 
     @property
     def label(self) -> str:
+        if self.key_only:
+            assert self.relay_key is not None
+            return f"key {self.relay_key[:8]}…" if len(self.relay_key) > 9 else f"key {self.relay_key}"
         return str(self.storage) if self.storage is not None else normalize_url(self.metrics or DEFAULT_METRICS)
 
     @property
@@ -658,6 +676,8 @@ class Target:
         """Two targets with the same identity are the same relay (`h:1` and `http://h:1/metrics`)."""
         if self.storage is not None:
             return ("storage", str(Path(self.storage).expanduser().absolute()))
+        if self.key_only:
+            return ("key", str(self.relay_key))
         return ("metrics", normalize_url(self.metrics or DEFAULT_METRICS))
 
     def status(self) -> relayproc.RelayStatus | None:
@@ -704,6 +724,8 @@ class RelayWatch:
     restarts: int = 0
     url: str | None = None
     history: dict[str, deque[tuple[float, float]]] = field(default_factory=dict)
+    probe: ProbeWatch | None = None
+    """round trips over time, when the monitor probes this relay (no metrics to read)"""
     _runtime: relayproc.RelayRuntime | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -775,8 +797,26 @@ class RelayWatch:
             return None, f"bad address in {RUNTIME_FILE}: {e}"
         return self.url, ""
 
+    def observe_probe(self, now: float) -> bool:
+        """A key-only relay's state is its probe's: RELAYING while echoes come back through it,
+        DOWN (with the failed stage and why) when the latest one failed."""
+        p = self.probe
+        if p is None or p.last is None:
+            why = p.stopped if p is not None and p.stopped else PROBING_NOTE
+            return self.observe_failure(why, now, RelayState.CONNECTING, KEY_ONLY_NOTE)
+        if p.last.ok:
+            changed = self.state is not RelayState.RELAYING
+            if changed:
+                self.since = now
+            self.state, self.error, self.fix, self.failures = RelayState.RELAYING, None, None, 0
+            return changed
+        assert p.last_failure is not None
+        return self.observe_failure(f"probe failed at {p.last_failure.text}", now, RelayState.DOWN, PROBE_FIX)
+
     async def poll(self, timeout: float = 2.0) -> bool:
         """Scrape once; True when the screen has news."""
+        if self.target.key_only:
+            return self.observe_probe(time.time())
         url, why = self.resolve()
         if url is None:
             state = RelayState.NOT_RUNNING if self.target.storage is not None else RelayState.DOWN
@@ -805,6 +845,8 @@ class RelayWatch:
         k = self.last.stat("key") if self.last else None
         if k is None and self._runtime is not None:
             k = self._runtime.key
+        if k is None:
+            k = self.target.relay_key
         return k if isinstance(k, str) else None
 
     def started_at(self) -> float | None:
@@ -833,8 +875,8 @@ def summarize(watches: Iterable[RelayWatch]) -> dict[str, float]:
     out |= {"pairings_active": 0.0, "pairings_pending": 0.0, "streams_errors": 0.0}
     for w in watches:
         out["relays"] += 1
-        if w.state is RelayState.METRICS_OFF:
-            out["up"] += 1  # running; it just has no numbers to add
+        if w.state in (RelayState.METRICS_OFF, RelayState.RELAYING):
+            out["up"] += 1  # running (or its probe came back); it just has no numbers to add
             continue
         if w.state is not RelayState.UP or w.last is None:
             continue

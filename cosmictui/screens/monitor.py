@@ -4,8 +4,10 @@ Made for a tmux pane. At 80 columns it shows the numbers beside a memory graph (
 200 MB budget drawn on it) and a traffic graph; from 120 columns it adds CPU and packet graphs
 and a longer log. Polling runs in a worker with one task per relay, so a relay that hangs never
 holds up another's row; every scrape has a deadline and runs on the event loop (no thread), so
-quitting never waits for one. After a while with nothing changing the refresh slows (up to 4×,
-at most 5 s) and snaps back on activity.
+quitting never waits for one. A relay without metrics (started with `--metrics off`, or known
+only by `--relay-key`) is probed instead, in its own task too: its graph is the probe's round
+trip over time, and a failed probe is a row state, never an exception. After a while with
+nothing changing the refresh slows (up to 4×, at most 5 s) and snaps back on activity.
 Used standalone by `cosmictui monitor` and pushed by the wizard.
 """
 
@@ -15,7 +17,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -31,12 +33,16 @@ from cosmictui.ops.metrics import (
     RUNNING,
     STATE_BADGE,
     LogTail,
+    RelayState,
     RelayWatch,
     Target,
 )
 from cosmictui.widgets.monitor_facts import RelayFacts, short_key
 from cosmictui.widgets.monitor_graphs import COUNT_UNITS, RATE_UNITS, Series, TimePlot
 from cosmictui.widgets.monitor_relays import RelayTable, summary_line
+
+if TYPE_CHECKING:
+    from cosmictui.ops.probewatch import ProbeWatch
 
 INTERVAL_STEPS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 QUIET_POLLS_PER_SLOWDOWN = 5
@@ -82,11 +88,20 @@ class MonitorScreen(Screen[None]):
         autopoll: bool = True,
         clock: Callable[[], float] = time.time,
         scrape_timeout: float | None = None,
+        bootstrap: list[str] | None = None,
+        probe_interval: float | None = None,
+        probe_metrics_off: bool = True,
         name: str | None = None,
     ) -> None:
         """`autopoll=False` and `clock` let snapshot tests and screenshots draw fixed data;
-        `scrape_timeout` overrides the deadline derived from the interval."""
+        `scrape_timeout` overrides the deadline derived from the interval. `bootstrap` is the
+        DHT the probes join (default: the public one); `probe_metrics_off` probes a local relay
+        running with metrics off by the key in its runtime file."""
         super().__init__(name=name)
+        self.bootstrap = bootstrap
+        self.probe_interval = probe_interval
+        self.probe_metrics_off = probe_metrics_off
+        self._tg: asyncio.TaskGroup | None = None
         self.scrape_timeout = scrape_timeout
         self.autopoll = autopoll
         self.clock = clock
@@ -126,10 +141,14 @@ class MonitorScreen(Screen[None]):
                     limit=MEMORY_BUDGET_BYTES / 1e6,
                     limit_label="200 MB budget",
                     id="plot-memory",
+                    classes="metric-plot",
                 )
-                yield TimePlot("traffic", units=RATE_UNITS, floor=1000.0, id="plot-traffic")
-                yield TimePlot("cpu", unit="% of a core", floor=5.0, id="plot-cpu", classes="wide-only")
-                yield TimePlot("packets", units=COUNT_UNITS, floor=10.0, id="plot-packets", classes="wide-only")
+                yield TimePlot("traffic", units=RATE_UNITS, floor=1000.0, id="plot-traffic", classes="metric-plot")
+                yield TimePlot("cpu", unit="% of a core", floor=5.0, id="plot-cpu", classes="wide-only metric-plot")
+                yield TimePlot(
+                    "packets", units=COUNT_UNITS, floor=10.0, id="plot-packets", classes="wide-only metric-plot"
+                )
+                yield TimePlot("probe round trip", unit="ms", floor=1.0, id="plot-probe")
         yield Log(id="log", max_lines=500, auto_scroll=True)
         yield Footer()
 
@@ -162,14 +181,38 @@ class MonitorScreen(Screen[None]):
     async def poll_loop(self) -> None:
         # cancelling the worker (quit, Back) cancels every relay's task with it
         async with asyncio.TaskGroup() as tg:
-            for i in range(len(self.watches)):
+            self._tg = tg
+            for i, w in enumerate(self.watches):
+                if w.target.key_only:
+                    self.start_probe(i)
                 tg.create_task(self._follow(i))
+
+    def start_probe(self, i: int) -> ProbeWatch | None:
+        """Probe relay `i` by its key in a task of its own (beside its polling), so a probe
+        stuck on the DHT holds up nothing and is cancelled with the worker on quit."""
+        w = self.watches[i]
+        if w.probe is not None or self._tg is None or not w.key:
+            return w.probe
+        from cosmictui.ops.probewatch import PROBE_INTERVAL, ProbeWatch
+
+        w.probe = ProbeWatch(w.key, self.bootstrap, interval=self.probe_interval or PROBE_INTERVAL)
+        self._tg.create_task(w.probe.follow(lambda _p: self._probe_landed(i)))
+        return w.probe
+
+    def _probe_landed(self, i: int) -> None:
+        w = self.watches[i]
+        if w.target.key_only:
+            self._quiet[i] = 0 if w.observe_probe(time.time()) else self._quiet[i]
+        self._redraw(i, force_plots=True)
 
     async def _follow(self, i: int) -> None:
         """One relay's own loop: its scrape, then its own wait; no relay waits for another."""
         while True:
             if not self.paused:
                 await self.poll_relay(i)
+            w = self.watches[i]
+            if self.probe_metrics_off and w.probe is None and w.state is RelayState.METRICS_OFF:
+                self.start_probe(i)
             delay = effective_interval(self.interval, self.quiet_polls)
             self._wakes[i].clear()
             with contextlib.suppress(TimeoutError):
@@ -190,15 +233,18 @@ class MonitorScreen(Screen[None]):
         self.polls += 1
         self.relay_polls[i] += 1
         self.last_poll = self.clock()
+        self._redraw(i)
+        return changed
+
+    def _redraw(self, i: int, force_plots: bool = False) -> None:
         # dismissed (Back in the wizard) while the scrape was in flight: its widgets are already
         # gone, and cancelling the worker is under way
         with contextlib.suppress(NoMatches):
             if i == self.selected:
-                self.refresh_view(force_plots=False)
+                self.refresh_view(force_plots=force_plots)
             else:
                 self._refresh_table()
                 self._render_status()
-        return changed
 
     # -- drawing --------------------------------------------------------------------------------
     def refresh_view(self, force_plots: bool = True) -> None:
@@ -226,6 +272,16 @@ class MonitorScreen(Screen[None]):
             self.query_one("#summary", Static).update(summary_line(self.watches), layout=False)
 
     def _draw_plots(self, w: RelayWatch, now: float, wide: bool) -> None:
+        probe_only = w.probe is not None and w.state is not RelayState.UP
+        self.set_class(probe_only, "-probe-only")
+        if w.probe is not None:
+            p = w.probe
+            series = [Series("rtt", list(p.rtt), "in")]
+            if p.failed_at:
+                series.append(Series("failed", [(t, 0.0) for t in p.failed_at], "out"))
+            self.query_one("#plot-probe", TimePlot).show(series, now)
+        if probe_only:
+            return
         h = w.history
         self.query_one("#plot-memory", TimePlot).show([Series("rss", h["rss_mb"], "rss")], now)
         traffic = [Series("in", h["in_bps"], "in"), Series("out", h["out_bps"], "out")]

@@ -30,6 +30,7 @@ STATE_STYLE = {
     RelayState.CONNECTING: "bold $secondary",
     RelayState.METRICS_OFF: "bold $success",
     RelayState.BAD_DATA: "bold reverse $error",
+    RelayState.RELAYING: "bold $success",
 }
 
 NOT_JOINED = "not joined to the DHT yet — retrying"
@@ -125,6 +126,15 @@ class RelayFacts(Static):
                 seen = time.strftime("%H:%M:%S", time.localtime(w.last.wall))
                 t.add_row("last seen", f"{seen} ({human_duration(now - w.last.wall)} ago)")
         t.add_row("key", short_key(w.key, key_width))
+        if w.probe is not None:
+            self._probe_rows(t, w, width, now)
+            if w.target.key_only:
+                return t  # nothing else is known about a relay known by key only
+            if w.state is not RelayState.UP and w.last is None:
+                # metrics off: the probe is all there is; skip a column of dashes
+                pid = w.runtime.pid if w.runtime is not None and w.state is RelayState.METRICS_OFF else None
+                t.add_row("uptime", f"{human_duration(w.uptime(now))}" + (f"   pid {pid}" if pid else ""))
+                return t
         if roomy:
             if w.target.storage is not None and w.url is None:
                 t.add_row("storage", str(w.target.storage))
@@ -216,6 +226,30 @@ class RelayFacts(Static):
             if version:
                 t.add_row("version", str(version))
         return t
+
+    def _probe_rows(self, t: _Rows, w: RelayWatch, width: int, now: float) -> None:
+        """Latest round trip, the relay address it went through, counts, and the last failure
+        with its stage and reason (unless the why row above already says it)."""
+        p = w.probe
+        assert p is not None
+        if p.last is None:
+            t.add_row("probe", p.stopped or "probing… (first probe under way)")
+        elif p.last.ok:
+            rtt = p.latest_rtt_ms
+            t.add_row("probe", Text(f"✓ {rtt:.1f} ms round trip" if rtt is not None else "✓ relayed"))
+        else:
+            t.add_row("probe", Text("✖ FAILED", style=self._style("bold reverse $error")))
+        t.add_row("via", p.relay_address or "–")
+        if p.last is not None:
+            at = time.strftime("%H:%M:%S", time.localtime(p.last.at))
+            t.add_row("samples", f"{p.ok_count} ok · {p.failed_count} failed · {at}")
+        f = p.last_failure
+        if f is not None and not (w.error and f.text in w.error):
+            at = time.strftime("%H:%M:%S", time.localtime(f.at))
+            style = "$text-error" if p.last is not None and not p.last.ok else "$text-warning"
+            words = f"{at} {f.text}"
+            for i, part in enumerate(textwrap.wrap(words, width, max_lines=3, placeholder=" …")):
+                t.add_row("failed" if i == 0 else "", Text(part, style=self._style(style)))
 
     def _style(self, style: str) -> str:
         """Resolve `$variable` colours from the app theme into a Rich style."""

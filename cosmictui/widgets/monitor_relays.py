@@ -23,6 +23,7 @@ TABLE_BADGE = {
     RelayState.CONNECTING: "… wait",
     RelayState.METRICS_OFF: "▲ RUNNING",
     RelayState.BAD_DATA: "✖ BAD",
+    RelayState.RELAYING: "▲ RELAYS",
 }
 
 
@@ -61,14 +62,16 @@ class RelayTable(DataTable[Text | str]):
         label = w.target.short_label
         if self.compact and len(label) > WIDTHS["relay"]:
             label = "…" + label[-(WIDTHS["relay"] - 1) :]
+        probe = w.probe.summary() if w.probe is not None and s is None else None
         row: dict[str, Text | str] = {
             "state": state,
             "relay": label,
             "key": short_key(w.key, 12),
             "uptime": human_duration(w.uptime(now)),
             "memory": human_bytes(s.rss_bytes) if s else "–",
+            # no metrics: the probe's round trip (or its failed stage) where the traffic would be
+            "in": probe or (human_bytes(r["received_bytes"], True) if r else "–"),
             "cpu": f"{r.cpu_percent:.1f}%" if r else "–",
-            "in": human_bytes(r["received_bytes"], True) if r else "–",
             "out": human_bytes(r["sent_bytes"], True) if r else "–",
             "pairs": f"{int(s.get('blind_relay_pairings_active', 0) or 0)}" if s else "–",
             "errors": f"{int(s.get('blind_relay_streams_errors', 0) or 0)}" if s else "–",

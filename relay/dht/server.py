@@ -109,8 +109,12 @@ class HyperDHTServer:
         announce: bool = True,
         holepunch: bool = True,
         relay_through: bytes | None = None,
+        max_reorder_bytes: int | None = None,
     ) -> None:
         self.node = node
+        # bound on out-of-order bytes each accepted stream may hold (None: the UDX default, its window);
+        # a blind relay's sessions carry tiny control messages, so it passes a small one
+        self.max_reorder_bytes = max_reorder_bytes
         self.relay_through = relay_through  # a blind relay's key: offer it to every client (hyperdht relayThrough)
         self.key_pair = key_pair
         self.target = hash32(key_pair.public_key)
@@ -203,7 +207,10 @@ class HyperDHTServer:
     def _reply_first(self, a: Attempt, inc: IncomingRequest) -> None:
         stream = None
         if a.error == PayloadError.NONE:
-            stream = self.node.udx.create_stream(firewall=lambda s, sock, addr: self._on_first_packet(a, s, sock, addr))
+            stream = self.node.udx.create_stream(
+                firewall=lambda s, sock, addr: self._on_first_packet(a, s, sock, addr),
+                max_reorder_bytes=self.max_reorder_bytes,
+            )
             self._streams[a.key] = stream
         bound = self.node.local_address()
         self.responder.reply(

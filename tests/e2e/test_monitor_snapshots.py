@@ -97,3 +97,32 @@ def test_monitor_snapshot_120x40_not_joined_to_the_dht(snap_compare) -> None:
 def test_monitor_snapshot_200x50_uses_the_space(snap_compare) -> None:
     app = SnapshotApp([busy_watch(Path("relay-a"))])
     assert snap_compare(app, terminal_size=(200, 50), run_before=_draw)
+
+
+def _probed_watch() -> RelayWatch:
+    """Two minutes of probe samples every 5 s (a little jitter), one lost echo a minute ago."""
+    from cosmictui.ops.metrics import Target
+    from cosmictui.ops.probe import ProbeSample
+    from cosmictui.ops.probewatch import ProbeWatch
+    from tests.e2e._monitor_data import KEY
+
+    w = RelayWatch(Target(relay_key=KEY))
+    p = w.probe = ProbeWatch(KEY, interval=5.0)
+    for i, t in enumerate(range(int(END) - 115, int(END) + 1, 5)):
+        if i == 12:
+            p.observe(ProbeSample(float(t), False, None, "203.0.113.7:49737", "echo lost: TimeoutError"))
+        else:
+            p.observe(ProbeSample(float(t), True, 38.0 + 6 * ((i * 7) % 5), "203.0.113.7:49737", "echo"))
+    w.observe_probe(END - 115)
+    return w
+
+
+async def _draw_settled(pilot) -> None:
+    """Draw, let the layout switch to the probe graph, draw again at its final size."""
+    await _draw(pilot)
+    await _draw(pilot)
+
+
+def test_monitor_snapshot_80x24_probed_relay_known_by_key(snap_compare) -> None:
+    app = SnapshotApp([_probed_watch()])
+    assert snap_compare(app, terminal_size=(80, 24), run_before=_draw_settled)

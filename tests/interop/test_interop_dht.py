@@ -484,3 +484,22 @@ async def test_interop_dht_hostile_hosts_cannot_move_our_public_address(node: st
             for p in peers:
                 if p.transport is not None:
                     p.transport.close()
+
+
+async def test_interop_dht_server_streams_take_the_servers_reorder_bound(node: str) -> None:
+    """A blind relay's sessions carry tiny control messages: its server bounds what each accepted
+    stream may hold out of order far below the UDX window (the relay passes CONTROL_REORDER_BYTES)."""
+    async with NodeTestnet.start(node, size=4) as tn, python_node(tn) as py:
+        conns: list[Connection] = []
+
+        async def on_connection(conn: Connection) -> None:
+            conns.append(conn)
+            await echo(conn)
+
+        server = HyperDHTServer(py, key_pair(), on_connection, max_reorder_bytes=64 * 1024)
+        await asyncio.wait_for(server.listen(), 30)
+        res = await tn.call("connect", key=server.key_pair.public_key.hex(), message="small")
+        assert res["ok"] and res["echo"] == "small", res
+        (conn,) = conns
+        assert conn.stream.core.max_reorder_bytes == 64 * 1024
+        await server.close()
