@@ -6,6 +6,7 @@ takes (or a `[commands] creat` no loader reads) sends them nowhere.
 
 from __future__ import annotations
 
+import argparse
 import re
 import tokenize
 from pathlib import Path
@@ -45,12 +46,12 @@ def test_every_config_key_named_in_a_message_exists() -> None:
 
 def test_no_fix_text_names_a_flag_that_no_command_takes() -> None:
     flags = {"--storage", "--port", "--host", "--bootstrap", "--metrics", "--allow", "--systemd-unit", "--help"}
-    parser = build_parser()
-    for action in parser._actions:  # cosmictui's own flags, every subcommand
-        flags.update(o for o in action.option_strings if o.startswith("--"))
-        for sub in getattr(action, "choices", None) or {}:
-            sp = action.choices[sub]  # type: ignore[index]
-            flags.update(o for a in sp._actions for o in a.option_strings if o.startswith("--"))
+    parsers = [build_parser()]
+    while parsers:  # cosmictui's own flags, every subcommand at any depth (jobs recover, relay probe)
+        for action in parsers.pop()._actions:
+            flags.update(o for o in action.option_strings if o.startswith("--"))
+            if isinstance(action, argparse._SubParsersAction):
+                parsers.extend(action.choices.values())
     bad = []
     for path in OURS:
         for text in _strings(path):
