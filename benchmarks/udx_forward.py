@@ -7,9 +7,16 @@ back at the same time). Rounds alternate Node / Python. Reported per relay: forw
 (payload bytes / wall time), the relay process's CPU seconds (user+sys, psutil) per GB of
 payload and per forwarded packet, and the Python/Node ratios.
 
-    python benchmarks/udx_forward.py --mb 256 --rounds 5 [--both] [--portable] [--profile]
+    python benchmarks/udx_forward.py --mb 256 --rounds 5 [--both] [--portable] [--no-gso] [--profile]
+    python benchmarks/udx_forward.py --pairs 8 --mb 256 --rounds 3     # 8 pairs at once, 256 MB in all
+    python benchmarks/udx_forward.py --rss-pairs 1000 --rounds 3        # RSS with 1,000 active pairs
 
-`--profile` adds one Python round under cProfile and prints where the relay's time goes.
+`--pairs N` runs N relayed pairs at once (benchmarks/js/udx_pairs.js: one process per side,
+one socket per endpoint) and reports aggregate throughput and CPU per GB. `--rss-pairs N`
+sets up N pairs (50 endpoints per socket), has every pair carry 16 KiB each way, and reports
+the relay process's RSS while all of them are live. Rounds alternate which relay goes first.
+`--no-gso` also runs the Python relay with UDX_NO_GSO=1. `--profile` adds one Python round
+under cProfile and prints where the relay's time goes.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ INTEROP = ROOT / "tests" / "interop"
 PEER_JS = INTEROP / "js" / "udx_peer.js"
 NODE_RELAY_JS = ROOT / "benchmarks" / "js" / "udx_relay.js"
 PY_RELAY = ROOT / "benchmarks" / "udx_relay_py.py"
+PAIRS_JS = ROOT / "benchmarks" / "js" / "udx_pairs.js"
 MB = 1 << 20
 
 
@@ -95,6 +103,9 @@ class Result:
     payload: int
     packets: int
     retransmits: int
+    offload: str = ""
+    rss: int = 0
+    sys_share: float = 0.0  # kernel part of the relay's CPU
 
     @property
     def mb_s(self) -> float:
@@ -109,16 +120,35 @@ class Result:
         return self.cpu / max(self.packets, 1) * 1e6
 
 
+ENVS = {"portable": {"UDX_NO_MMSG": "1"}, "no-gso": {"UDX_NO_GSO": "1"}}
+
+
+async def start_relay(kind: str, *ids: str, profile: str | None = None) -> Proc:
+    if kind == "node":
+        return await Proc.start("node", str(NODE_RELAY_JS), *ids)
+    extra = ["--profile", profile] if profile else []
+    return await Proc.start(sys.executable, str(PY_RELAY), *ids, *extra, **ENVS.get(kind, {}))
+
+
+async def offload_summary(kind: str, relay: Proc) -> str:
+    """For Python relays: how the forwarded datagrams went out (mean datagrams per GSO send)."""
+    if kind == "node":
+        return ""
+    relay.send("stats")
+    st = await relay.expect("stats")
+    if not st["gso_sends"]:
+        return f"gso {st['offload']['gso']}, no segmented sends"
+    return (
+        f"{st['gso_segments'] / st['gso_sends']:.1f} datagrams/GSO send, "
+        f"{100 * st['gso_segments'] / max(st['relayed_packets'], 1):.0f}% segmented"
+    )
+
+
 async def one_round(kind: str, size: int, both: bool, profile: str | None = None) -> Result:
     a = await Proc.start("node", str(PEER_JS))
     d = await Proc.start("node", str(PEER_JS))
     ra, rd = await a.expect("ready"), await d.expect("ready")
-    if kind == "node":
-        relay = await Proc.start("node", str(NODE_RELAY_JS), str(ra["id"]), str(rd["id"]))
-    else:
-        extra = ["--profile", profile] if profile else []
-        env = {"UDX_NO_MMSG": "1"} if kind == "portable" else {}
-        relay = await Proc.start(sys.executable, str(PY_RELAY), str(ra["id"]), str(rd["id"]), *extra, **env)
+    relay = await start_relay(kind, str(ra["id"]), str(rd["id"]), profile=profile)
     try:
         info = await relay.expect("ready")
         a.cmd(cmd="connect", remote_id=info["rb"], port=info["port"])
@@ -154,7 +184,63 @@ async def one_round(kind: str, size: int, both: bool, profile: str | None = None
         assert got["bytes"] == size
         cpu = (c1.user - c0.user) + (c1.system - c0.system)
         packets = p1[0] - p0[0]  # every packet either endpoint sent crossed the relay
-        return Result(kind, t1 - t0, cpu, size * (2 if both else 1), packets, p1[1] - p0[1])
+        off = await offload_summary(kind, relay)
+        res = Result(kind, t1 - t0, cpu, size * (2 if both else 1), packets, p1[1] - p0[1], off)
+        res.sys_share = (c1.system - c0.system) / max(cpu, 1e-9)
+        return res
+    except TimeoutError:
+        for name, p in (("A", a), ("D", d), ("relay", relay)):
+            print(f"{kind} relay round timed out; {name} said: {p.log[-5:]}", file=sys.stderr)
+        raise
+    finally:
+        for p in (a, d, relay):
+            await p.stop()
+
+
+async def pairs_round(kind: str, npairs: int, size: int, per_socket: int = 1, rss_only: bool = False) -> Result:
+    """`npairs` relayed pairs at once: A-side endpoints send `size` bytes in all to D-side ones."""
+    a = await Proc.start("node", str(PAIRS_JS), str(npairs), str(per_socket))
+    d = await Proc.start("node", str(PAIRS_JS), str(npairs), str(per_socket))
+    ra, rd = await a.expect("ready"), await d.expect("ready")
+    relay = await start_relay(kind, json.dumps(list(zip(ra["ids"], rd["ids"], strict=True))))
+    try:
+        info = await relay.expect("ready")
+        a.cmd(cmd="connect", remotes=[rb for rb, _ in info["pairs"]], port=info["port"])
+        d.cmd(cmd="connect", remotes=[rc for _, rc in info["pairs"]], port=info["port"])
+        await a.expect("connected")
+        await d.expect("connected")
+        while True:  # both ends speak first, so the relay learns every address
+            a.cmd(cmd="hello")
+            d.cmd(cmd="hello")
+            ha, hd = await a.expect("hello"), await d.expect("hello")
+            if ha["heard"] == npairs and hd["heard"] == npairs:
+                break
+            await asyncio.sleep(0.05)
+        ps = psutil.Process(relay.proc.pid)
+        per_pair = size // npairs
+        if rss_only:  # every pair carries data both ways, all stay open: RSS of the live relay
+            a.cmd(cmd="expect", bytes=per_pair)
+            d.cmd(cmd="expect", bytes=per_pair)
+            a.cmd(cmd="send", bytes=per_pair, end=False)
+            d.cmd(cmd="send", bytes=per_pair, end=False)
+            await a.expect("received", 300)
+            await d.expect("received", 300)
+            rss = ps.memory_info().rss
+            return Result(kind, 0.0, 0.0, 2 * per_pair * npairs, 0, 0, "", rss)
+        c0 = ps.cpu_times()
+        p0 = await packets_sent(a, d)
+        t0 = time.perf_counter()
+        a.cmd(cmd="send", bytes=per_pair, end=True)
+        got = await d.expect("data_end", 600)
+        t1 = time.perf_counter()
+        c1 = ps.cpu_times()
+        p1 = await packets_sent(a, d)
+        assert got["bytes"] == per_pair * npairs, got
+        cpu = (c1.user - c0.user) + (c1.system - c0.system)
+        off = await offload_summary(kind, relay)
+        res = Result(kind, t1 - t0, cpu, per_pair * npairs, p1[0] - p0[0], p1[1] - p0[1], off)
+        res.sys_share = (c1.system - c0.system) / max(cpu, 1e-9)
+        return res
     except TimeoutError:
         for name, p in (("A", a), ("D", d), ("relay", relay)):
             print(f"{kind} relay round timed out; {name} said: {p.log[-5:]}", file=sys.stderr)
@@ -186,29 +272,64 @@ def print_profile(path: str) -> None:
         print(f"  {tt:7.3f} s  {100 * tt / total:5.1f}%  {nc:>9}  {fn}  ({where})")
 
 
+LABELS = {
+    "node": "Node udx-native relayTo",
+    "python": "Python relay.udx relay_to",
+    "no-gso": "Python, UDX_NO_GSO=1 (sendmmsg, no GSO/GRO)",
+    "portable": "Python, per-datagram reader (no mmsg)",
+}
+
+
+def spread(values: list[float]) -> str:
+    return f"{min(values):.1f}–{max(values):.1f}" if len(values) > 1 else f"{values[0]:.1f}"
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--mb", type=int, default=256)
+    ap.add_argument("--mb", type=int, default=256, help="MB per round (in all, over every pair)")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--both", action="store_true", help="send in both directions at once")
+    ap.add_argument("--both", action="store_true", help="send in both directions at once (one pair)")
+    ap.add_argument("--pairs", type=int, default=1, help="relayed pairs at once")
+    ap.add_argument("--rss-pairs", type=int, default=0, help="measure RSS with this many active pairs")
     ap.add_argument("--profile", action="store_true")
     ap.add_argument(
         "--portable", action="store_true", help="also run the Python relay without recvmmsg/sendmmsg (UDX_NO_MMSG=1)"
     )
+    ap.add_argument("--no-gso", action="store_true", help="also run the Python relay with UDX_NO_GSO=1")
     args = ap.parse_args()
     size = args.mb * MB
-    kinds = ("node", "python", "portable") if args.portable else ("node", "python")
+    kinds = ["node", "python"] + (["no-gso"] if args.no_gso else []) + (["portable"] if args.portable else [])
     results: dict[str, list[Result]] = {k: [] for k in kinds}
+    load0 = os.getloadavg()
     for r in range(args.rounds):
-        for kind in kinds:
-            res = await one_round(kind, size, args.both)
+        for kind in kinds if r % 2 == 0 else kinds[::-1]:  # alternate who goes first
+            if args.rss_pairs:
+                res = await pairs_round(kind, args.rss_pairs, args.rss_pairs * 16384, per_socket=50, rss_only=True)
+                results[kind].append(res)
+                print(f"round {r + 1} {kind:8}: RSS {res.rss / MB:6.1f} MB with {args.rss_pairs} pairs", flush=True)
+                continue
+            if args.pairs > 1:
+                res = await pairs_round(kind, args.pairs, size)
+            else:
+                res = await one_round(kind, size, args.both)
             results[kind].append(res)
             print(
                 f"round {r + 1} {kind:8}: {res.mb_s:7.1f} MB/s  cpu {res.cpu:6.2f} s  "
                 f"{res.cpu_per_gb:5.2f} cpu-s/GB  {res.packets} pkts  {res.us_per_packet:5.2f} us/pkt  "
-                f"{res.retransmits} retransmits",
+                f"{res.retransmits} retransmits  sys {100 * res.sys_share:.0f}%  {res.offload}",
                 flush=True,
             )
+    load1 = os.getloadavg()
+    where = f"relay on 127.0.0.1, {os.cpu_count()} cores, load average {load0[0]:.1f} → {load1[0]:.1f}"
+    if args.rss_pairs:
+        print(f"\nRSS with {args.rss_pairs} active relayed pairs, median of {args.rounds} rounds, {where}")
+        print("| forwarder | RSS (MB) | rounds (min–max) |")
+        print("|---|---:|---:|")
+        med_rss = {k: statistics.median(x.rss / MB for x in v) for k, v in results.items()}
+        for k in kinds:
+            print(f"| {LABELS[k]} | {med_rss[k]:.1f} | {spread([x.rss / MB for x in results[k]])} |")
+        print(f"| ratio Python/Node | {med_rss['python'] / med_rss['node']:.2f} | |")
+        return
     med = {
         k: (
             statistics.median(x.mb_s for x in v),
@@ -218,16 +339,16 @@ async def main() -> None:
         for k, v in results.items()
     }
     direction = "both ways" if args.both else "one way"
-    print(f"\n{args.mb} MB {direction}, median of {args.rounds} rounds, relay on 127.0.0.1, {os.cpu_count()} cores")
-    print("| forwarder | MB/s | CPU-s per GB | CPU µs per packet |")
+    shape = f"{args.pairs} pairs at once" if args.pairs > 1 else "one pair"
+    print(f"\n{args.mb} MB {direction}, {shape}, median of {args.rounds} rounds, {where}")
+    print("| forwarder | MB/s (min–max) | CPU-s per GB (min–max) | CPU µs per packet |")
     print("|---|---:|---:|---:|")
-    labels = {
-        "node": "Node udx-native relayTo",
-        "python": "Python relay.udx relay_to",
-        "portable": "Python, per-datagram reader (no mmsg)",
-    }
     for k in kinds:
-        print(f"| {labels[k]} | {med[k][0]:.1f} | {med[k][1]:.2f} | {med[k][2]:.2f} |")
+        v = results[k]
+        print(
+            f"| {LABELS[k]} | {med[k][0]:.1f} ({spread([x.mb_s for x in v])}) | "
+            f"{med[k][1]:.2f} ({spread([x.cpu_per_gb for x in v])}) | {med[k][2]:.2f} |"
+        )
     print(
         f"| ratio Python/Node | {med['python'][0] / med['node'][0]:.2f} | "
         f"{med['python'][1] / med['node'][1]:.2f} | {med['python'][2] / med['node'][2]:.2f} |"

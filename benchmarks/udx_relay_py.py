@@ -2,7 +2,8 @@
 
 Run as its own process (so its CPU time is measured alone):
     python benchmarks/udx_relay_py.py <peer A id> <peer D id> [--profile FILE] [--loop uvloop|asyncio]
-Prints {"event": "ready", "port", "rb", "rc"}; reads "stats" / EOF on stdin.
+    python benchmarks/udx_relay_py.py '[[aId, dId], ...]'   (many pairs)
+Prints {"event": "ready", "port", "rb", "rc", "pairs"}; reads "stats" / EOF on stdin.
 """
 
 from __future__ import annotations
@@ -28,14 +29,18 @@ def firewall_for(peer_id: int):  # type: ignore[no-untyped-def]
     return firewall
 
 
-async def main(a_id: int, d_id: int) -> None:
+async def main(wanted: list[tuple[int, int]]) -> None:
     udx = UDX()
     sock = await udx.create_socket("127.0.0.1", 0)
-    rb = udx.create_stream(firewall=firewall_for(a_id))
-    rc = udx.create_stream(firewall=firewall_for(d_id))
-    rb.relay_to(rc)
-    rc.relay_to(rb)
-    print(json.dumps({"event": "ready", "port": sock.port, "rb": rb.id, "rc": rc.id}), flush=True)
+    pairs = []
+    for a_id, d_id in wanted:
+        rb = udx.create_stream(firewall=firewall_for(a_id))
+        rc = udx.create_stream(firewall=firewall_for(d_id))
+        rb.relay_to(rc)
+        rc.relay_to(rb)
+        pairs.append((rb.id, rc.id))
+    rb_id, rc_id = pairs[0]
+    print(json.dumps({"event": "ready", "port": sock.port, "rb": rb_id, "rc": rc_id, "pairs": pairs}), flush=True)
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
@@ -50,6 +55,11 @@ async def main(a_id: int, d_id: int) -> None:
                 "sent_bytes": st.sent_bytes,
                 "relayed_packets": st.relayed_packets,
                 "dropped_packets": st.dropped_packets,
+                "gso_sends": st.gso_sends,
+                "gso_segments": st.gso_segments,
+                "gro_buffers": st.gro_buffers,
+                "gro_segments": st.gro_segments,
+                "offload": sock.offload(),
             }
             print(json.dumps(out), flush=True)
     udx.close()
@@ -57,8 +67,8 @@ async def main(a_id: int, d_id: int) -> None:
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
-    ap.add_argument("a_id", type=int)
-    ap.add_argument("d_id", type=int)
+    ap.add_argument("a_id", help="peer A's stream id, or a JSON list [[aId, dId], ...]")
+    ap.add_argument("d_id", type=int, nargs="?")
     ap.add_argument("--profile")
     ap.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop")
     args = ap.parse_args()
@@ -73,7 +83,11 @@ if __name__ == "__main__":
         prof.enable()
     try:
         with asyncio.Runner(loop_factory=factory) as runner:
-            runner.run(main(args.a_id, args.d_id))
+            if args.a_id.startswith("["):
+                wanted = [(int(a), int(d)) for a, d in json.loads(args.a_id)]
+            else:
+                wanted = [(int(args.a_id), int(args.d_id))]
+            runner.run(main(wanted))
     finally:
         if prof is not None:
             prof.disable()

@@ -42,6 +42,14 @@ class WizardApp(App[int]):
                 loop.add_signal_handler(sig, self._exit_on_signal, sig)
         self.push_screen(WizardScreen(self.ctx))
 
+    async def action_quit(self) -> None:
+        """ctrl+q: like q on the wizard, it asks first while a command runs."""
+        screen = self.screen
+        if isinstance(screen, WizardScreen):
+            screen.action_quit()
+        else:
+            self.exit()
+
     def _exit_on_signal(self, sig: int) -> None:
         # Without this the default action kills the process and the demo's relay and DHT live on.
         self.exit_signal = sig
@@ -127,4 +135,5 @@ def close_demo(ctx: WizardContext) -> None:
         demo.close()
     finally:
         progress_mod.clear_progress(ctx.settings.deployment)
+        progress_mod.journal_path(ctx.settings.deployment).unlink(missing_ok=True)
         shutil.rmtree(demo.root, ignore_errors=True)

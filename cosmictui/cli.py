@@ -32,11 +32,24 @@ class UsageError(Exception):
     """Bad input from the operator: exit 2 with the message."""
 
 
+class _ParseError(Exception):
+    def __init__(self, parser: argparse.ArgumentParser, message: str) -> None:
+        super().__init__(message)
+        self.parser = parser
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises instead of exiting, so a bad flag under `--json` is JSON too."""
+
+    def error(self, message: str) -> Any:
+        raise _ParseError(self, message)
+
+
 # -- parser ---------------------------------------------------------------------------------------
 
 
 def build_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument("--config", metavar="PATH", default=argparse.SUPPRESS, help="TOML config file")
     common.add_argument(
         "--deployment",
@@ -46,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     fmt = argparse.RawDescriptionHelpFormatter
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="cosmictui",
         description="Set up a CosmicAC blind relay and watch it. Without a subcommand: the setup wizard.",
         epilog=EXIT_CODES,
@@ -70,6 +83,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--metrics", metavar="URL", action="append", type=_metrics_addr, default=[], help="HOST:PORT or URL (repeat)"
     )
     m.add_argument("--interval", metavar="S", type=_interval, default=1.0, help="refresh interval in seconds (1)")
+    m.add_argument(
+        "--timeout",
+        metavar="S",
+        type=_timeout,
+        default=None,
+        help="give up on a relay's scrape after S seconds and show it DOWN (default: the interval, 2-5 s)",
+    )
 
     c = sub.add_parser(
         "check",
@@ -81,7 +101,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.add_argument("--json", action="store_true", help="print a JSON array of results")
     c.add_argument("--storage", metavar="DIR", help="relay storage directory to check")
-    c.add_argument("--port", type=int, help="relay UDP port to check")
+    c.add_argument("--port", type=_port, help="relay UDP port to check (1-65535)")
+    c.add_argument(
+        "--relay-key",
+        metavar="KEY",
+        help="also probe this relay (default: the relay running on the storage, when there is one)",
+    )
+    c.add_argument("--no-probe", action="store_true", help="skip the relayed-connection probe")
 
     e = sub.add_parser(
         "env", parents=[common], help="edit the deployment's .env", epilog=EXIT_CODES, formatter_class=fmt
@@ -134,6 +160,32 @@ def build_parser() -> argparse.ArgumentParser:
     rs.add_argument(
         "--metrics", metavar="URL", type=_metrics_addr, help="ask this metrics address instead of the runtime file's"
     )
+    rs.add_argument(
+        "--timeout", metavar="S", type=_timeout, default=3.0, help="seconds to wait for the relay's answer (3)"
+    )
+    rp = rsub.add_parser(
+        "probe",
+        parents=[common],
+        help="prove a relay carries a connection (two peers meet through it)",
+        description="Two Python peers on this host, punching off, connect through the relay by its key and "
+        "echo: key found on the DHT, handshake with the relay, pairing matched, first echo, bytes and round "
+        "trip. Works for any blind relay (this one or blind-relay-service). Exit 0: the echo came back "
+        "relayed; 1: a stage failed (which and why); 2: usage.",
+        epilog=EXIT_CODES,
+        formatter_class=fmt,
+    )
+    rp.add_argument("key", metavar="KEY", nargs="?", help="relay public key (default: the configured/running relay)")
+    rp.add_argument(
+        "--bootstrap", metavar="HOST:PORT[,...]", help="DHT bootstrap nodes (default: config, else the public DHT)"
+    )
+    rp.add_argument("--timeout", metavar="S", type=_interval, default=30.0, help="bound for the whole probe (30)")
+    rp.add_argument("--storage", metavar="DIR", help="relay storage directory to take the key from (config)")
+    rp.add_argument("--json", action="store_true", help="print a JSON object with every stage")
+    rp.add_argument(
+        "--watch", action="store_true", help="then echo every --interval seconds: round trip over time (Ctrl-C ends)"
+    )
+    rp.add_argument("--interval", metavar="S", type=_interval, default=5.0, help="seconds between echoes (5)")
+    rp.add_argument("--count", type=int, default=None, help=argparse.SUPPRESS)  # bounded --watch, for tests
     return p
 
 
@@ -146,6 +198,27 @@ def _metrics_addr(text: str) -> str:
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
     return text
+
+
+def _port(text: str) -> int:
+    """1-65535 at parse time: 70000 is a usage error, not a traceback; 0 is not a port to check."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 1 <= v <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be 1-65535, got {v}")
+    return v
+
+
+def _timeout(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0.1 <= v <= 3600:
+        raise argparse.ArgumentTypeError("timeout must be between 0.1 and 3600 seconds")
+    return v
 
 
 def _interval(text: str) -> float:
@@ -195,9 +268,22 @@ def _plain(obj: Any) -> Any:
 
 
 def _dump(obj: Any, out: TextIO, stream: bool = False) -> None:
-    """Pretty on a terminal's stdout; `stream` (watch modes): always one object per line (NDJSON)."""
+    """Pretty on a terminal's stdout; `stream` (watch modes): always one object per line (NDJSON).
+
+    Always strict JSON: remote values (a relay's /stats) may hold NaN or Infinity, which
+    `json.dumps` would print as bare words no JSON parser takes; they become null."""
+    from cosmictui.ops.metrics import strict_json
+
     pretty = out is sys.stdout and not stream
-    out.write(json.dumps(_plain(obj), indent=2 if pretty else None) + "\n")
+    out.write(json.dumps(strict_json(_plain(obj)), indent=2 if pretty else None, allow_nan=False) + "\n")
+
+
+def _fail(args: argparse.Namespace, out: TextIO, command: str, error: str, code: int, fix: str = "") -> int:
+    """An error for people on stderr and, with --json, for programs on stdout; returns `code`."""
+    print(f"cosmictui {command}: {error}" + (f"\n  fix: {fix}" if fix else ""), file=sys.stderr)
+    if getattr(args, "json", False):
+        _dump({"error": error, "fix": fix or None, "exit_code": code}, out)
+    return code
 
 
 async def _open_runner(settings: Any) -> Any:
@@ -215,7 +301,7 @@ async def _open_runner(settings: Any) -> Any:
 def _runner_exit(e: Exception) -> int:
     """A deployment or file that does not exist is the operator's configuration (2); a host that
     does not answer, refuses us or fails a command is a failure (1)."""
-    return USAGE if getattr(e, "kind", "") in ("missing-file", "missing-directory") else FAILED
+    return USAGE if getattr(e, "kind", "") in ("missing-file", "missing-directory", "not-a-file") else FAILED
 
 
 # -- subcommands ----------------------------------------------------------------------------------
@@ -259,7 +345,7 @@ def cmd_monitor(args: argparse.Namespace, out: TextIO) -> int:
     targets = monitor_targets(args, settings)
     from cosmictui.monitor_app import MonitorApp
 
-    app = MonitorApp(targets, interval=args.interval)
+    app = MonitorApp(targets, interval=args.interval, scrape_timeout=args.timeout)
     app.run()
     # a crash inside the app (Textual prints the traceback) must not look like success to scripts
     return FAILED if app.return_code else OK
@@ -296,7 +382,29 @@ def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
             for runner in opened:
                 await runner.close()
 
+    from cosmictui.ops.probe import ProbeUsageError, parse_relay_key, probe_check, run_probe
+
+    if args.relay_key:
+        try:
+            parse_relay_key(args.relay_key)  # a typo is a usage error before any check runs
+        except ProbeUsageError as e:
+            raise UsageError(f"--relay-key: {e}") from None
+
+    async def probe() -> list[Any]:
+        """With a relay key known: two peers must meet through it (`relay probe`)."""
+        from cosmictui.ops.relayproc import attach
+
+        rt = attach(settings.relay_storage)
+        key = args.relay_key or (rt.key if rt is not None else None)
+        if not key or args.no_probe:
+            return []
+        try:
+            return [probe_check(await run_probe(key, list(settings.relay_bootstrap) or None, 20.0))]
+        except ProbeUsageError as e:
+            raise UsageError(f"--relay-key: {e}") from None
+
     results = asyncio.run(go())
+    results += asyncio.run(probe())
     if args.json:
         _dump([{"name": r.name, "status": r.status, "detail": r.detail, "fix": r.fix} for r in results], out)
     else:
@@ -313,7 +421,8 @@ def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
 
 def cmd_env_set_relay(args: argparse.Namespace, out: TextIO) -> int:
     settings = _settings(args)
-    from cosmictui.ops.envfile import EnvFileError, decode_text, normalize_key, plan_relays, write_plan
+    from cosmictui.ops.envapply import apply_plan
+    from cosmictui.ops.envfile import EnvChanged, EnvFileError, decode_text, normalize_key, plan_relays
     from cosmictui.ops.runner import RunnerError
 
     try:
@@ -326,8 +435,7 @@ def cmd_env_set_relay(args: argparse.Namespace, out: TextIO) -> int:
         try:
             runner = await _open_runner(settings)
         except RunnerError as e:
-            print(f"cosmictui env: {e}", file=sys.stderr)
-            return _runner_exit(e)
+            return _fail(args, out, "env", e.what, _runner_exit(e), e.fix)
         try:
             path = runner.resolve(env_path)
             data = await runner.read_file(path)
@@ -346,6 +454,7 @@ def cmd_env_set_relay(args: argparse.Namespace, out: TextIO) -> int:
                 "written": False,
                 "backup": None,
                 "diff": plan.diff,
+                "bom": plan.bom,
             }
             if args.json and (not plan.changed or args.dry_run):
                 _dump(report, out)
@@ -353,23 +462,29 @@ def cmd_env_set_relay(args: argparse.Namespace, out: TextIO) -> int:
             if not plan.changed:
                 out.write(f"{path}: {settings.env_var} already holds {key}; nothing to change\n")
                 return OK
+            if plan.bom and not args.json:
+                out.write(f"note: {path} starts with a UTF-8 byte order mark (BOM); it is kept as it was\n")
             if not args.json:
                 out.write(plan.diff if plan.diff.endswith("\n") else plan.diff + "\n")
             if args.dry_run:
                 out.write(f"dry run: {path} not written\n")
                 return OK
-            backup = await write_plan(runner, path, plan)
+            applied = await apply_plan(runner, path, plan, settings.env_var, key)  # with its read-back
+            backup = applied.backup
+            if problem := applied.problem():
+                return _fail(args, out, "env", problem, FAILED)
             if args.json:
-                _dump(report | {"written": True, "backup": backup}, out)
+                _dump(report | {"written": True, "backup": backup, "read_back": list(applied.keys)}, out)
                 return OK
             out.write(f"wrote {path}" + (f" (backup {backup})" if backup else "") + "\n")
             out.write("next: apply the config and restart the worker (the wizard's step 4)\n")
             return OK
+        except EnvChanged as e:  # another writer, not the operator's mistake: nothing written, exit 1
+            return _fail(args, out, "env", f"{e.path}: {e.problem}", FAILED, e.fix)
         except EnvFileError as e:
             raise UsageError(str(e)) from None
         except RunnerError as e:
-            print(f"cosmictui env: {e}", file=sys.stderr)
-            return _runner_exit(e)
+            return _fail(args, out, "env", e.what, _runner_exit(e), e.fix)
         finally:
             await runner.close()
 
@@ -382,7 +497,7 @@ def _jobs_table(views: Sequence[Any]) -> str:
     rows = [("ID", "STATUS", "AGE", "NOTE")]
     for v in views:
         note = v.stuck or ("created before the restart" if v.before_restart else "")
-        rows.append((v.job.id, v.job.status, format_age(v.age), note))
+        rows.append((v.job.id, v.job.status.strip() or "unknown", format_age(v.age), note))
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     return "".join(
         f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:>{widths[2]}}  {r[3]}".rstrip() + "\n" for r in rows
@@ -399,25 +514,33 @@ def worker_restart_time(deployment: str) -> datetime | None:
 
 def cmd_jobs(args: argparse.Namespace, out: TextIO) -> int:
     settings = _settings(args)
-    from cosmictui.ops.jobs import JobsFormatError, parse_jobs, view_jobs
+    from cosmictui.ops.evidence import name_case, new_job_left_creating, new_jobs, relay_evidence
+    from cosmictui.ops.joblist import list_jobs
+    from cosmictui.ops.progress import load_progress
+    from cosmictui.ops.relayproc import attach
     from cosmictui.ops.runner import RunnerError
 
     interval = args.interval or settings.poll_interval
     restart_at = worker_restart_time(settings.deployment)
+    baseline = load_progress(settings.deployment).data.get("relay_at_restart")
+    runtime = attach(settings.relay_storage)
+    metrics = runtime.metrics if runtime is not None and runtime.metrics else settings.metrics_url
+    if metrics and "://" not in metrics:
+        metrics = f"http://{metrics}"
 
     async def once(runner: Any) -> tuple[int, Any]:
-        result = await runner.run(settings.list_command)
-        if not result.ok:
-            return FAILED, {"error": f"`{result.cmd}` exited {result.exit_code}", "output": result.output}
-        try:
-            jobs = parse_jobs(result.output)
-        except JobsFormatError as e:
-            return FAILED, {"error": str(e), "output": e.raw}
-        now = datetime.now(UTC)
-        views = view_jobs(
-            jobs, now, restart_at=restart_at, stuck_after=settings.stuck_after, stale_after=settings.stale_after
-        )
-        return OK, views
+        # The same use case (and error wording) as the wizard's steps 5 and 6.
+        listing = await list_jobs(runner.run, settings, datetime.now(UTC), restart_at)
+        if not listing.ok:
+            return FAILED, {"error": listing.error, "output": listing.raw or ""}
+        evidence = await relay_evidence(metrics, baseline if isinstance(baseline, dict) else None, restart_at)
+        if restart_at is None:
+            kind = "unknown"
+            case = "No worker restart is recorded (the wizard's step 4 records it): which jobs are new is not known."
+        else:
+            left = new_job_left_creating(listing.views, restart_at, settings.statuses)
+            kind, case = name_case(left, evidence, new_job=bool(new_jobs(listing.views, restart_at)))
+        return OK, (listing.views, evidence, kind, case)
 
     def show(rc: int, res: Any) -> None:
         if rc != OK:
@@ -426,11 +549,13 @@ def cmd_jobs(args: argparse.Namespace, out: TextIO) -> int:
             else:
                 print(f"cosmictui jobs: {res['error']}\n{res['output']}", file=sys.stderr)
             return
+        views, evidence, kind, case = res
         if args.json:
             payload = [
                 {
                     "id": v.job.id,
                     "status": v.job.status,
+                    "status_class": settings.statuses.classify(v.job.status),
                     "created": v.job.created,
                     "updated": v.job.updated,
                     "age_seconds": v.age,
@@ -439,21 +564,22 @@ def cmd_jobs(args: argparse.Namespace, out: TextIO) -> int:
                     "stuck": v.stuck,
                     "fields": v.job.fields,
                 }
-                for v in res
+                for v in views
             ]
-            _dump({"at": datetime.now(UTC), "jobs": payload} if args.watch else payload, out, stream=args.watch)
+            doc = {"at": datetime.now(UTC), "jobs": payload, "relay": evidence.as_json(), "case": kind, "verdict": case}
+            _dump(doc, out, stream=args.watch)
         else:
             if args.watch:
                 out.write(f"-- {datetime.now().strftime('%H:%M:%S')} --\n")
-            out.write(_jobs_table(res))
+            out.write(_jobs_table(views))
+            out.write(f"{evidence.line()}\n{case}\n")
         out.flush()
 
     async def go() -> int:
         try:
             runner = await _open_runner(settings)
         except RunnerError as e:
-            print(f"cosmictui jobs: {e}", file=sys.stderr)
-            return _runner_exit(e)
+            return _fail(args, out, "jobs", e.what, _runner_exit(e), e.fix)
         try:
             n = 0
             while True:
@@ -478,10 +604,10 @@ def cmd_jobs(args: argparse.Namespace, out: TextIO) -> int:
 def relay_status_report(storage: str | None, metrics: str | None, timeout: float = 3.0) -> dict[str, Any]:
     """What `relay status` prints: runtime file, process liveness, /stats, and a verdict."""
     from cosmictui.ops import relayproc
-    from cosmictui.ops.metrics import MetricsError, fetch
+    from cosmictui.ops.metrics import BadData, MetricsError, fetch
 
     report: dict[str, Any] = {"state": "not running", "storage": storage, "runtime": None, "stats": None}
-    report |= {"metrics": metrics, "error": None, "key": None}
+    report |= {"metrics": metrics, "error": None, "fix": None, "key": None}
     if storage is not None:
         st = relayproc.relay_status(storage)
         report["storage"] = st.storage
@@ -490,8 +616,10 @@ def relay_status_report(storage: str | None, metrics: str | None, timeout: float
         report["key"] = st.runtime.key if st.runtime else None
         if st.runtime is None:
             report["error"] = f"no relay is running with storage {st.storage}"
+            report["fix"] = f"start it: blind-relay --storage {st.storage}"
         elif not st.running or st.stale_runtime:
             report["error"] = f"pid {st.runtime.pid} from {relayproc.RUNTIME_FILE} is gone"
+            report["fix"] = f"start it again: blind-relay --storage {st.storage} (and see its log {st.log_path})"
         elif metrics is None:
             metrics = st.runtime.metrics
             report["metrics"] = metrics
@@ -506,9 +634,13 @@ def relay_status_report(storage: str | None, metrics: str | None, timeout: float
         return report
     try:
         s = fetch(metrics, timeout=timeout)
-    except (MetricsError, ValueError) as e:
+    except BadData as e:  # it answers, with numbers no relay has: nothing of it is shown
+        report["state"] = "bad data"
+        report["error"], report["fix"], report["bad_field"] = e.reason, e.fix, e.field
+        return report
+    except MetricsError as e:
         report["state"] = "down"
-        report["error"] = f"{e}"
+        report["error"], report["fix"] = e.reason, e.fix or None
         return report
     report["state"] = "up"
     report["error"] = None
@@ -520,15 +652,15 @@ def relay_status_report(storage: str | None, metrics: str | None, timeout: float
 
 
 def cmd_relay_status(args: argparse.Namespace, out: TextIO) -> int:
-    from cosmictui.ops.metrics import human_bytes, human_duration
+    from cosmictui.ops.metrics import by_cause, human_bytes, human_duration
 
     settings = _settings(args)
     storage = args.storage if args.storage is not None else (None if args.metrics else settings.relay_storage)
-    rep = relay_status_report(storage, args.metrics)
+    rep = relay_status_report(storage, args.metrics, timeout=args.timeout)
     if args.json:
         _dump(rep, out)
         return OK if rep["state"] == "up" else FAILED
-    badge = {"up": "▲ UP", "down": "✖ DOWN", "not running": "■ NOT RUNNING"}[rep["state"]]
+    badge = {"up": "▲ UP", "down": "✖ DOWN", "not running": "■ NOT RUNNING", "bad data": "✖ BAD DATA"}[rep["state"]]
     stats = rep["stats"] or {}
     rt = rep["runtime"] or {}
     key = stats.get("key") or rt.get("key") or "–"
@@ -551,13 +683,94 @@ def cmd_relay_status(args: argparse.Namespace, out: TextIO) -> int:
         pub = f"{dht.get('public_host')}:{dht.get('public_port')}" if dht.get("public_host") else "unknown"
         ann = dht.get("last_announce")
         ago = f"{human_duration(time.time() - ann)} ago" if isinstance(ann, int | float) else "never"
+        joined = dht.get("bootstrapped")
         out.write(
-            f"dht      bootstrapped {'yes' if dht.get('bootstrapped') else 'NO'}   "
+            f"dht      bootstrapped {'yes' if joined else 'NO'}   "
             f"firewalled {'YES' if dht.get('firewalled') else 'no'}   public {pub}   last announce {ago}\n"
         )
+        if joined is False:
+            out.write("         not joined to the DHT yet — retrying\n")
+        for block in ("dropped", "shed"):
+            if block in stats:
+                out.write(f"{block:<8} {by_cause(stats[block], top=8)}\n")
     if rep["error"]:
         out.write(f"note     {rep['error']}\n")
+    if rep.get("fix"):
+        out.write(f"next     {rep['fix']}\n")
     return OK if rep["state"] == "up" else FAILED
+
+
+def probe_key(key: str | None, storage: str | None, *, explicit_storage: bool = False) -> str:
+    """KEY as given, else the relay running on (or the key held by) the storage; with no
+    --storage given, the one relay running on this machine if there is exactly one."""
+    if key:
+        return key
+    from cosmictui.ops import relayproc
+
+    if storage:
+        found = relayproc.read_key(storage) or relayproc.storage_key(storage)
+        if found:
+            return found
+    if not explicit_storage:
+        running = relayproc.running_relays()
+        if len(running) == 1:
+            return running[0].key
+    where = f"storage {storage}" if storage else "the configured storage"
+    raise UsageError(f"no KEY given and no relay key in {where}; pass the relay's key")
+
+
+def cmd_relay_probe(args: argparse.Namespace, out: TextIO) -> int:
+    from cosmictui.ops.probe import ProbeUsageError, run_probe
+
+    settings = _settings(args)
+    storage = args.storage if args.storage is not None else settings.relay_storage
+    key = probe_key(args.key, storage, explicit_storage=args.storage is not None)
+    boot = [b.strip() for b in args.bootstrap.split(",") if b.strip()] if args.bootstrap else None
+    if args.watch:
+        return _relay_probe_watch(args, out, key, boot or list(settings.relay_bootstrap) or None)
+    try:
+        res = asyncio.run(run_probe(key, boot or list(settings.relay_bootstrap) or None, args.timeout))
+    except ProbeUsageError as e:
+        raise UsageError(str(e)) from None
+    if args.json:
+        _dump(res.as_dict(), out)
+        return OK if res.ok else FAILED
+    out.write(f"probe    relay {res.relay_key}\n")
+    for st in res.stages:
+        mark = "✔" if st.ok else "✖"
+        out.write(f"  {mark} {st.name:<26} {st.seconds:7.2f} s  {st.detail}\n")
+    if res.ok:
+        out.write(f"result   ✔ relayed echo through {res.relay_address}, round trip {res.rtt_ms} ms\n")
+        return OK
+    out.write(f"result   ✖ failed at {res.error} (after {res.seconds:.1f} s)\n")
+    return FAILED
+
+
+def _relay_probe_watch(args: argparse.Namespace, out: TextIO, key: str, boot: list[str] | None) -> int:
+    """`relay probe --watch`: one line (NDJSON with --json) per echo through the relay."""
+    from cosmictui.ops.probe import ProbeUsageError, watch_probe
+
+    last_ok = False
+
+    async def go() -> None:
+        nonlocal last_ok
+        async for p in watch_probe(key, boot, args.interval, args.timeout, args.count):
+            last_ok = p.ok
+            if args.json:
+                _dump(p, out, stream=True)
+            else:
+                when = datetime.fromtimestamp(p.at).strftime("%H:%M:%S")
+                rtt = f"round trip {p.rtt_ms:7.2f} ms" if p.rtt_ms is not None else "no echo          "
+                out.write(f"{when}  {'✔' if p.ok else '✖'} {rtt}  via {p.relay_address or '–'}  {p.detail}\n")
+            out.flush()
+
+    try:
+        asyncio.run(go())
+    except ProbeUsageError as e:
+        raise UsageError(str(e)) from None
+    except KeyboardInterrupt:
+        return OK
+    return OK if last_ok else FAILED
 
 
 # -- main -----------------------------------------------------------------------------------------
@@ -566,7 +779,14 @@ def cmd_relay_status(args: argparse.Namespace, out: TextIO) -> int:
 def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except _ParseError as e:
+        e.parser.print_usage(sys.stderr)
+        print(f"{e.parser.prog}: error: {e}", file=sys.stderr)
+        if "--json" in (sys.argv[1:] if argv is None else argv):
+            _dump({"error": str(e), "fix": f"see `{e.parser.prog} --help`", "exit_code": USAGE}, out)
+        raise SystemExit(USAGE) from None  # as argparse itself does: callers and tests expect it
     handlers = {
         None: cmd_wizard,
         "monitor": cmd_monitor,
@@ -577,10 +797,14 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
         if args.command == "env":
             return cmd_env_set_relay(args, out)
         if args.command == "relay":
+            if args.relay_command == "probe":
+                return cmd_relay_probe(args, out)
             return cmd_relay_status(args, out)
         return handlers[args.command](args, out)
     except UsageError as e:
         print(f"cosmictui: {e}", file=sys.stderr)
+        if getattr(args, "json", False):
+            _dump({"error": str(e), "fix": None, "exit_code": USAGE}, out)
         return USAGE
     except NotImplementedError:
         print(f"cosmictui {args.command}: not available in this build yet", file=sys.stderr)

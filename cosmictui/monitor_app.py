@@ -14,12 +14,21 @@ class MonitorApp(App[None]):
     TITLE = "cosmictui monitor"
     ENABLE_COMMAND_PALETTE = False
 
-    def __init__(self, targets: list[Target], interval: float = 1.0, theme: str | None = None) -> None:
+    def __init__(
+        self,
+        targets: list[Target],
+        interval: float = 1.0,
+        theme: str | None = None,
+        scrape_timeout: float | None = None,
+    ) -> None:
         super().__init__()
         self.targets = targets
         self.interval = interval
+        self.scrape_timeout = scrape_timeout
         if theme is not None:
             self.theme = theme
 
     def on_mount(self) -> None:
-        self.push_screen(MonitorScreen(self.targets, self.interval, standalone=True))
+        self.push_screen(
+            MonitorScreen(self.targets, self.interval, standalone=True, scrape_timeout=self.scrape_timeout)
+        )

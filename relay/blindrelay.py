@@ -29,7 +29,9 @@ Driving it (no I/O here):
     server.stream_closed(stream_id)         # a relay raw stream closed by itself
     server.stream_error(stream_id)          # ... or failed (counted in streams_errors)
     session.connection_closed()             # the secret-stream ended or broke
-    server.expire(now); server.next_deadline()   # only with pairing_timeout set
+    server.stream_carried(stream_id)        # a relay raw stream received its first packet
+    server.expire(now); server.next_deadline()   # timeouts and reaping (see fair shares)
+    server.shed_session(now)                # at the service's session cap: close the heaviest's
 
 Stats (`server.stats`, `BlindRelayStats`; `as_dict()` gives the `/stats` JSON groups) move
 exactly when npm blind-relay moves them: sessions accepted on `accept`, opened when the channel
@@ -39,14 +41,32 @@ accepted `pair`, pending while one side waits, matched when both are there, canc
 (one per token); pairings active = tokens with at least one live relay stream; streams opened
 (two per match), closed (destroyed by us or closed under us), errors.
 
-Caps (hooks for the service; None = unlimited, the npm behaviour): `max_pending_per_session`,
-`max_pending_total` (a new pending token over a cap is ignored, and counted in
-`pairings_refused_session_limit` / `pairings_refused_total_limit`), `pairing_timeout` seconds
-(pending tokens older than that are cancelled by `expire(now)` and counted in `pairings_timed_out`
-as well as `pairings_cancelled`). A `pair` whose stream id does not fit UDX's 32 bits is ignored
-and counted in `pairings_refused_invalid`.
+Fair shares (hooks for the service; None = unlimited, the npm behaviour). Sessions belong to an
+*owner* (the service passes the peer's source host), and every cap sheds from the heaviest
+holder instead of refusing the newcomer, so one peer can fill a cap but never lock others out:
 
-Deliberate differences from JS, all in corners: `close()` destroys every session (JS waits for
+* `max_pending_per_session`: a new pending token over it cancels that session's oldest one;
+* `max_pending_total`: a new pending token over it cancels the oldest pending token of the
+  heaviest session of the owner holding the most pending tokens;
+* `max_active_pairs`: a match over it destroys a pair of the owner holding the most relay links
+  (a pair that never carried a packet first, else its oldest);
+* `pairing_timeout`: pending tokens older than that are cancelled by `expire(now)` (also in
+  `pairings_timed_out` and `pairings_cancelled`);
+* `pair_idle_timeout`: a matched pair whose two streams have not both carried a packet by then
+  is destroyed (the runtime reports traffic with `stream_carried(stream_id)`);
+* `session_idle_timeout`: a session with no relay link for that long (since it was accepted or
+  its last link ended) is closed, pending tokens or not;
+* `shed_session(now)` picks the session to close when the service's session cap is reached:
+  the least recently busy session without links of the owner holding the most sessions.
+
+Every shed is counted by cause in `server.shed` (`SHED_*` names); sheds cancel pending tokens or
+destroy pairs as `unpair` does (`pairings_cancelled`), so `refusals.session_limit/total_limit`
+stay 0 (kept for the `/stats` contract). A `pair` whose stream id does not fit UDX's 32 bits is
+ignored and counted in `pairings_refused_invalid`. The client is never told of a shed (npm's
+Client ignores a server `unpair`); it sees its pairing time out, as with a lost request.
+
+Deliberate differences from JS, beyond the fair shares above (npm keeps everything until the
+session closes), all in corners: `close()` destroys every session (JS waits for
 pending pairings to finish, then forgets them without updating stats); a session that pairs
 with itself keeps both links (JS keeps one per token and leaks the other until it closes);
 `end()` also completes after an `unpair` or timeout empties the session's pending set.
@@ -55,6 +75,7 @@ with itself keeps both links (JS keeps one per token and leaks the other until i
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -72,6 +93,7 @@ from relay.protomux import (
 __all__ = [
     "PAIR_MESSAGE",
     "PROTOCOL",
+    "SHED_CAUSES",
     "UNPAIR_MESSAGE",
     "BlindRelayError",
     "BlindRelayServer",
@@ -93,6 +115,25 @@ __all__ = [
 
 PROTOCOL = "blind-relay"
 MAX_STREAM_ID = 0xFFFFFFFF
+
+# Causes of a shed or reap, as they appear in `/stats` `shed` and `blind_relay_shed_total{cause=…}`.
+SHED_PENDING_PER_SESSION = "pending_per_session"
+SHED_PENDING_TOTAL = "pending_total"
+SHED_PENDING_TIMEOUT = "pending_timeout"
+SHED_ACTIVE_PAIRS = "active_pairs"
+SHED_SILENT_PAIR = "silent_pair"
+SHED_IDLE_SESSION = "idle_session"
+SHED_SESSIONS = "sessions"
+SHED_SCAN = 64  # links looked at for a silent one before the oldest is shed
+SHED_CAUSES = (
+    SHED_PENDING_PER_SESSION,
+    SHED_PENDING_TOTAL,
+    SHED_PENDING_TIMEOUT,
+    SHED_ACTIVE_PAIRS,
+    SHED_SILENT_PAIR,
+    SHED_IDLE_SESSION,
+    SHED_SESSIONS,
+)
 
 
 class BlindRelayError(Exception):
@@ -266,6 +307,7 @@ class _Link:
     key: bytes
     stream_id: int | None = None
     remote: _Link | None = None
+    carried: bool = False  # our stream for this side has received a packet
 
 
 @dataclass(eq=False, slots=True)
@@ -278,10 +320,21 @@ class _PendingPair:
 class BlindRelaySession:
     """The blind-relay channel on one connection; made by `BlindRelayServer.accept`."""
 
-    def __init__(self, server: BlindRelayServer, mux: Mux, id: bytes | None, handshake: bytes | None) -> None:
+    def __init__(
+        self,
+        server: BlindRelayServer,
+        mux: Mux,
+        id: bytes | None,
+        handshake: bytes | None,
+        owner: object = None,
+        now: float = 0.0,
+    ) -> None:
         self._server = server
         self.mux = mux
         self.id = id
+        self.owner = owner
+        self.idle_since: float | None = now
+        """When the session last had no relay link (None while it has one)."""
         channel = mux.open_channel(PROTOCOL, id, messages=[PAIR_MESSAGE, UNPAIR_MESSAGE], handshake=handshake)
         if channel is None:
             raise BlindRelayError("a blind-relay channel with this id is already open on this stream")
@@ -290,8 +343,9 @@ class BlindRelaySession:
         self.closed = False
         self.remote_handshake: bytes | None = None
         self._ending = False
-        self._pairing: set[bytes] = set()
+        self._pairing: dict[bytes, None] = {}  # ordered: oldest pending token first
         self._links: dict[bytes, list[_Link]] = {}
+        self._link_count = 0
 
     def __repr__(self) -> str:
         return (
@@ -304,12 +358,13 @@ class BlindRelaySession:
 
     @property
     def active_links(self) -> int:
-        return sum(len(v) for v in self._links.values())
+        return self._link_count
 
     # ---------------------------------------------------------------- runtime API
 
     def receive_message(self, data: bytes | bytearray | memoryview, now: float = 0.0) -> list[Event]:
         """Feed one secret-stream message; returns protomux events of other channels."""
+        self._server._now = now
         try:
             events = self.mux.receive_message(data)
         except ProtomuxError as e:
@@ -366,6 +421,17 @@ class BlindRelaySession:
         return others
 
 
+class _Owner:
+    """What one owner (source host) holds: its sessions, pending tokens and relay links."""
+
+    __slots__ = ("links", "pending", "sessions")
+
+    def __init__(self) -> None:
+        self.sessions: dict[BlindRelaySession, None] = {}
+        self.pending = 0
+        self.links = 0
+
+
 class BlindRelayServer:
     """Pairs tokens across sessions and tells the runtime which raw streams to make and relay."""
 
@@ -376,6 +442,9 @@ class BlindRelayServer:
         max_pending_per_session: int | None = None,
         max_pending_total: int | None = None,
         pairing_timeout: float | None = None,
+        max_active_pairs: int | None = None,
+        pair_idle_timeout: float | None = None,
+        session_idle_timeout: float | None = None,
         rng: random.Random | None = None,
     ) -> None:
         self._allocate_hook = allocate_stream_id
@@ -383,11 +452,18 @@ class BlindRelayServer:
         self.max_pending_per_session = max_pending_per_session
         self.max_pending_total = max_pending_total
         self.pairing_timeout = pairing_timeout
+        self.max_active_pairs = max_active_pairs
+        self.pair_idle_timeout = pair_idle_timeout
+        self.session_idle_timeout = session_idle_timeout
         self.stats = BlindRelayStats()
+        self.shed: Counter[str] = Counter()
+        self._now = 0.0
         self._pairing: dict[bytes, _PendingPair] = {}
         self._active_refs: dict[bytes, int] = {}
         self._sessions: dict[BlindRelaySession, None] = {}
+        self._owners: dict[object, _Owner] = {}
         self._by_stream: dict[int, _Link] = {}
+        self._silent: dict[_Link, float] = {}  # non-initiator link of a pair not yet carried both ways -> matched at
         self._events: list[RelayEvent] = []
         self._dirty: dict[BlindRelaySession, None] = {}  # ordered: replies go out in pairing order
 
@@ -398,15 +474,46 @@ class BlindRelayServer:
         return iter(list(self._sessions))
 
     def accept(
-        self, id: bytes | None = None, mux: Mux | None = None, *, handshake: bytes | None = None
+        self,
+        id: bytes | None = None,
+        mux: Mux | None = None,
+        *,
+        handshake: bytes | None = None,
+        owner: object = None,
+        now: float | None = None,
     ) -> BlindRelaySession:
-        """Start the blind-relay channel on a new connection (id = the client's public key)."""
-        session = BlindRelaySession(self, mux or Mux(), id, handshake)
+        """Start the blind-relay channel on a new connection (id = the client's public key).
+
+        `owner` groups sessions for fair shares (the service passes the source host)."""
+        if now is not None:
+            self._now = now
+        session = BlindRelaySession(self, mux or Mux(), id, handshake, owner, self._now)
         self._sessions[session] = None
+        self._owner(owner).sessions[session] = None
         self.stats.sessions_accepted += 1
         self._dirty[session] = None
         session._process(session.mux.poll_events(), 0.0)
         return session
+
+    def sessions_of(self, owner: object) -> int:
+        o = self._owners.get(owner)
+        return len(o.sessions) if o is not None else 0
+
+    def shed_session(self, now: float) -> BlindRelaySession | None:
+        """Close one session to make room for a newcomer: the owner holding the most sessions
+        loses its least recently busy one (a session without links first); counted as `sessions`."""
+        if not self._owners:
+            return None
+        owner = max(self._owners.values(), key=lambda o: len(o.sessions))
+        if not owner.sessions:
+            return None
+        victim = min(
+            owner.sessions,
+            key=lambda s: (s._link_count > 0, s.idle_since if s.idle_since is not None else now),
+        )
+        self.shed[SHED_SESSIONS] += 1
+        victim.destroy()
+        return victim
 
     def poll_events(self) -> list[RelayEvent]:
         events, self._events = self._events, []
@@ -422,6 +529,16 @@ class BlindRelayServer:
         self._dirty.clear()
         return out
 
+    def stream_carried(self, stream_id: int) -> None:
+        """Our relay stream `stream_id` received a packet (its peer is really there)."""
+        link = self._by_stream.get(stream_id)
+        if link is None or link.carried:
+            return
+        link.carried = True
+        remote = link.remote
+        if remote is not None and remote.carried:
+            self._silent.pop(link if not link.is_initiator else remote, None)
+
     def stream_closed(self, stream_id: int) -> None:
         """A relay raw stream closed by itself (peer ended, timed out); unknown ids are ignored."""
         link = self._by_stream.pop(stream_id, None)
@@ -436,20 +553,36 @@ class BlindRelayServer:
             self.stats.streams_errors += 1
 
     def expire(self, now: float) -> None:
-        """Cancel pending pairings older than `pairing_timeout`."""
-        if self.pairing_timeout is None:
-            return
-        for key, pair in list(self._pairing.items()):
-            if now - pair.created < self.pairing_timeout:
-                break  # insertion order = creation order
-            self._cancel_pending(key, pair)
-            self.stats.pairings_timed_out += 1
+        """Cancel pending pairings, reap silent pairs and close idle sessions whose time is up."""
+        self._now = now
+        if self.pairing_timeout is not None:
+            for key, pair in list(self._pairing.items()):
+                if now - pair.created < self.pairing_timeout:
+                    break  # insertion order = creation order
+                self._cancel_pending(key, pair)
+                self.stats.pairings_timed_out += 1
+                self.shed[SHED_PENDING_TIMEOUT] += 1
+        if self.pair_idle_timeout is not None:
+            for link, matched in list(self._silent.items()):
+                if now - matched < self.pair_idle_timeout:
+                    break  # insertion order = match order
+                self.shed[SHED_SILENT_PAIR] += 1
+                self._destroy_pair(link, "never carried a packet")
+        if self.session_idle_timeout is not None:
+            for session in list(self._sessions):
+                since = session.idle_since
+                if since is not None and now - since >= self.session_idle_timeout and not session.closed:
+                    self.shed[SHED_IDLE_SESSION] += 1
+                    session.destroy()
 
     def next_deadline(self) -> float | None:
-        """When `expire` next has work, or None."""
-        if self.pairing_timeout is None or not self._pairing:
-            return None
-        return next(iter(self._pairing.values())).created + self.pairing_timeout
+        """When `expire` next has work (pending timeouts and silent pairs), or None."""
+        times = []
+        if self.pairing_timeout is not None and self._pairing:
+            times.append(next(iter(self._pairing.values())).created + self.pairing_timeout)
+        if self.pair_idle_timeout is not None and self._silent:
+            times.append(next(iter(self._silent.values())) + self.pair_idle_timeout)
+        return min(times) if times else None
 
     def close(self) -> None:
         """Destroy every session (cancels pending pairings, destroys relay streams)."""
@@ -457,6 +590,12 @@ class BlindRelayServer:
             session.destroy()
 
     # ---------------------------------------------------------------- pairing
+
+    def _owner(self, owner: object) -> _Owner:
+        o = self._owners.get(owner)
+        if o is None:
+            o = self._owners[owner] = _Owner()
+        return o
 
     def _allocate(self) -> int:
         if self._allocate_hook is not None:
@@ -474,17 +613,19 @@ class BlindRelayServer:
         pair = self._pairing.get(key)
         side = 1 if m.is_initiator else 0
         if pair is None:
+            cap = self.max_pending_per_session
+            if cap is not None and len(session._pairing) >= cap:
+                oldest = next(iter(session._pairing))
+                self.shed[SHED_PENDING_PER_SESSION] += 1
+                self._cancel_pending(oldest, self._pairing[oldest])
             if self.max_pending_total is not None and self.stats.pairings_pending >= self.max_pending_total:
-                self.stats.pairings_refused_total_limit += 1
-                return
-            if self.max_pending_per_session is not None and len(session._pairing) >= self.max_pending_per_session:
-                self.stats.pairings_refused_session_limit += 1
-                return
+                self._shed_pending()
             pair = self._pairing[key] = _PendingPair(key, now)
             self.stats.pairings_pending += 1
         elif pair.links[side] is not None:
             return
-        session._pairing.add(key)
+        session._pairing[key] = None
+        self._owner(session.owner).pending += 1
         self.stats.pairings_requested += 1
         pair.links[side] = _Link(session, m.is_initiator, m.id, key)
         a, b = pair.links
@@ -498,12 +639,16 @@ class BlindRelayServer:
             self._by_stream[link.stream_id] = link
         a.remote, b.remote = b, a
         for link in (a, b):
-            link.session._pairing.discard(key)
+            self._drop_pending_ref(link.session, key)
             link.session._links.setdefault(key, []).append(link)
+            link.session._link_count += 1
+            link.session.idle_since = None
+            self._owner(link.session.owner).links += 1
             self._active_refs[key] = self._active_refs.get(key, 0) + 1
             if self._active_refs[key] == 1:
                 self.stats.pairings_active += 1
             self.stats.streams_opened += 1
+        self._silent[a] = now
         assert a.stream_id is not None and b.stream_id is not None
         self._events.append(
             PairingMatched(
@@ -519,6 +664,50 @@ class BlindRelayServer:
             link.session.channel.send(0, Pair(link.is_initiator, key, link.stream_id, 0))
             self._dirty[link.session] = None
             link.session._end_maybe()
+        if self.max_active_pairs is not None and self.stats.pairings_active > self.max_active_pairs:
+            self._shed_active()
+
+    def _shed_pending(self) -> None:
+        """Total pending cap: the heaviest owner's heaviest session loses its oldest pending token."""
+        owner = max(self._owners.values(), key=lambda o: o.pending)
+        victim = max(owner.sessions, key=lambda s: len(s._pairing))
+        if not victim._pairing:
+            return
+        oldest = next(iter(victim._pairing))
+        self.shed[SHED_PENDING_TOTAL] += 1
+        self._cancel_pending(oldest, self._pairing[oldest])
+
+    def _shed_active(self) -> None:
+        """Active pairs cap: the owner with the most relay links loses a pair of its heaviest
+        session, one that never carried a packet if it has one, else its oldest."""
+        owner = max(self._owners.values(), key=lambda o: o.links)
+        victim = max(owner.sessions, key=lambda s: s._link_count)
+        oldest = chosen = None
+        for i, link in enumerate(link for ls in victim._links.values() for link in ls):
+            if oldest is None:
+                oldest = link
+            if not (link.carried and link.remote is not None and link.remote.carried):
+                chosen = link
+                break
+            if i >= SHED_SCAN:  # bounded: a session relaying thousands of live pairs costs no more
+                break
+        if oldest is None:
+            return
+        self.shed[SHED_ACTIVE_PAIRS] += 1
+        self._destroy_pair(chosen or oldest, "relay at its active pairs cap")
+
+    def _destroy_pair(self, link: _Link, reason: str) -> None:
+        remote = link.remote
+        self._destroy_link(link, reason)
+        if remote is not None:
+            self._destroy_link(remote, reason)
+        self.stats.pairings_cancelled += 1
+
+    def _drop_pending_ref(self, session: BlindRelaySession, key: bytes) -> None:
+        if session._pairing.pop(key, 0) is None:
+            o = self._owners.get(session.owner)
+            if o is not None:
+                o.pending -= 1
 
     def _on_unpair(self, session: BlindRelaySession, m: Unpair) -> None:
         key = m.token
@@ -542,7 +731,7 @@ class BlindRelayServer:
         self.stats.pairings_cancelled += 1
         for link in pair.links:
             if link is not None:
-                link.session._pairing.discard(key)
+                self._drop_pending_ref(link.session, key)
                 link.session._end_maybe()
 
     def _on_session_close(self, session: BlindRelaySession) -> None:
@@ -551,7 +740,8 @@ class BlindRelayServer:
         session.closed = True
         session._ending = True
         self.stats.pairings_cancelled += len(session._pairing)
-        for key in session._pairing:
+        for key in list(session._pairing):
+            self._drop_pending_ref(session, key)
             if self._pairing.pop(key, None) is not None:
                 self.stats.pairings_pending -= 1
         for links in list(session._links.values()):
@@ -560,6 +750,11 @@ class BlindRelayServer:
         session._pairing.clear()
         session._links.clear()
         self._sessions.pop(session, None)
+        o = self._owners.get(session.owner)
+        if o is not None:
+            o.sessions.pop(session, None)
+            if not o.sessions:
+                del self._owners[session.owner]
         self.stats.sessions_closed += 1
         self._events.append(SessionClosed(session))
 
@@ -577,12 +772,22 @@ class BlindRelayServer:
         link.remote = None
         if remote is not None and remote.remote is link:
             remote.remote = None
-        links = link.session._links.get(link.key)
+        self._silent.pop(link, None)
+        if remote is not None:
+            self._silent.pop(remote, None)
+        session = link.session
+        links = session._links.get(link.key)
         if links is not None:
             if link in links:
                 links.remove(link)
+                session._link_count -= 1
+                o = self._owners.get(session.owner)
+                if o is not None:
+                    o.links -= 1
+                if session._link_count == 0:
+                    session.idle_since = self._now
             if not links:
-                del link.session._links[link.key]
+                del session._links[link.key]
         refs = self._active_refs.get(link.key)
         if refs is not None:
             if refs == 1:

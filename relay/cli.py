@@ -41,7 +41,8 @@ EXIT_USAGE = 2
 EXIT_CODES_HELP = """exit codes:
   0  clean exit (SIGINT/SIGTERM close the relay cleanly)
   1  runtime error, one 'blind-relay: error: ...' line: storage or key unreadable, storage in use
-     by another relay, port in use, no bootstrap node answered, allow file unreadable or bad
+     by another relay, port in use, allow file unreadable or bad (no bootstrap node answering
+     is not an error: the relay listens, warns once and keeps trying to join the DHT)
   2  usage error: a flag value that can never work (port, --allow key, limits, --metrics,
      --bootstrap), or a --systemd-unit that would fail at boot or start with another key"""
 
@@ -113,8 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--metrics",
         type=_metrics,
-        default=f"{DEFAULT_METRICS_HOST}:{DEFAULT_METRICS_PORT}",
-        help="HOST:PORT for GET /metrics and /stats, or off (default 127.0.0.1:49738)",
+        default=None,
+        help="HOST:PORT for GET /metrics and /stats, or off (default 127.0.0.1:49738; if that is taken, "
+        "a free port, said on stderr and in relay-runtime.json)",
     )
     p.add_argument("--allow", action="append", default=[], metavar="KEY", help="peer key allowed to pair (repeatable)")
     p.add_argument(
@@ -130,6 +132,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --systemd-unit: the relay command the unit runs, e.g. /opt/blind-relay/bin/blind-relay "
         "(default: this one; it must not live under /home, /root or /tmp)",
     )
+    for flag, what in (
+        ("--scraper-public-key", "public key of a dht-prometheus scraper"),
+        ("--scraper-secret", "secret of the dht-prometheus scraper"),
+        ("--scraper-alias", "alias to register with at the scraper"),
+    ):
+        p.add_argument(
+            flag,
+            nargs="?",
+            const="",
+            default=None,
+            metavar="VALUE",
+            help=f"blind-relay-service's {what}: accepted, not used (scraping over the DHT is not "
+            "supported; --metrics serves Prometheus directly)",
+        )
     p.add_argument("--version", action="version", version=f"blind-relay (cosmictui relay) {relay.__version__}")
     d = Limits()
     g = p.add_argument_group("limits")
@@ -167,6 +183,36 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"handshake burst per source address ({d.handshakes_per_address}, refilled "
         f"{d.handshake_refill_per_second}/s)",
     )
+    g.add_argument(
+        "--session-idle-timeout",
+        type=_positive_seconds,
+        default=d.session_idle_timeout,
+        help=f"seconds a session may hold no relayed pair before it is closed ({d.session_idle_timeout})",
+    )
+    g.add_argument(
+        "--silent-pair-timeout",
+        type=_positive_seconds,
+        default=d.silent_pair_timeout,
+        help=f"seconds a matched pair may go without a packet both ways ({d.silent_pair_timeout})",
+    )
+    g.add_argument(
+        "--max-control-frame",
+        type=_positive_int,
+        default=d.max_control_frame,
+        help=f"bytes in one control-stream frame; a bigger one ends the session ({d.max_control_frame})",
+    )
+    g.add_argument(
+        "--busy-address-sessions",
+        type=_positive_int,
+        default=d.busy_address_sessions,
+        help=f"sessions after which an address's handshakes wait behind other addresses' ({d.busy_address_sessions})",
+    )
+    g.add_argument(
+        "--handshake-budget",
+        type=_positive_seconds,
+        default=d.handshake_budget_per_second,
+        help=f"handshakes per second relay-wide before busy addresses wait ({d.handshake_budget_per_second:g})",
+    )
     return p
 
 
@@ -192,6 +238,11 @@ def _limits(args: argparse.Namespace) -> Limits:
         pending_timeout=args.pending_timeout,
         max_active_pairs=args.max_active_pairs,
         handshakes_per_address=args.handshakes_per_address,
+        session_idle_timeout=args.session_idle_timeout,
+        silent_pair_timeout=args.silent_pair_timeout,
+        max_control_frame=args.max_control_frame,
+        busy_address_sessions=args.busy_address_sessions,
+        handshake_budget_per_second=args.handshake_budget,
     )
 
 
@@ -211,6 +262,11 @@ def _unit_extra_args(args: argparse.Namespace) -> list[str]:
         "pending_timeout": "--pending-timeout",
         "max_active_pairs": "--max-active-pairs",
         "handshakes_per_address": "--handshakes-per-address",
+        "session_idle_timeout": "--session-idle-timeout",
+        "silent_pair_timeout": "--silent-pair-timeout",
+        "max_control_frame": "--max-control-frame",
+        "busy_address_sessions": "--busy-address-sessions",
+        "handshake_budget_per_second": "--handshake-budget",
     }
     out: list[str] = []
     for attr, flag in flags.items():
@@ -234,7 +290,7 @@ def _systemd_unit(args: argparse.Namespace) -> int:
             port=args.port,
             host=args.host,
             bootstrap=",".join(args.bootstrap) if args.bootstrap else None,
-            metrics=args.metrics,
+            metrics=args.metrics or f"{DEFAULT_METRICS_HOST}:{DEFAULT_METRICS_PORT}",
             allow=args.allow,
             allow_files=args.allow_file,
             log_format=args.log_format,
@@ -265,6 +321,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     storage = Path(args.storage or "./corestore").resolve()
     print(f"Using corestore storage at {storage}", flush=True)
+    if any(v is not None for v in (args.scraper_public_key, args.scraper_secret, args.scraper_alias)):
+        log.warning(
+            "--scraper-* given: registering with a dht-prometheus scraper over the DHT is not supported; "
+            "--metrics serves Prometheus directly (GET /metrics)"
+        )
     try:
         allow = build_allow_list(args.allow, args.allow_file)
         primary = load_primary_key(storage)
@@ -283,7 +344,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         host=args.host,
         port=args.port,
         bootstrap=list(args.bootstrap or PUBLIC_BOOTSTRAP),
-        metrics=parse_address(args.metrics),
+        metrics=parse_address(args.metrics or f"{DEFAULT_METRICS_HOST}:{DEFAULT_METRICS_PORT}"),
+        metrics_fallback=args.metrics is None,
         allow=allow,
         limits=_limits(args),
     )

@@ -74,6 +74,7 @@ __all__ = [
     "Closed",
     "Ended",
     "Event",
+    "FrameTooLarge",
     "HandshakeResult",
     "Message",
     "Opened",
@@ -100,6 +101,10 @@ _pull = crypto_secretstream_xchacha20poly1305_pull
 
 class SecretStreamError(Exception):
     """The secret stream failed; the message says what the peer sent or what timed out."""
+
+
+class FrameTooLarge(SecretStreamError):
+    """The peer announced a frame above the stream's `max_frame`."""
 
 
 class HandshakeResult(NamedTuple):
@@ -161,8 +166,12 @@ class SecretStream:
         keep_alive: float = 0.0,
         timeout: float = 0.0,
         filter_empty: bool | None = None,
+        max_frame: int = MAX_FRAME,
     ) -> None:
         self.initiator = initiator
+        self.max_frame = max_frame
+        """Frames announcing more than this many bytes end the stream (a relay's control stream
+        carries tiny messages; without a bound one peer parks 16 MiB per stream)."""
         self.keep_alive = keep_alive
         self.timeout = timeout
         self.filter_empty = keep_alive > 0 if filter_empty is None else filter_empty
@@ -370,6 +379,7 @@ class SecretStream:
                     return
                 if len(partial) == 3:
                     self._need = partial[0] | partial[1] << 8 | partial[2] << 16
+                    self._check_frame(self._need)
                     if self._need:
                         continue
                 body = memoryview(partial)[3:]
@@ -385,6 +395,7 @@ class SecretStream:
                 self._need = 3 - (size - pos)
                 return
             length = view[pos] | view[pos + 1] << 8 | view[pos + 2] << 16
+            self._check_frame(length)
             end = pos + 3 + length
             if end > size:
                 partial += view[pos:size]
@@ -397,6 +408,10 @@ class SecretStream:
             else:
                 self._frame(view[pos + 3 : end])
             pos = end
+
+    def _check_frame(self, length: int) -> None:
+        if length > self.max_frame:
+            raise FrameTooLarge(f"frame of {length} bytes is over this stream's limit of {self.max_frame}")
 
     def _decrypt(self, ciphertext: bytes) -> None:
         """Open one message frame (at least ABYTES long) and queue its `Message`."""

@@ -20,3 +20,10 @@ def node() -> str:
     if not (NODE_MODULES / "hyperdht").is_dir():
         pytest.fail(f"{NODE_MODULES} is missing: run `npm ci --prefix tests/interop` (README's test command does)")
     return exe
+
+
+@pytest.fixture(autouse=True)
+def _no_public_bootstrap(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests send no traffic off the machine: the wizard's "Bootstrap node answers" check pings
+    the public HyperDHT nodes when none is configured, so here they are a silent loopback port."""
+    monkeypatch.setattr("cosmictui.ops.checks.PUBLIC_BOOTSTRAP", ("127.0.0.1:9",))

@@ -11,12 +11,14 @@ import asyncio
 import errno
 import json
 import os
+import re
 import shlex
 import socket
 import tempfile
 import time
 import urllib.request
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 import psutil
@@ -24,6 +26,7 @@ import psutil
 from cosmictui.ops.config import Settings
 from cosmictui.ops.relayproc import attach
 from cosmictui.ops.runner import Runner, RunnerError
+from relay.dht.messages import BOOTSTRAP_NODES
 
 Status = Literal["ok", "warn", "fail"]
 MIN_FREE_RAM = 200 * 1024 * 1024
@@ -96,13 +99,15 @@ def check_udp_port(port: int, host: str = "0.0.0.0", storage: str | None = None)
         return CheckResult(name, "fail", f"not allowed to bind {host}:{port}", "use a port above 1023 (--port)")
     except OSError as e:
         if e.errno != errno.EADDRINUSE:
-            return CheckResult(name, "fail", f"cannot bind {host}:{port}: {e.strerror or e}", "check --host")
+            return CheckResult(
+                name, "fail", f"cannot bind {host}:{port}: {e.strerror or e}", "check [relay] host in the config"
+            )
         holder = _udp_holder(port)
         return CheckResult(
             name,
             "fail",
             f"already in use{' by ' + holder if holder else ''}",
-            "stop that process, or choose another port in the relay settings (and open it in the firewall)",
+            "stop that process, or choose another port ([relay] port in the config; open it in the firewall)",
         )
     finally:
         sock.close()
@@ -212,7 +217,7 @@ def check_dht(stats: dict[str, Any] | None) -> CheckResult:
             name,
             "fail" if not dht.get("note") else "warn",
             f"not bootstrapped: the relay has not reached the DHT{note}",
-            "allow outbound UDP to the bootstrap nodes (or pass --bootstrap HOST:PORT for a private DHT)",
+            'allow outbound UDP to the bootstrap nodes (or set [relay] bootstrap = ["HOST:PORT"] for a private DHT)',
         )
     public = dht.get("public_host")
     where = f"{public}:{dht.get('public_port')}" if public else "unknown public address"
@@ -318,12 +323,7 @@ async def check_relay_from_deployment(runner: Runner, host: str, port: int, time
         result = await runner.run(ping_command(host, port, timeout), timeout=timeout + 30)
     except RunnerError as e:
         if e.kind == "missing-command":
-            return CheckResult(
-                name,
-                "fail",
-                f"python3 is not available on {runner.label}, so the UDP check cannot run there",
-                "install python3 on the deployment host, or check UDP reachability of the relay port by hand",
-            )
+            return await _ping_without_python(runner, name, host, port, timeout)
         return CheckResult(name, "fail", e.what, e.fix)
     last = result.output.strip().splitlines()[-1] if result.output.strip() else ""
     if result.ok and last.startswith("PONG"):
@@ -337,6 +337,236 @@ async def check_relay_from_deployment(runner: Runner, host: str, port: int, time
             f"{host} is the address the deployment host uses to reach it",
         )
     return CheckResult(name, "fail", f"the ping check failed: {last or 'no output'}", "see the command log")
+
+
+def bash_ping_command(ip: str, port: int, timeout: float = 3.0) -> str:
+    """The same dht-rpc PING with bash's /dev/udp and coreutils, for a host without python3.
+
+    bash opens a connected UDP socket for /dev/udp/HOST/PORT, so the reply can be read back
+    from the same descriptor; `od` prints its first byte (13 = a dht-rpc response).
+    """
+    tid = os.urandom(2)
+    req = b"\x03\x04" + tid + socket.inet_aton(ip) + port.to_bytes(2, "little") + b"\x00"
+    payload = "".join(f"\\x{b:02x}" for b in req)
+    wait = max(1, int(timeout + 0.999))
+    script = (
+        f"exec 3<>/dev/udp/{ip}/{int(port)} || exit 3; "
+        f"for i in 1 2 3; do printf '{payload}' >&3; done; "
+        f"timeout {wait} head -c 1 <&3 | od -An -tx1"
+    )
+    return "bash -c " + shlex.quote(script)
+
+
+async def _ping_without_python(runner: Runner, name: str, host: str, port: int, timeout: float) -> CheckResult:
+    """python3 is missing on the deployment host: a warning, with the PING sent by bash instead."""
+    missing = f"python3 is not on {runner.label}"
+    try:
+        ip = socket.gethostbyname(host)
+    except OSError:
+        ip = host
+    cmd = bash_ping_command(ip, port, timeout)
+    manual = (
+        f"install python3 there for the usual check, or from {runner.label} send any UDP datagram to "
+        f"{host}:{port} and watch the relay's received packets rise (cosmictui monitor)"
+    )
+    try:
+        result = await runner.run(cmd, timeout=timeout + 30)
+    except RunnerError as e:
+        return CheckResult(name, "warn", f"{missing} and the bash fallback could not run ({e.what})", manual)
+    answer = result.output.strip().split()
+    if result.ok and answer[:1] == ["13"]:
+        return CheckResult(name, "warn", f"{missing}; checked with bash /dev/udp instead: {ip}:{port} answered", "")
+    if result.exit_code == 127 or "not found" in result.output:
+        return CheckResult(name, "warn", f"{missing}, nor bash, so the UDP check cannot run there", manual)
+    return CheckResult(
+        name,
+        "fail",
+        f"{missing}; checked with bash /dev/udp instead: no dht-rpc reply from {ip}:{port} within {timeout:g} s",
+        f"open UDP port {port} on the relay host's firewall, and check that {host} is the address the deployment "
+        "host uses to reach it ([relay] address)",
+    )
+
+
+def task_names(cmd: str) -> list[str] | None:
+    """The task names a `task …` command runs (None when it is not a go-task command)."""
+    try:
+        words = shlex.split(cmd)
+    except ValueError:
+        return None
+    if not words or os.path.basename(words[0]) != "task":
+        return None
+    return [w for w in words[1:] if not w.startswith("-") and "=" not in w]
+
+
+_TASKFILES = ("Taskfile.yml", "Taskfile.yaml", "taskfile.yml", "taskfile.yaml", "Taskfile.dist.yml")
+
+
+def _names_from_listing(output: str) -> set[str] | None:
+    """Task names from `task --list-all --json` (or its text form), None when it is neither."""
+    text = output.strip()
+    start = text.find("{")
+    if start >= 0:
+        try:
+            data = json.loads(text[start:])
+        except ValueError:
+            data = None
+        if isinstance(data, dict) and isinstance(data.get("tasks"), list):
+            return {str(t.get("name")) for t in data["tasks"] if isinstance(t, dict) and t.get("name")}
+    names = {m.group(1) for m in re.finditer(r"(?m)^\* ([^\s:]+(?::[^\s:]+)*):", output)}
+    return names or None
+
+
+def _names_from_taskfile(text: str) -> set[str]:
+    """Top-level task names under `tasks:` in a Taskfile (no YAML library for one key)."""
+    names: set[str] = set()
+    inside = False
+    indent: int | None = None
+    for line in text.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        if re.match(r"^tasks:\s*(#.*)?$", line):
+            inside = True
+            continue
+        if inside:
+            if not line.startswith((" ", "\t")):
+                break
+            width = len(line) - len(line.lstrip())
+            indent = width if indent is None else indent
+            m = re.match(r"^\s*['\"]?([^'\":\s]+(?::[^'\":\s]+)*)['\"]?:", line)
+            if width == indent and m:
+                names.add(m.group(1))
+    return names
+
+
+async def check_tasks(runner: Runner, settings: Settings) -> CheckResult:
+    """`task` runs on the deployment host and knows the apply and restart tasks."""
+    name = "Taskfile tasks"
+    wanted: list[str] = []
+    for key, cmd in (("apply", settings.apply_command), ("restart", settings.restart_command)):
+        tasks = task_names(cmd)
+        if tasks is None:
+            return await _check_program(runner, cmd, f"[commands] {key}")
+        wanted += tasks
+    try:
+        result = await runner.run("task --list-all --json", timeout=30)
+    except RunnerError as e:
+        if e.kind == "missing-command":
+            return CheckResult(
+                name,
+                "fail",
+                f"`task` (go-task) is not on PATH on {runner.label}",
+                "install go-task there, or add its directory to [commands] env PATH in the config",
+            )
+        return CheckResult(name, "fail", e.what, e.fix)
+    known = _names_from_listing(result.output) if result.ok else None
+    source = "task --list-all"
+    if known is None:
+        for file in _TASKFILES:
+            try:
+                data = await runner.read_file(file)
+            except RunnerError:
+                continue
+            known, source = _names_from_taskfile(data.decode("utf-8", "replace")), file
+            break
+    if known is None:
+        said = result.output.strip().splitlines()[-1] if result.output.strip() else f"exit {result.exit_code}"
+        return CheckResult(
+            name,
+            "fail",
+            f"`task --list-all` on {runner.label} found no Taskfile in {runner.root} ({said})",
+            "use the deployment directory that holds the Taskfile (ssh://user@host/PATH or the local path)",
+        )
+    missing = [t for t in wanted if t not in known]
+    if missing:
+        return CheckResult(
+            name,
+            "fail",
+            f"the Taskfile has no task {', '.join(missing)} (it has: {', '.join(sorted(known)) or 'none'})",
+            "check the deployment directory, or set [commands] apply and restart to the tasks it has",
+        )
+    return CheckResult(name, "ok", f"{', '.join(wanted)} found ({source} on {runner.label})")
+
+
+async def _check_program(runner: Runner, cmd: str, key: str) -> CheckResult:
+    """A configured command that is not a `task` one: at least its program must be there."""
+    try:
+        prog = (shlex.split(cmd) or [cmd])[0]
+    except ValueError:
+        return CheckResult("Deployment commands", "fail", f"{key} is not a valid shell command: {cmd}", f"fix {key}")
+    try:
+        result = await runner.run(f"command -v {shlex.quote(prog)}", timeout=30)
+    except RunnerError as e:
+        return CheckResult("Deployment commands", "fail", e.what, e.fix)
+    if not result.ok:
+        return CheckResult(
+            "Deployment commands",
+            "fail",
+            f"`{prog}` ({key}) is not on PATH on {runner.label}",
+            "install it, add its directory to [commands] env PATH, or give its full path in " + key,
+        )
+    return CheckResult("Deployment commands", "ok", f"`{prog}` found on {runner.label}")
+
+
+_NOT_LOGGED_IN = re.compile(r"(?i)not logged in|log ?in|unauthori[sz]ed|unauthenticated|authenticat|\b401\b|token")
+
+
+async def check_jobs_cli(runner: Runner, settings: Settings) -> CheckResult:
+    """The list command runs, is logged in, and prints something we can read as jobs."""
+    from cosmictui.ops.joblist import list_jobs
+
+    name = "Jobs can be listed"
+    listing = await list_jobs(runner.run, settings, datetime.now(UTC))
+    if listing.ok:
+        return CheckResult(name, "ok", f"`{listing.cmd}` listed {len(listing.jobs)} job(s) on {runner.label}")
+    e = listing.runner_error
+    if e is not None and e.kind == "missing-command":
+        return CheckResult(name, "fail", e.what, e.fix)
+    if listing.exit_code not in (None, 0) and _NOT_LOGGED_IN.search(listing.raw or ""):
+        said = (listing.raw or "").strip().splitlines()[-1][:160]
+        return CheckResult(
+            name,
+            "fail",
+            f"`{listing.cmd}` is not logged in on {runner.label} (it said: {said})",
+            f"log in to CosmicAC there as the user the wizard connects as ({runner.label}), then press r",
+        )
+    return CheckResult(name, "fail", listing.error or "the jobs list failed", "")
+
+
+async def check_bootstrap(settings: Settings, timeout: float = 1.5) -> CheckResult:
+    """A bootstrap node answers a dht-rpc PING from here: without one the relay never joins the DHT."""
+    name = "Bootstrap node answers"
+    configured = bool(settings.relay_bootstrap)
+    nodes = list(settings.relay_bootstrap or PUBLIC_BOOTSTRAP)
+    addrs: list[tuple[str, str, int]] = []
+    for node in nodes:
+        host, sep, port = node.rpartition(":")
+        if not sep or not port.isdigit():
+            return CheckResult(name, "fail", f"bootstrap node {node!r} is not HOST:PORT", "fix [relay] bootstrap")
+        ip = host.split("@", 1)[0]  # suggestedIP@hostname: the IP, no DNS needed
+        addrs.append((node, ip, int(port)))
+    answers = await asyncio.gather(*(asyncio.to_thread(dht_ping, ip, port, timeout) for _, ip, port in addrs))
+    ok = [node for (node, _, _), (answered, _) in zip(addrs, answers, strict=True) if answered]
+    if ok:
+        return CheckResult(name, "ok", f"{len(ok)} of {len(nodes)} answered ({ok[0]})")
+    why = answers[0][1] if answers else "no nodes"
+    if configured:
+        return CheckResult(
+            name,
+            "fail",
+            f"none of the {len(nodes)} configured bootstrap node(s) answered ({why})",
+            "check [relay] bootstrap (HOST:PORT of running DHT nodes) and outbound UDP from this host",
+        )
+    return CheckResult(
+        name,
+        "warn",
+        f"none of the public HyperDHT bootstrap nodes answered from here ({why})",
+        "allow outbound UDP to port 49737, or set [relay] bootstrap to DHT nodes this host reaches; step 2 "
+        "shows whether the relay joined the DHT",
+    )
+
+
+#: The nodes the relay joins without [relay] bootstrap (the public HyperDHT ones); tests point it at loopback.
+PUBLIC_BOOTSTRAP: tuple[str, ...] = tuple(BOOTSTRAP_NODES)
 
 
 def relay_address(settings: Settings, runner: Runner | None, stats: dict[str, Any] | None) -> str | None:
@@ -360,11 +590,16 @@ async def run_checks(settings: Settings, runner: Runner | None = None, ping_time
         check_storage(storage),
     ]
     url = rt.metrics if rt is not None and rt.metrics else settings.metrics_url
+    bootstrap = asyncio.ensure_future(check_bootstrap(settings))  # pings run while the host is checked
     stats = await fetch_stats(url) if url and rt is not None else None
     results.append(check_dht(stats))
     if runner is not None:
         host_result = await check_deployment_host(runner)
+        results.append(await bootstrap)
         results.append(host_result)
+        if host_result.ok:
+            results.append(await check_tasks(runner, settings))
+            results.append(await check_jobs_cli(runner, settings))
         address = relay_address(settings, runner, stats)
         port = rt.port if rt is not None else settings.relay_port
         if not host_result.ok:
@@ -380,4 +615,6 @@ async def run_checks(settings: Settings, runner: Runner | None = None, ping_time
             )
         else:
             results.append(await check_relay_from_deployment(runner, address, port, ping_timeout))
+    else:
+        results.append(await bootstrap)
     return results

@@ -18,7 +18,9 @@ TOML layout (every key optional)::
     restart = 'task restart SERVICES="cosmicac-wrk-server-k8s-nvidia"'
     list = "cosmicac jobs list"
     delete = "cosmicac jobs delete {id}"
-    create = "cosmicac jobs create {fields}"
+    create = ""           # unknown by default; {name} {tags} {location} {gpu_model} {gpu_count}
+                          # {image} {disk_gb}, {id} or any column (see README's config section)
+    test_job = ""         # the small job step 5 creates with j; empty: the operator creates one
     env = { PATH = "/opt/bin:/usr/bin" }              # extra environment for commands
 
     [relay]
@@ -38,6 +40,11 @@ TOML layout (every key optional)::
     poll_interval = 5
     stuck_after = 300     # seconds in Creating/Starting before a job counts as stuck
     stale_after = 300     # seconds without a status update before a job counts as stale
+    stuck_statuses = ["creating", "starting", "pending"]
+    done_statuses = ["running", "ready", "active", "completed", "succeeded", "stopped"]
+    failed_statuses = ["failed", "error", ...]   # any other status is unknown: never "left Creating"
+
+README's "Configuration" section has a real deployment's file; a test loads it with this loader.
 """
 
 from __future__ import annotations
@@ -48,12 +55,19 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from cosmictui.ops.jobs import DONE_STATUSES, FAILED_STATUSES, STUCK_STATUSES, StatusSets
+
 ENV_VAR = "K8S_COMMON_CONFIG__interconnect__relays"
 APPLY_COMMAND = "task apply-wrk-server-k8s-nvidia-common-config"
 RESTART_COMMAND = 'task restart SERVICES="cosmicac-wrk-server-k8s-nvidia"'
 LIST_COMMAND = "cosmicac jobs list"
 DELETE_COMMAND = "cosmicac jobs delete {id}"
-CREATE_COMMAND = "cosmicac jobs create {fields}"
+#: Unknown by default: the operator page documents only `list` and `delete`, and `create` needs
+#: fields a list does not show (tags, location, GPU model and count, image, disk). Recovery offers
+#: delete & recreate only with a configured template or one the operator reviewed.
+CREATE_COMMAND = ""
+#: The fields a create template may name, as CosmicAC's docs list them for `jobs create`.
+CREATE_FIELDS = ("name", "tags", "location", "gpu_model", "gpu_count", "image", "disk_gb")
 RELAY_STORAGE = "/var/lib/blind-relay"
 RELAY_PORT = 49737
 RELAY_METRICS = "127.0.0.1:49738"
@@ -94,7 +108,16 @@ class Settings:
     poll_interval: float = 5.0
     stuck_after: float = 300.0
     stale_after: float = 300.0
+    stuck_statuses: tuple[str, ...] = tuple(sorted(STUCK_STATUSES))
+    done_statuses: tuple[str, ...] = tuple(sorted(DONE_STATUSES))
+    failed_statuses: tuple[str, ...] = tuple(sorted(FAILED_STATUSES))
+    test_job_command: str = ""
     config_path: str | None = None
+
+    @property
+    def statuses(self) -> StatusSets:
+        """The configured status sets: which statuses are stuck, done (left Creating), failed."""
+        return StatusSets.of(self.stuck_statuses, self.done_statuses, self.failed_statuses)
 
     @property
     def metrics_url(self) -> str | None:
@@ -135,6 +158,10 @@ _TOML_KEYS: dict[tuple[str | None, str], str] = {
     ("jobs", "poll_interval"): "poll_interval",
     ("jobs", "stuck_after"): "stuck_after",
     ("jobs", "stale_after"): "stale_after",
+    ("jobs", "stuck_statuses"): "stuck_statuses",
+    ("jobs", "done_statuses"): "done_statuses",
+    ("jobs", "failed_statuses"): "failed_statuses",
+    ("commands", "test_job"): "test_job_command",
 }
 _FIELD_TYPES = {f.name: f.type for f in fields(Settings)}
 

@@ -39,6 +39,11 @@ class EnvFileError(ValueError):
         super().__init__(f"{where}: {problem}" + (f" — {fix}" if fix else ""))
 
 
+class EnvChanged(EnvFileError):
+    """The file changed under us (another writer): refused, nothing written, nothing lost. Not the
+    operator's mistake, so the CLI exits 1 for it, not 2."""
+
+
 @dataclass(frozen=True)
 class EnvPlan:
     """What setting the relays would do: whole old and new text, keys, and a unified diff."""
@@ -49,6 +54,8 @@ class EnvPlan:
     old_keys: tuple[str, ...]
     new_keys: tuple[str, ...]
     line: int  # 1-based line of the assignment in the new text
+    bom: bool = False
+    """the file starts with a UTF-8 byte order mark: kept as it was, and said in the diff"""
 
     @property
     def changed(self) -> bool:
@@ -242,9 +249,17 @@ def _keys_of(value: str | None, var: str, line: int, path: str) -> tuple[str, ..
     return tuple(keys)
 
 
+BOM = "\ufeff"
+"""A UTF-8 byte order mark as `decode_text` reads it; python-dotenv drops it silently."""
+
+
+def _split_bom(text: str) -> tuple[str, str]:
+    return (BOM, text[1:]) if text.startswith(BOM) else ("", text)
+
+
 def read_relays(text: str, var: str = ENV_VAR, path: str = ".env") -> tuple[str, ...]:
     """The relay keys currently set (empty when the variable is absent or empty)."""
-    _, found = _parse(text, var, path)
+    _, found = _parse(_split_bom(text)[1], var, path)
     return found.keys if found else ()
 
 
@@ -266,7 +281,8 @@ def plan_relays(
             wanted.append(z)
     if not wanted:
         raise EnvFileError("no relay key given", None, "pass the relay's key", path)
-    pieces, found = _parse(text, var, path, check_value=mode == "merge")
+    bom, body = _split_bom(text)
+    pieces, found = _parse(body, var, path, check_value=mode == "merge")
     old_keys = found.keys if found else ()
     if mode == "merge":
         seen = {_decode_key(k) for k in old_keys}
@@ -276,22 +292,27 @@ def plan_relays(
     value = "'" + json.dumps(new_keys, separators=(",", ":")) + "'"
     if found is not None:
         if tuple(new_keys) == old_keys:
-            new = text
+            new = body
         else:
             pieces[found.index] = found.prefix + value + found.suffix + found.eol
             new = "".join(pieces)
         line = found.line
     else:
-        eol = _eol_of(text)
-        sep = "" if not text or text.endswith(("\n", "\r")) else eol
-        new = text + sep + f"{var}={value}" + eol
-        line = (text + sep).count("\n") + 1
-    return EnvPlan(text, new, _diff(text, new, path), old_keys, tuple(new_keys), line)
+        eol = _eol_of(body)
+        sep = "" if not body or body.endswith(("\n", "\r")) else eol
+        new = body + sep + f"{var}={value}" + eol
+        line = (body + sep).count("\n") + 1
+    new = bom + new
+    return EnvPlan(text, new, _diff(body, new[len(bom) :], path, bool(bom)), old_keys, tuple(new_keys), line, bool(bom))
 
 
-def _diff(old: str, new: str, path: str) -> str:
+def _diff(old: str, new: str, path: str, bom: bool = False) -> str:
+    """Unified diff of the text after any BOM; a BOM is named in the headers (it is invisible)."""
+    kept = "; starts with a UTF-8 BOM, kept" if bom else ""
     return "\n".join(
-        difflib.unified_diff(old.splitlines(), new.splitlines(), f"{path} (now)", f"{path} (new)", lineterm="")
+        difflib.unified_diff(
+            old.splitlines(), new.splitlines(), f"{path} (now{kept})", f"{path} (new{kept})", lineterm=""
+        )
     )
 
 
@@ -309,7 +330,18 @@ async def write_plan(runner: Runner, path: str, plan: EnvPlan) -> str | None:
             raise
         current = ""
     if current != plan.old:
-        raise EnvFileError(
+        raise EnvChanged(
             "the file changed since the edit was planned", None, "review the new diff and confirm again", path
         )
-    return await runner.write_file_atomic(path, encode_text(plan.new), backup=True)
+    try:
+        # the runner checks again at the last moment (content, then size/mtime/inode before the rename)
+        return await runner.write_file_atomic(path, encode_text(plan.new), backup=True, expect=encode_text(plan.old))
+    except RunnerError as e:
+        if e.kind != "changed":
+            raise
+        raise EnvChanged(
+            "another writer changed the file while it was being written; nothing was written",
+            None,
+            "review the new diff and run again",
+            path,
+        ) from None

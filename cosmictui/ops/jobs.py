@@ -1,16 +1,21 @@
 """Understand `cosmicac jobs list` output, whatever shape it comes in.
 
 The CLI's format is not documented publicly, so we read JSON when it gives JSON and
-otherwise aligned-column or box-drawn tables, finding columns by header names. Output we
-cannot read raises `JobsFormatError` carrying the raw text, never anything else.
+otherwise aligned-column, pipe or box-drawn tables, finding columns by header names. Only a
+row that is a job becomes a `Job`: it has an id token in the id column and sits in the table's
+columns. Titles, totals (`4 jobs`), paging hints (`Showing 2 of 2 jobs`, `Page 1/3`) and "no
+jobs" lines are never jobs, whatever the shape. Output we cannot read raises `JobsFormatError`
+carrying the raw text, never anything else.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Literal
 
 
 class JobsFormatError(ValueError):
@@ -62,9 +67,56 @@ UPDATED_NAMES = (
     "last contact",
 )
 STUCK_STATUSES = frozenset({"creating", "starting", "pending"})
-DONE_STATUSES = frozenset(
-    {"completed", "succeeded", "failed", "error", "deleted", "stopped", "terminated", "cancelled"}
+#: Statuses that say the job got past Creating and is healthy (running, or finished well).
+DONE_STATUSES = frozenset({"running", "ready", "active", "completed", "succeeded", "stopped"})
+#: Statuses that say the job got past Creating but failed or is gone.
+FAILED_STATUSES = frozenset(
+    {"failed", "error", "errored", "crashloopbackoff", "deleted", "terminated", "cancelled", "canceled"}
 )
+
+#: Done or failed for good: a quiet job in one of these is finished, not stale.
+FINISHED_STATUSES = frozenset({"completed", "succeeded", "stopped"}) | FAILED_STATUSES
+
+StatusClass = Literal["stuck", "done", "failed", "unknown"]
+
+
+@dataclass(frozen=True)
+class StatusSets:
+    """Which printed statuses mean stuck, done (left Creating) or failed; any other is unknown.
+
+    Only "Creating" and "Starting" are documented for CosmicAC, so the sets are configurable
+    (`[jobs] stuck_statuses`, `done_statuses`, `failed_statuses`) and an unknown status never
+    counts as having left Creating.
+    """
+
+    stuck: frozenset[str] = STUCK_STATUSES
+    done: frozenset[str] = DONE_STATUSES
+    failed: frozenset[str] = FAILED_STATUSES
+
+    @classmethod
+    def of(cls, stuck: Iterable[str], done: Iterable[str], failed: Iterable[str]) -> StatusSets:
+        return cls(*(frozenset(_norm_status(x) for x in names) for names in (stuck, done, failed)))
+
+    def classify(self, status: str) -> StatusClass:
+        st = _norm_status(status)
+        if not st:
+            return "unknown"
+        if st in self.stuck:
+            return "stuck"
+        if st in self.failed:
+            return "failed"
+        if st in self.done:
+            return "done"
+        return "unknown"
+
+
+def _norm_status(status: str) -> str:
+    return re.sub(r"\s+", " ", status.strip().lower())
+
+
+def shown_status(status: str) -> str:
+    """The status as printed, or `unknown` for an empty cell."""
+    return status.strip() or "unknown"
 
 
 def _norm(name: str) -> str:
@@ -73,18 +125,35 @@ def _norm(name: str) -> str:
     return re.sub(r"[\s_\-.]+", " ", name).strip().lower()
 
 
+# Lines around a table that are not jobs: counts, totals, paging hints, "no jobs" messages.
+_NOT_A_JOB = re.compile(
+    r"""(?ix)^\W*(
+        (total|count|sum|summary|showing|displaying|listing|listed|found|page|pages|results?|rows?|
+         more|next|previous|prev|use|hint|note|tip|warning|info|no|none|nothing|end)(?![\w.-])
+      | \d+\s*(/|of)\s*\d+\b
+      | \d+\s+(jobs?|items?|rows?|results?|entries|records|total|more)\b
+      | \(\d+\s+\w+\)
+      | \.\.\.|…
+    )"""
+)
+_NO_JOBS = re.compile(r"(?i)\b(no|0|zero)\s+(\w+\s+)?(jobs?|resources?|items?|results?|entries)\b")
+_ID_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/@+#-]*")
+
+
 def parse_jobs(output: str, now: datetime | None = None) -> list[Job]:
-    """Jobs from JSON (array or {"jobs": [...]}) or an aligned / box-drawn table."""
+    """Jobs from JSON (array, {"jobs": [...]} or one object a line) or a table of any shape."""
     now = now or datetime.now(UTC)
     if not isinstance(output, str):
         raise JobsFormatError(f"expected text, got {type(output).__name__}", repr(output))
     text = _ANSI.sub("", output).replace("\r\n", "\n").replace("\r", "\n")
     stripped = text.strip()
-    if not stripped or re.fullmatch(r"(?i)no (jobs?|resources?)( found)?\.?", stripped):
+    if not stripped:
         return []
     if stripped[0] in "[{":
         return _parse_json(stripped, output, now)
     rows = _table_rows(text, output)
+    if rows is None:
+        return []  # only a "no jobs" message
     return _jobs_from_rows(rows, output, now)
 
 
@@ -92,7 +161,13 @@ def _parse_json(text: str, raw: str, now: datetime) -> list[Job]:
     try:
         data = json.loads(text)
     except ValueError as e:
-        raise JobsFormatError(f"looks like JSON but is not valid ({e})", raw) from None
+        lines = [line for line in text.splitlines() if line.strip()]
+        try:  # JSON Lines: one job object per line
+            data = [json.loads(line) for line in lines] if len(lines) > 1 else None
+        except ValueError:
+            data = None
+        if data is None:
+            raise JobsFormatError(f"looks like JSON but is not valid ({e})", raw) from None
     if isinstance(data, dict):
         for key in ("jobs", "items", "data", "results"):
             if isinstance(data.get(key), list):
@@ -110,12 +185,18 @@ def _parse_json(text: str, raw: str, now: datetime) -> list[Job]:
         for key, value in item.items():
             if isinstance(value, dict) and _norm(str(key)) in STATUS_NAMES:
                 value = next((value[k] for k in ("phase", "state", "status") if k in value), json.dumps(value))
+            if value is None:
+                value = ""
             row[_norm(str(key))] = value if isinstance(value, str) else json.dumps(value)
         rows.append(row)
     return _jobs_from_rows(rows, raw, now, from_json=True)
 
 
-def _table_rows(text: str, raw: str) -> list[dict[str, str]]:
+def _table_rows(text: str, raw: str) -> list[dict[str, str]] | None:
+    """The table's body rows as {column: cell}; lines outside the columns are dropped.
+
+    None when there is no table but a "no jobs" message.
+    """
     lines = [line for line in text.split("\n") if line.strip()]
     boxed = any(_CELL_SEP.search(line) for line in lines) and any(
         _BOX_RULE.match(line) and re.search(r"[─━═+\-]{3}", line) for line in lines
@@ -126,14 +207,18 @@ def _table_rows(text: str, raw: str) -> list[dict[str, str]]:
             for line in lines
             if not _BOX_RULE.match(line) and _CELL_SEP.search(line)
         ]
-        if not cells:
-            raise JobsFormatError("a box-drawn table without rows", raw)
-        header, body = cells[0], cells[1:]
-        return [
-            dict(zip([_norm(h) for h in header], row + [""] * (len(header) - len(row)), strict=False)) for row in body
-        ]
+        header_at = next((i for i, row in enumerate(cells) if _has_header("", row)), None)
+        if header_at is None:
+            if any(_NO_JOBS.search(line) for line in lines):
+                return None
+            raise JobsFormatError("a table without a header naming an id and a status column", raw)
+        header = [_norm(h) for h in cells[header_at]]
+        # A row with another number of cells spans the table (a title, a total): not a job.
+        return [dict(zip(header, row, strict=True)) for row in cells[header_at + 1 :] if len(row) == len(header)]
     header_at = next((i for i, line in enumerate(lines) if _has_header(line)), None)
     if header_at is None:
+        if any(_NO_JOBS.search(line) for line in lines):
+            return None
         raise JobsFormatError("no table header with an id and a status column, and not JSON", raw)
     header_line = lines[header_at]
     spans = [(m.start(), m.group()) for m in re.finditer(r"\S+(?: \S+)*", header_line)]
@@ -151,10 +236,17 @@ def _table_rows(text: str, raw: str) -> list[dict[str, str]]:
         else:
             parts = re.split(r"\s{2,}", line.strip())
             if len(parts) != len(names):  # empty cells: cut at the header's column starts
+                if not _fits_columns(line, starts):
+                    continue  # a line that runs across the columns: a note or a hint, not a row
                 bounds = [*starts[1:], None]
                 parts = [line[starts[i] : bounds[i]].strip() for i in range(len(names))]
         rows.append(dict(zip(names, parts, strict=False)))
     return rows
+
+
+def _fits_columns(line: str, starts: list[int]) -> bool:
+    """Whether cutting `line` at the column starts cuts no word in two."""
+    return all(p >= len(line) or line[p - 1] == " " or line[p] == " " for p in starts[1:])
 
 
 def _strip_outer(parts: list[str]) -> list[str]:
@@ -181,16 +273,32 @@ def _pick(row: dict[str, str], names: tuple[str, ...]) -> str | None:
     return None
 
 
+def is_job_row(row: dict[str, str]) -> bool:
+    """A row is a job when its id cell is one id token and it is not a total, hint or title."""
+    job_id = (_pick(row, ID_NAMES) or "").strip()
+    if not _ID_TOKEN.fullmatch(job_id):
+        return False
+    others = [v for k, v in row.items() if k not in ID_NAMES and str(v).strip()]
+    if not others:
+        return False  # a lone word under the id column ("Total", "more") says nothing about a job
+    line = " ".join(str(v) for v in row.values() if str(v).strip())
+    return not _NOT_A_JOB.match(line)
+
+
 def _jobs_from_rows(rows: list[dict[str, str]], raw: str, now: datetime, from_json: bool = False) -> list[Job]:
     jobs: list[Job] = []
     for row in rows:
         job_id = _pick(row, ID_NAMES)
         status = _pick(row, STATUS_NAMES)
         if job_id is None or status is None:
+            if from_json and any(_pick(r, ID_NAMES) is not None and _pick(r, STATUS_NAMES) is not None for r in rows):
+                continue  # one odd object among jobs (a summary entry): not a job
             what = "object" if from_json else "table"
             raise JobsFormatError(f"the {what} has no id and status (found: {', '.join(row) or 'nothing'})", raw)
         if not job_id.strip():
             continue  # a wrapped continuation line of a box-drawn cell
+        if not (from_json or is_job_row(row)):
+            continue
         created_raw = _pick(row, CREATED_NAMES)
         updated_raw = _pick(row, UPDATED_NAMES)
         jobs.append(
@@ -260,12 +368,15 @@ def format_age(seconds: float | None) -> str:
     return f"{s // 86400}d{(s % 86400) // 3600}h" if s % 86400 >= 3600 else f"{s // 86400}d"
 
 
-def stuck_reason(job: Job, now: datetime, stuck_after: float = 300.0, stale_after: float = 300.0) -> str | None:
+def stuck_reason(
+    job: Job, now: datetime, stuck_after: float = 300.0, stale_after: float = 300.0, statuses: StatusSets | None = None
+) -> str | None:
     """Why the job looks stuck (long in Creating/Starting, stale last update), else None."""
-    status = job.status.strip().lower()
-    if status in DONE_STATUSES:
+    sets = statuses or StatusSets()
+    kind = sets.classify(job.status)
+    if kind == "failed" or _norm_status(job.status) in FINISHED_STATUSES:
         return None
-    if status in STUCK_STATUSES and job.created is not None:
+    if kind == "stuck" and job.created is not None:
         age = (now - job.created).total_seconds()
         if age >= stuck_after:
             return f"{job.status} for {format_age(age)}"
@@ -282,11 +393,12 @@ def view_jobs(
     restart_at: datetime | None = None,
     stuck_after: float = 300.0,
     stale_after: float = 300.0,
+    statuses: StatusSets | None = None,
 ) -> list[JobView]:
     """Each job with its age, whether it predates the worker restart, and why it is stuck."""
     views = []
     for job in jobs:
         age = (now - job.created).total_seconds() if job.created else None
         before = restart_at is not None and job.created is not None and job.created < restart_at
-        views.append(JobView(job, age, before, stuck_reason(job, now, stuck_after, stale_after)))
+        views.append(JobView(job, age, before, stuck_reason(job, now, stuck_after, stale_after, statuses)))
     return views

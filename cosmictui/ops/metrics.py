@@ -8,9 +8,13 @@ scrapes and times in and never touches the network; `RelayWatch.poll` is the I/O
 from __future__ import annotations
 
 import asyncio
-import http.client
+import contextlib
+import copy
+import ipaddress
 import json
 import math
+import socket
+import threading
 import time
 from collections import deque
 from collections.abc import Iterable
@@ -71,13 +75,42 @@ ACTIVITY = (
 )
 
 
-class MetricsError(Exception):
-    """A relay's metrics could not be read: says which URL and why, in words for an operator."""
+NOT_A_RELAY = "is that a blind relay's metrics address? (see `cosmictui relay status`)"
 
-    def __init__(self, url: str, reason: str) -> None:
+
+class MetricsError(Exception):
+    """A relay's metrics could not be read: which URL, why, and what to try next (`fix`), in
+    words for an operator."""
+
+    def __init__(self, url: str, reason: str, fix: str = "") -> None:
         super().__init__(f"{url}: {reason}")
         self.url = url
         self.reason = reason
+        self.fix = fix
+
+    def at(self, url: str) -> MetricsError:
+        """The same error said of the relay's address (parsers only know the path they read)."""
+        e = copy.copy(self)
+        where = _hostport(url) + (self.url if self.url.startswith("/") else "")
+        e.reason = f"{self.reason} from {where}" if isinstance(self, BadData) else f"{where}: {self.reason}"
+        e.url, e.args = url, (f"{url}: {e.reason}",)
+        return e
+
+    def __copy__(self) -> MetricsError:
+        e = self.__class__.__new__(self.__class__)
+        e.__dict__.update(self.__dict__)
+        e.args = self.args
+        return e
+
+
+class BadData(MetricsError):
+    """The relay answered, but a number it sent is of the wrong type, not finite or out of range:
+    shown as "bad data: <field>", never formatted, added up or plotted."""
+
+    def __init__(self, url: str, field: str, why: str) -> None:
+        fix = "no relay sends that: check what runs there, its version and its log"
+        super().__init__(url, f"bad data: {field} ({why})", fix)
+        self.field = field
 
 
 def normalize_url(target: str) -> str:
@@ -109,8 +142,9 @@ def _check_hostport(hostport: str, target: str) -> None:
     try:
         parts = urlsplit("http://" + hostport)
         port = parts.port
-    except ValueError:
-        raise ValueError(f"bad metrics address {target!r}: expected HOST:PORT") from None
+    except ValueError as e:
+        why = "port must be 1-65535" if "out of range" in str(e) else "expected HOST:PORT"
+        raise ValueError(f"bad metrics address {target!r}: {why}") from None
     if not parts.hostname or "@" in hostport or (":" in parts.hostname and not hostport.startswith("[")):
         raise ValueError(f"bad metrics address {target!r}: expected HOST:PORT")
     if port == 0:
@@ -131,11 +165,11 @@ def parse_metrics(text: str) -> dict[str, float]:
                 if sample.name.endswith("_created"):
                     continue
                 v = float(sample.value)
-                if math.isnan(v):
-                    continue
+                if not math.isfinite(v) and sample.name not in METRICS_RANGES:
+                    continue  # nobody reads it; a known one is kept, for check_scrape to name
                 values[sample.name] = values.get(sample.name, 0.0) + v
     except Exception as e:  # the parser raises ValueError, IndexError, ... on garbage
-        raise MetricsError("/metrics", f"not Prometheus text: {e}") from e
+        raise MetricsError("/metrics", f"not Prometheus text: {e}", NOT_A_RELAY) from e
     return values
 
 
@@ -144,9 +178,172 @@ def parse_stats(data: bytes | str) -> dict[str, Any]:
     try:
         obj = json.loads(data)
     except (ValueError, UnicodeDecodeError) as e:
-        raise MetricsError("/stats", f"not JSON: {e}") from e
+        raise MetricsError("/stats", f"not JSON: {e}", NOT_A_RELAY) from e
+    except RecursionError:
+        raise MetricsError("/stats", "not JSON: nested too deeply", NOT_A_RELAY) from None
     if not isinstance(obj, dict):
-        raise MetricsError("/stats", f"expected a JSON object, got {type(obj).__name__}")
+        raise MetricsError("/stats", f"expected a JSON object, got {type(obj).__name__}", NOT_A_RELAY)
+    if _depth(obj) > MAX_STATS_DEPTH:
+        raise MetricsError("/stats", f"nested deeper than {MAX_STATS_DEPTH} levels", "is that a blind relay?")
+    return obj
+
+
+MAX_STATS_DEPTH = 16
+"""A relay's /stats is three levels deep; this bound keeps every later walk over it shallow."""
+
+
+def _depth(obj: Any) -> int:
+    deepest, todo = 0, [(obj, 1)]
+    while todo:
+        node, d = todo.pop()
+        deepest = max(deepest, d)
+        if d > MAX_STATS_DEPTH:
+            break
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+        todo.extend((c, d + 1) for c in children if isinstance(c, dict | list))
+    return deepest
+
+
+# -- remote numbers are untrusted ------------------------------------------------------------------
+# Ranges are far beyond any real relay and far inside what float/int formatting, datetime and
+# the plots survive: a value outside them is a broken or hostile endpoint, shown as "bad data".
+MAX_COUNT = 1e18
+"""counters and gauges (bytes relayed in a relay's life stay far below an exabyte)"""
+MAX_SECONDS = 1e10
+"""durations (uptime, CPU seconds): ~300 years"""
+MAX_UNIX_TIME = 1e11
+"""timestamps (start time, last announce)"""
+
+
+def _finite(v: Any) -> bool:
+    if isinstance(v, bool):
+        return False
+    return isinstance(v, int) or (isinstance(v, float) and math.isfinite(v))  # ints never overflow here
+
+
+def _number(lo: float, hi: float) -> Any:
+    def check(v: Any) -> str | None:
+        if not _finite(v):
+            return "not a finite number" if isinstance(v, int | float) and not isinstance(v, bool) else "not a number"
+        return None if lo <= v <= hi else "out of range"
+
+    return check
+
+
+def _optional(check: Any) -> Any:
+    return lambda v: None if v is None else check(v)
+
+
+def _is(*types: type) -> Any:
+    names = " or ".join("text" if t is str else "true/false" if t is bool else t.__name__ for t in types)
+    return lambda v: None if isinstance(v, types) else f"not {names}"
+
+
+def _counts(v: Any) -> str | None:
+    """`{cause: count}` (dropped, shed, limits.rejected)."""
+    if not isinstance(v, dict):
+        return "not an object"
+    for cause, n in v.items():
+        why = _COUNT(n)
+        if why is not None:
+            return f"{str(cause)[:40]!r} is {why}"
+    return None
+
+
+_COUNT = _number(0, MAX_COUNT)
+_PORT = _number(0, 65535)
+
+STATS_SCHEMA: dict[str, Any] = {
+    "key": _is(str),
+    "version": _is(str),
+    "storage": _is(str),
+    "host": _is(str),
+    "port": _PORT,
+    "pid": _number(0, 2**31),
+    "uptime_seconds": _number(0, MAX_SECONDS),
+    "cpu_seconds": _number(0, MAX_SECONDS),
+    "memory": _is(dict),
+    "memory.rss_bytes": _COUNT,
+    "dht": _is(dict),
+    "dht.bootstrapped": _optional(_is(bool)),
+    "dht.firewalled": _optional(_is(bool)),
+    "dht.public_host": _optional(_is(str)),
+    "dht.public_port": _optional(_PORT),
+    "dht.last_announce": _optional(_number(0, MAX_UNIX_TIME)),
+    "dht.nodes": _optional(_COUNT),
+    "sessions": _counts,
+    "pairings": _counts,
+    "streams": _counts,
+    "traffic": _counts,
+    "dropped": _counts,
+    "shed": _counts,
+    "udx": _is(dict),
+    "udx.gso": _optional(_is(bool)),
+    "udx.gro": _optional(_is(bool)),
+    "udx.gso_fallbacks": _optional(_COUNT),
+    "limits": _is(dict),
+    "limits.rejected": _counts,
+}
+"""What the monitor and `relay status` read from `/stats`, and what each must be when present.
+Keys not listed pass through untouched (and are only ever printed by `--json`, made strict)."""
+
+METRICS_RANGES: dict[str, tuple[float, float]] = {
+    **{name: (0, MAX_COUNT) for name in GAUGES},
+    **{name: (0, MAX_COUNT) for name in RATE_SOURCES.values()},
+    "process_cpu_seconds_total": (0, MAX_SECONDS),
+    "process_resident_memory_bytes": (0, MAX_COUNT),
+    "process_start_time_seconds": (0, MAX_UNIX_TIME),
+    "blind_relay_limit_rejections_total": (0, MAX_COUNT),
+    "blind_relay_uptime_seconds": (0, MAX_SECONDS),
+}
+
+
+def _lookup(stats: dict[str, Any], path: str) -> tuple[bool, Any]:
+    node: Any = stats
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False, None
+        node = node[part]
+    return True, node
+
+
+def _shown(v: Any) -> str:
+    if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 64:
+        return f"{float(v):.3g}" if v.bit_length() < 1000 else f"a {int(v.bit_length() * 0.30103)}-digit number"
+    try:
+        text = json.dumps(v, allow_nan=True)
+    except (TypeError, ValueError):
+        text = repr(v)
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
+def check_scrape(values: dict[str, float], stats: dict[str, Any] | None) -> None:
+    """Raise BadData naming the first field the monitor would show that is of the wrong type,
+    not finite or out of range; a scrape that passes is safe to format, add up and plot."""
+    for name, (lo, hi) in METRICS_RANGES.items():
+        v = values.get(name)
+        if v is not None and not (math.isfinite(v) and lo <= v <= hi):
+            raise BadData("/metrics", name, f"{_shown(v)} is {'out of range' if math.isfinite(v) else 'not finite'}")
+    if stats is None:
+        return
+    for path, check in STATS_SCHEMA.items():
+        present, v = _lookup(stats, path)
+        if not present:
+            continue
+        why = check(v)
+        if why is not None:
+            raise BadData("/stats", path, f"{_shown(v)} is {why}" if not why.startswith("'") else why)
+
+
+def strict_json(obj: Any) -> Any:
+    """A copy that `json.dumps(..., allow_nan=False)` accepts: non-finite floats become null,
+    keys become strings; whatever a hostile endpoint sent, the output is JSON."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): strict_json(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [strict_json(v) for v in obj]
     return obj
 
 
@@ -186,70 +383,196 @@ class Scrape:
         return (self.stat("pid"), self.values.get("process_start_time_seconds"))
 
 
-_OPENER: Any = None
-
-
-def _get(url: str, timeout: float) -> bytes:
-    # urllib is imported here, in the poll worker, so it does not delay the monitor's first frame
-    import urllib.request
-
-    global _OPENER
-    if _OPENER is None:
-        # No proxies: metrics live on loopback or the relay host, and an http_proxy set for the
-        # operator's browsing must not swallow them.
-        _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    req = urllib.request.Request(url, headers={"User-Agent": "cosmictui-monitor"})
-    try:
-        with _OPENER.open(req, timeout=timeout) as resp:
-            return resp.read(8 * 1024 * 1024)
-    except (ValueError, http.client.InvalidURL) as e:
-        # urllib/http.client refuse an address they cannot even connect to (InvalidURL is not a
-        # ValueError): to the operator that relay is down with a bad address, not a crash.
-        raise BadAddress(str(e)) from e
-    except http.client.HTTPException as e:  # e.g. a status line that is not HTTP: not our relay
-        raise ConnectionError(f"not an HTTP answer: {e!r}") from e
+MAX_METRICS_BYTES = 4 * 1024 * 1024
+"""A relay's /metrics is a few KB; anything past this is not a relay, and is not read further."""
+MAX_STATS_BYTES = 1024 * 1024
+READ_CHUNK = 64 * 1024
 
 
 class BadAddress(OSError):
     """The metrics address cannot be connected to at all (e.g. a non-numeric port)."""
 
 
-def fetch(base_url: str, timeout: float = 2.0) -> Scrape:
-    """Blocking scrape of `/metrics` and `/stats`; MetricsError says what went wrong."""
-    import urllib.error
+class NotHTTP(OSError):
+    """Something answered, but not with HTTP."""
+
+
+class TooLarge(OSError):
+    """The answer is larger than any relay's."""
+
+
+class HTTPStatus(OSError):
+    """The endpoint answered with a status other than 200."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(f"HTTP {code}")
+        self.code = code
+
+
+async def _get(url: str, max_bytes: int) -> bytes:
+    """One GET on the event loop (h11 parses, asyncio does the I/O), so the caller's deadline can
+    cancel it at any byte: no thread is left behind to hang a scrape or the process exit."""
+    import ssl
+    from urllib.parse import urlsplit
+
+    import h11
 
     try:
-        base = normalize_url(base_url)
+        parts = urlsplit(url)
+        host, port = parts.hostname, parts.port
     except ValueError as e:
-        raise MetricsError(base_url, f"bad address ({e})") from e
+        raise BadAddress(str(e)) from None
+    if not host:
+        raise BadAddress(f"no host in {url!r}")
+    tls = parts.scheme == "https"
+    port = port or (443 if tls else 80)
+    ctx = ssl.create_default_context() if tls else None
+    reader, writer = await _connect(host, port, ctx)
     try:
-        body = _get(base + "/metrics", timeout)
-    except BadAddress as e:
-        raise MetricsError(base, f"bad address ({e})") from e
-    except urllib.error.HTTPError as e:
-        raise MetricsError(base, f"/metrics answered HTTP {e.code}") from e
-    except (urllib.error.URLError, OSError, TimeoutError) as e:
-        reason = getattr(e, "reason", e)
-        raise MetricsError(base, f"no answer ({reason})") from e
+        conn = h11.Connection(h11.CLIENT)
+        head = [("Host", parts.netloc), ("User-Agent", "cosmictui-monitor"), ("Connection", "close")]
+        writer.write(conn.send(h11.Request(method="GET", target=parts.path or "/", headers=head)))
+        writer.write(conn.send(h11.EndOfMessage()) or b"")
+        await writer.drain()
+        body = bytearray()
+        status = 0
+        while True:
+            try:
+                event = conn.next_event()
+            except h11.RemoteProtocolError as e:
+                raise NotHTTP(str(e)) from None
+            if event is h11.NEED_DATA:
+                data = await reader.read(READ_CHUNK)
+                try:
+                    conn.receive_data(data)
+                except h11.RemoteProtocolError as e:
+                    raise NotHTTP(str(e)) from None
+                continue
+            if isinstance(event, h11.Response):
+                status = event.status_code
+            elif isinstance(event, h11.Data):
+                body += event.data
+                if len(body) > max_bytes:
+                    raise TooLarge(f"more than {human_bytes(max_bytes)}")
+            elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
+                break
+        if status != 200:
+            raise HTTPStatus(status)
+        return bytes(body)
+    finally:
+        writer.transport.abort()  # never wait on a peer to close politely
+
+
+async def _resolve(host: str, port: int) -> list[str]:
+    """Addresses for `host`. A name is looked up in a daemon thread of its own: asyncio would use
+    its default executor, whose threads are joined at exit, so a DNS lookup hanging on a dead
+    network would hold up quitting the monitor; the caller's deadline cancels the wait."""
     try:
-        values = parse_metrics(body.decode("utf-8", errors="replace"))
-    except MetricsError as e:
-        raise MetricsError(base, e.reason) from e
-    stats: dict[str, Any] | None = None
-    try:
-        stats = parse_stats(_get(base + "/stats", timeout))
-    except urllib.error.HTTPError:
-        stats = None  # a plain Prometheus exporter: the monitor still shows what /metrics has
-    except (urllib.error.URLError, OSError, TimeoutError) as e:
-        raise MetricsError(base, f"/stats: no answer ({getattr(e, 'reason', e)})") from e
-    except MetricsError as e:
-        raise MetricsError(base, e.reason) from e
-    return Scrape(at=time.monotonic(), wall=time.time(), values=values, stats=stats)
+        return [str(ipaddress.ip_address(host))]
+    except ValueError:
+        pass
+    loop = asyncio.get_running_loop()
+    found: asyncio.Future[list[str]] = loop.create_future()
+
+    def settle(addrs: list[str] | None, error: BaseException | None) -> None:
+        if found.done():
+            return  # the scrape gave up already
+        if error is not None:
+            found.set_exception(error)
+        else:
+            found.set_result(addrs or [])
+
+    def lookup() -> None:
+        try:
+            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            result: tuple[list[str] | None, BaseException | None] = ([str(i[4][0]) for i in infos], None)
+        except OSError as e:
+            result = (None, e)
+        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody is waiting
+            loop.call_soon_threadsafe(settle, *result)
+
+    threading.Thread(target=lookup, name="cosmictui-resolve", daemon=True).start()
+    return await found
+
+
+async def _connect(host: str, port: int, ctx: Any) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    error: OSError = socket.gaierror(socket.EAI_NONAME, f"no address for {host}")
+    for addr in dict.fromkeys(await _resolve(host, port)):
+        try:
+            return await asyncio.open_connection(addr, port, ssl=ctx, server_hostname=host if ctx else None)
+        except OSError as e:
+            error = e
+    raise error
+
+
+def _hostport(url: str) -> str:
+    return url.split("://", 1)[-1].split("/", 1)[0]
+
+
+def _failure(base: str, what: str, e: BaseException, timeout: float) -> MetricsError:
+    """The error an operator reads: what happened, at which address, and what to try next."""
+    at = _hostport(base)
+    if isinstance(e, TimeoutError):
+        return MetricsError(
+            base,
+            f"timed out after {timeout:g} s waiting for {at}{what}",
+            "frozen, overloaded or firewalled? check its log and `cosmictui relay status`",
+        )
+    if isinstance(e, ConnectionRefusedError):
+        return MetricsError(
+            base,
+            f"connection refused by {at}",
+            "is the relay running? start it, or point --metrics at its metrics HOST:PORT",
+        )
+    if isinstance(e, BadAddress):
+        return MetricsError(base, f"bad address {at} ({e})", "use HOST:PORT, e.g. 127.0.0.1:49738")
+    if isinstance(e, NotHTTP):
+        return MetricsError(
+            base,
+            f"{at} answered, but not with HTTP ({e})",
+            "is that the relay's metrics port? (not its UDP port; see `cosmictui relay status`)",
+        )
+    if isinstance(e, TooLarge):
+        return MetricsError(base, f"{at}{what} answered {e}: not a relay", "check the --metrics address")
+    if isinstance(e, HTTPStatus):
+        return MetricsError(base, f"{at}{what} answered HTTP {e.code}", NOT_A_RELAY)
+    if isinstance(e, socket.gaierror):
+        return MetricsError(base, f"cannot resolve {at} ({e.strerror or e})", "check the host name")
+    reason = getattr(e, "strerror", None) or str(e) or type(e).__name__
+    return MetricsError(base, f"no answer from {at} ({reason})", "is the relay running and its metrics address right?")
 
 
 async def scrape(base_url: str, timeout: float = 2.0) -> Scrape:
-    """`fetch` off the event loop, so a hung relay never freezes the UI."""
-    return await asyncio.to_thread(fetch, base_url, timeout)
+    """Read `/metrics` then `/stats` under ONE deadline for both: a relay that drips its answer
+    byte by byte is DOWN after `timeout` seconds, never waited on forever."""
+    try:
+        base = normalize_url(base_url)
+    except ValueError as e:
+        raise MetricsError(base_url, f"bad address ({e})", "use HOST:PORT, e.g. 127.0.0.1:49738") from e
+    what = "/metrics"
+    stats_body: bytes | None = None
+    try:
+        async with asyncio.timeout(timeout):
+            body = await _get(base + "/metrics", MAX_METRICS_BYTES)
+            what = "/stats"
+            try:
+                stats_body = await _get(base + "/stats", MAX_STATS_BYTES)
+            except HTTPStatus:
+                stats_body = None  # a plain Prometheus exporter: the monitor still shows what /metrics has
+    except (OSError, TimeoutError, UnicodeError, ValueError) as e:
+        raise _failure(base, what, e, timeout) from e
+    try:
+        values = parse_metrics(body.decode("utf-8", errors="replace"))
+        stats = parse_stats(stats_body) if stats_body is not None else None
+        check_scrape(values, stats)
+    except MetricsError as e:
+        raise e.at(base) from e
+    return Scrape(at=time.monotonic(), wall=time.time(), values=values, stats=stats)
+
+
+def fetch(base_url: str, timeout: float = 2.0) -> Scrape:
+    """Blocking `scrape` for scripts and the CLI (not for code already inside an event loop)."""
+    return asyncio.run(scrape(base_url, timeout))
 
 
 @dataclass(frozen=True)
@@ -291,6 +614,8 @@ class RelayState(Enum):
     NOT_RUNNING = "not running"
     METRICS_OFF = "running, metrics off"
     """the pid in the runtime file is alive, but the relay serves no /metrics to read"""
+    BAD_DATA = "bad data"
+    """it answers, but with numbers no relay can have (wrong type, NaN, ±1e300): not shown"""
 
 
 # Words and symbols, so state never depends on colour alone.
@@ -300,6 +625,7 @@ STATE_BADGE = {
     RelayState.DOWN: "✖ DOWN",
     RelayState.NOT_RUNNING: "■ NOT RUNNING",
     RelayState.METRICS_OFF: "▲ RUNNING",
+    RelayState.BAD_DATA: "✖ BAD DATA",
 }
 
 RUNNING = (RelayState.UP, RelayState.METRICS_OFF)
@@ -368,6 +694,8 @@ class RelayWatch:
     history_len: int = 3600
     state: RelayState = RelayState.CONNECTING
     error: str | None = None
+    fix: str | None = None
+    """the next step for the operator when it is not UP"""
     last: Scrape | None = None
     rates: Rates | None = None
     since: float = field(default_factory=time.time)
@@ -392,7 +720,7 @@ class RelayWatch:
             self.since = scrape.wall
         if prev is not None and prev.identity != scrape.identity and self.state is RelayState.UP:
             self.restarts += 1
-        self.state, self.error, self.failures = RelayState.UP, None, 0
+        self.state, self.error, self.fix, self.failures = RelayState.UP, None, None, 0
         self.rates = rates_between(prev, scrape) if prev is not None else None
         if prev is not None and not changed:
             changed = any(prev.values.get(n) != scrape.values.get(n) for n in ACTIVITY)
@@ -400,12 +728,14 @@ class RelayWatch:
         self._record(scrape)
         return changed
 
-    def observe_failure(self, reason: str, now: float, state: RelayState = RelayState.DOWN) -> bool:
+    def observe_failure(
+        self, reason: str, now: float, state: RelayState = RelayState.DOWN, fix: str | None = None
+    ) -> bool:
         """Take a failed scrape; True when this is news (it just went down)."""
         changed = self.state is not state or self.error != reason
         if self.state is not state:
             self.since = now
-        self.state, self.error = state, reason
+        self.state, self.error, self.fix = state, reason, fix or None
         self.failures += 1
         self.rates = None
         return changed
@@ -450,13 +780,18 @@ class RelayWatch:
         url, why = self.resolve()
         if url is None:
             state = RelayState.NOT_RUNNING if self.target.storage is not None else RelayState.DOWN
+            fix = f"start it: blind-relay --storage {self.target.storage}" if self.target.storage is not None else None
             if why == METRICS_OFF_NOTE:
-                state = RelayState.METRICS_OFF
-            return self.observe_failure(why, time.time(), state)
+                state, fix = RelayState.METRICS_OFF, None
+            elif why.startswith("bad address"):
+                fix = f"fix the metrics address in {RUNTIME_FILE} (restart the relay with --metrics HOST:PORT)"
+            return self.observe_failure(why, time.time(), state, fix)
         try:
             s = await scrape(url, timeout)
+        except BadData as e:
+            return self.observe_failure(e.reason, time.time(), RelayState.BAD_DATA, e.fix)
         except MetricsError as e:
-            return self.observe_failure(e.reason, time.time())
+            return self.observe_failure(e.reason, time.time(), fix=e.fix)
         return self.observe(s)
 
     # -- what the screen shows -----------------------------------------------------------------
@@ -551,6 +886,18 @@ class LogTail:
             lines = lines[1:]  # first line is cut
         self._sig, self._tail = sig, lines[-self.lines :]
         return self._tail, True
+
+
+def by_cause(counts: Any, top: int = 3) -> str:
+    """`{"garbage": 12, "unknown_stream": 3}` → "garbage 12 · unknown_stream 3", biggest first
+    (the /stats `dropped` and `shed` blocks; validated as counts before they get here)."""
+    if not isinstance(counts, dict):
+        return "–"
+    items = sorted(((str(k), int(v)) for k, v in counts.items() if v), key=lambda kv: (-kv[1], kv[0]))
+    if not items:
+        return "none"
+    shown = " · ".join(f"{k} {v}" for k, v in items[:top])
+    return shown + (f" · +{len(items) - top} more" if len(items) > top else "")
 
 
 def human_bytes(n: float | None, per_second: bool = False) -> str:

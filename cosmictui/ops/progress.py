@@ -92,3 +92,56 @@ def save_progress(progress: WizardProgress) -> Path:
 def clear_progress(deployment: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         progress_path(deployment).unlink()
+
+
+def journal_path(deployment: str) -> Path:
+    """The command log on disk, beside the progress file (same name, `.log`)."""
+    return progress_path(deployment).with_suffix(".log")
+
+
+class CommandJournal:
+    """The wizard's command log appended to a file, so it outlives the screen.
+
+    A poll repeated with the same command, output and exit code is written once and then
+    counted ("same again ×N"), so the 5 s jobs polling cannot bury a delete's output.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._last: tuple[str, str, tuple[str, ...], int] | None = None
+        self._repeats = 0
+        self._last_at = 0.0
+
+    def _append(self, text: str) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path, "a", encoding="utf-8", errors="replace") as f:
+                f.write(text)
+        except OSError:
+            pass  # the on-screen log still has it; a full disk must not stop the wizard
+
+    def _flush_repeats(self) -> None:
+        if self._repeats:
+            at = time.strftime("%H:%M:%S", time.localtime(self._last_at))
+            self._append(f"  (same again {self._repeats} more time(s), the last at {at})\n")
+            self._repeats = 0
+
+    def command(self, cmd: str, where: str, output: list[str], exit_code: int, mark: str, started: float) -> None:
+        key = (cmd, where, tuple(output), exit_code)
+        if key == self._last:
+            self._repeats += 1
+            self._last_at = time.time()
+            return
+        self._flush_repeats()
+        self._last = key
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started))
+        body = "".join(f"  │ {line}\n" for line in output)
+        self._append(f"{stamp} $ {cmd}    [{where}]\n{body}  └ exit {exit_code} ({mark})\n")
+
+    def note(self, text: str) -> None:
+        self._flush_repeats()
+        self._last = None
+        self._append(time.strftime("%Y-%m-%d %H:%M:%S ") + f"# {text}\n")
+
+    def close(self) -> None:
+        self._flush_repeats()

@@ -15,11 +15,10 @@ import posixpath
 import re
 import secrets
 import shlex
-import shutil
 import signal
 import socket
 import stat
-import tempfile
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -40,7 +39,7 @@ class RunnerError(Exception):
         self.fix = fix
         self.host = host
         self.kind = kind  # auth | host-key-mismatch | host-key-unknown | refused | unresolvable | timeout
-        #                 | missing-command | missing-directory | missing-file | io | error
+        #                 | missing-command | missing-directory | missing-file | io | disconnected | error
         super().__init__(what + (f" — {fix}" if fix else ""))
 
 
@@ -108,7 +107,8 @@ def _missing_command(cmd: str, output: str, host: str) -> RunnerError:
             break
     return RunnerError(
         f"`{prog}` is not installed or not on PATH on {host}",
-        f"install `{prog}` there, or give its full path in the command settings ([commands] in config.toml)",
+        f"install `{prog}` there, add its directory to [commands] env PATH in config.toml, or give its full "
+        "path in that command's key ([commands] list, apply, restart, …)",
         host,
         "missing-command",
     )
@@ -140,8 +140,15 @@ class Runner:
     async def read_file(self, path: str) -> bytes:
         raise NotImplementedError
 
-    async def write_file_atomic(self, path: str, data: bytes, backup: bool = True) -> str | None:
-        """Replace `path` atomically keeping mode/owner; returns the timestamped backup path."""
+    async def write_file_atomic(
+        self, path: str, data: bytes, backup: bool = True, expect: bytes | None = None
+    ) -> str | None:
+        """Replace `path` atomically keeping mode/owner; returns the timestamped backup path.
+
+        `expect`: the bytes the caller planned against. The file must still hold them, and must
+        not change (size, mtime, inode) until the rename; otherwise RunnerError(kind="changed")
+        and nothing is written, so another writer's edit is never lost.
+        """
         raise NotImplementedError
 
     async def exists(self, path: str) -> bool:
@@ -225,6 +232,10 @@ class LocalRunner(Runner):
         full = self.resolve(path)
         try:
             return await asyncio.to_thread(Path(full).read_bytes)
+        except IsADirectoryError:
+            raise RunnerError(
+                f"{full} is a directory, not a file", "pass the .env file itself with --env", self.label, "not-a-file"
+            ) from None
         except FileNotFoundError:
             raise RunnerError(
                 f"{full} does not exist on {self.label}",
@@ -235,10 +246,19 @@ class LocalRunner(Runner):
         except OSError as e:
             raise RunnerError(f"cannot read {full}: {e.strerror or e}", "", self.label, "io") from None
 
-    async def write_file_atomic(self, path: str, data: bytes, backup: bool = True) -> str | None:
+    async def write_file_atomic(
+        self, path: str, data: bytes, backup: bool = True, expect: bytes | None = None
+    ) -> str | None:
         full = os.path.realpath(self.resolve(path))  # a symlinked .env stays a symlink
         try:
-            return await asyncio.to_thread(_write_local_atomic, full, data, backup)
+            return await asyncio.to_thread(_write_local_atomic, full, data, backup, expect)
+        except FileChanged as e:
+            raise RunnerError(
+                f"{full} changed while it was being written ({e}); nothing was written",
+                "someone else edited it: review the new diff and run again",
+                self.label,
+                "changed",
+            ) from None
         except OSError as e:
             raise RunnerError(
                 f"cannot write {full}: {e.strerror or e}", "check permissions on its directory", self.label, "io"
@@ -253,36 +273,84 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
-def _write_local_atomic(full: str, data: bytes, backup: bool) -> str | None:
-    """Temp file beside the target, same mode/owner, fsync, rename; backup keeps the old bytes."""
-    directory = os.path.dirname(full) or "."
+class FileChanged(OSError):
+    """The file is not what the write was planned against, or changed during the write."""
+
+
+BEFORE_RENAME: list[Callable[[str], None]] = []
+"""Called with the target path after the new bytes are on disk and just before the final check
+and rename: how tests make "another writer appends right now" happen every time, not by luck."""
+
+
+def _signature(st: os.stat_result) -> tuple[int, int, int, int]:
+    return (st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns)
+
+
+def _create_like(path: str, st: os.stat_result | None, exclusive: bool = True) -> int:
+    """Open a new file that is 0600 from its first moment, then owned and moded like `st`
+    (the original) before a byte is written, so no other user can read it even briefly."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags | (os.O_EXCL if exclusive else os.O_TRUNC), 0o600)
     try:
-        st: os.stat_result | None = os.stat(full)
+        if st is not None:
+            if (st.st_uid, st.st_gid) != (os.fstat(fd).st_uid, os.fstat(fd).st_gid):
+                with contextlib.suppress(PermissionError):  # not root: ours, still 0600 or stricter
+                    os.fchown(fd, st.st_uid, st.st_gid)
+            os.fchmod(fd, stat.S_IMODE(st.st_mode))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _write_fd(fd: int, data: bytes) -> None:
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _write_local_atomic(full: str, data: bytes, backup: bool, expect: bytes | None = None) -> str | None:
+    """Temp file beside the target, same mode/owner, fsync, re-check, rename; the backup keeps
+    the old bytes with the original's owner and mode from its first byte."""
+    directory = os.path.dirname(full) or "."
+    old: bytes | None = None
+    try:
+        with open(full, "rb") as f:
+            st: os.stat_result | None = os.fstat(f.fileno())
+            old = f.read()
     except FileNotFoundError:
         st = None
+    if expect is not None and (old or b"") != expect:
+        raise FileChanged("its content is not what the edit was planned against")
     saved = None
-    if st is not None and backup:
-        saved = _backup_name(full)
-        n = 1
-        while os.path.exists(saved):
-            saved = f"{_backup_name(full)}-{n}"
-            n += 1
-        shutil.copy2(full, saved)
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(full)}.", suffix=".tmp", dir=directory)
+    if st is not None and old is not None and backup:
+        n = 0
+        while True:
+            saved = _backup_name(full) + (f"-{n}" if n else "")
+            try:
+                _write_fd(_create_like(saved, st), old)
+                break
+            except FileExistsError:
+                n += 1
+    tmp = os.path.join(directory, f".{os.path.basename(full)}.{secrets.token_hex(6)}.tmp")
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        if st is not None:
-            os.chmod(tmp, stat.S_IMODE(st.st_mode))
-            if (st.st_uid, st.st_gid) != (os.geteuid(), os.getegid()):
-                with contextlib.suppress(PermissionError):
-                    os.chown(tmp, st.st_uid, st.st_gid)
+        _write_fd(_create_like(tmp, st), data)
+        for hook in BEFORE_RENAME:
+            hook(full)
+        try:
+            now = _signature(os.stat(full)) if st is not None else None
+        except FileNotFoundError:
+            now = None
+        if now != (_signature(st) if st is not None else None):
+            raise FileChanged("its size, time or inode moved after it was read")
         os.replace(tmp, full)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if saved is not None and isinstance(sys.exc_info()[1], FileChanged):
+            with contextlib.suppress(OSError):
+                os.unlink(saved)  # nothing was written: no backup of a write that did not happen
         raise
     with contextlib.suppress(OSError):
         dfd = os.open(directory, os.O_RDONLY)
@@ -291,6 +359,10 @@ def _write_local_atomic(full: str, data: bytes, backup: bool) -> str | None:
         finally:
             os.close(dfd)
     return saved
+
+
+def _sftp_signature(attrs: asyncssh.SFTPAttrs | None) -> tuple[Any, ...] | None:
+    return None if attrs is None else (attrs.size, attrs.mtime, getattr(attrs, "mtime_ns", None))
 
 
 class SSHRunner(Runner):
@@ -351,7 +423,8 @@ class SSHRunner(Runner):
         except asyncssh.PermissionDenied:
             raise RunnerError(
                 f"SSH authentication to {self.label} failed",
-                "check the user name, load your key into ssh-agent (ssh-add), pass --identity, or use a password",
+                "check the user name in the deployment (ssh://USER@host/path), load your key into ssh-agent "
+                "(ssh-add), or name the key file in the config ([ssh] identity = [\"~/.ssh/id_ed25519\"])",
                 self.label,
                 "auth",
             ) from None
@@ -393,16 +466,32 @@ class SSHRunner(Runner):
             return RunnerError(
                 f"the host key of {self.label} does NOT match the one in {known_file} — possibly a different "
                 "machine or a man-in-the-middle",
-                f"if the host was reinstalled, verify its new key out of band, then `ssh-keygen -R '{entry}'`",
+                f"if the host was reinstalled, verify its new key out of band, then "
+                f"`ssh-keygen -f {shlex.quote(known_file or '~/.ssh/known_hosts')} -R {shlex.quote(entry)}`",
                 self.label,
                 "host-key-mismatch",
             )
         return RunnerError(
             f"{self.label} is not in {known_file or 'known_hosts'}, so its host key cannot be verified",
-            f"connect once with `ssh -p {self.port} {self.host}` and check the fingerprint, or "
-            f"`ssh-keyscan -p {self.port} {self.host} >> ~/.ssh/known_hosts` after verifying it",
+            f"connect once with `ssh -o UserKnownHostsFile={shlex.quote(known_file or '~/.ssh/known_hosts')} "
+            f"-p {self.port} {self.host}` and check the fingerprint, or "
+            f"`ssh-keyscan -p {self.port} {self.host} >> {shlex.quote(known_file or '~/.ssh/known_hosts')}` "
+            "after verifying it ([ssh] known_hosts in the config names that file)",
             self.label,
             "host-key-unknown",
+        )
+
+    @property
+    def lost(self) -> bool:
+        """The SSH connection was open and is gone (server restarted, network dropped)."""
+        return self._conn is not None and self._conn.is_closed()
+
+    def _lost(self, e: BaseException) -> RunnerError:
+        return RunnerError(
+            f"the SSH connection to {self.label} was lost ({type(e).__name__}: {e})".replace(": )", ")"),
+            "the next action connects again",
+            self.label,
+            "disconnected",
         )
 
     @property
@@ -412,10 +501,14 @@ class SSHRunner(Runner):
         return self._conn
 
     async def sftp(self) -> asyncssh.SFTPClient:
+        if self.lost:
+            raise self._lost(ConnectionError("closed"))
         if self._sftp is None:
             try:
                 self._sftp = await self.conn.start_sftp_client()
             except (asyncssh.Error, OSError) as e:
+                if self.lost:
+                    raise self._lost(e) from None
                 raise RunnerError(
                     f"SFTP is not available on {self.label}: {e}", "enable the sftp subsystem in sshd", self.label, "io"
                 ) from None
@@ -426,7 +519,11 @@ class SSHRunner(Runner):
     ) -> CommandResult:
         where = self.resolve(cwd) if cwd else self.root
         sftp = await self.sftp()
-        if not await sftp.isdir(where):
+        try:
+            isdir = await sftp.isdir(where)
+        except (asyncssh.Error, OSError) as e:
+            raise self._lost(e) from None
+        if not isdir:
             raise RunnerError(
                 f"directory {where} does not exist on {self.label}",
                 "check the path in the deployment (ssh://user@host/path)",
@@ -441,6 +538,8 @@ class SSHRunner(Runner):
                 full, stdin=asyncssh.DEVNULL, stderr=asyncssh.STDOUT, encoding="utf-8", errors="replace"
             )
         except (asyncssh.Error, OSError) as e:
+            if self.lost:
+                raise self._lost(e) from None
             raise RunnerError(f"cannot start `{cmd}` on {self.label}: {e}", "", self.label, "error") from None
 
         async def pump() -> int:
@@ -465,6 +564,9 @@ class SSHRunner(Runner):
                 self.label,
                 "timeout",
             ) from None
+        except (asyncssh.Error, OSError) as e:
+            proc.close()
+            raise self._lost(e) from None
         except BaseException:
             proc.close()
             raise
@@ -490,9 +592,13 @@ class SSHRunner(Runner):
                 "missing-file",
             ) from None
         except (asyncssh.SFTPError, OSError) as e:
+            if self.lost or isinstance(e, asyncssh.SFTPNoConnection | asyncssh.SFTPConnectionLost):
+                raise self._lost(e) from None
             raise RunnerError(f"cannot read {full} on {self.label}: {e}", "", self.label, "io") from None
 
-    async def write_file_atomic(self, path: str, data: bytes, backup: bool = True) -> str | None:
+    async def write_file_atomic(
+        self, path: str, data: bytes, backup: bool = True, expect: bytes | None = None
+    ) -> str | None:
         sftp = await self.sftp()
         full = self.resolve(path)
         with contextlib.suppress(asyncssh.SFTPError):
@@ -506,16 +612,43 @@ class SSHRunner(Runner):
                 attrs: asyncssh.SFTPAttrs | None = await sftp.stat(full)
             except asyncssh.SFTPNoSuchFile:
                 attrs = None
-            if attrs is not None and backup:
-                saved = _backup_name(full)
+            old = b""
+            if attrs is not None:
                 async with sftp.open(full, "rb") as f:
                     old = cast(bytes, await f.read())  # opened "rb": asyncssh types read() as str
+            if expect is not None and old != expect:
+                raise FileChanged("its content is not what the edit was planned against")
+            if attrs is not None and backup:
+                saved = _backup_name(full)
+                n = 1
+                while await sftp.exists(saved):  # two writes in one second: distinct backups
+                    saved, n = f"{_backup_name(full)}-{n}", n + 1
                 await self._write(sftp, saved, old, attrs)
             await self._write(sftp, tmp, data, attrs)
+            for hook in BEFORE_RENAME:
+                hook(full)
+            try:
+                now: asyncssh.SFTPAttrs | None = await sftp.stat(full)
+            except asyncssh.SFTPNoSuchFile:
+                now = None
+            if _sftp_signature(now) != _sftp_signature(attrs):
+                raise FileChanged("its size or time moved after it was read")
             try:
                 await sftp.posix_rename(tmp, full)
             except asyncssh.SFTPOpUnsupported:
                 await sftp.rename(tmp, full, flags=0)
+        except FileChanged as e:
+            with contextlib.suppress(asyncssh.SFTPError, OSError):
+                await sftp.remove(tmp)
+            if saved is not None:
+                with contextlib.suppress(asyncssh.SFTPError, OSError):
+                    await sftp.remove(saved)
+            raise RunnerError(
+                f"{full} on {self.label} changed while it was being written ({e}); nothing was written",
+                "someone else edited it: review the new diff and run again",
+                self.label,
+                "changed",
+            ) from None
         except (asyncssh.SFTPError, OSError) as e:
             with contextlib.suppress(asyncssh.SFTPError, OSError):
                 await sftp.remove(tmp)
@@ -527,16 +660,16 @@ class SSHRunner(Runner):
     @staticmethod
     async def _write(sftp: asyncssh.SFTPClient, path: str, data: bytes, attrs: asyncssh.SFTPAttrs | None) -> None:
         private = asyncssh.SFTPAttrs(permissions=0o600)  # never readable by others, even briefly
-        async with sftp.open(path, "wb", private) as f:
+        async with sftp.open(path, "xb", private) as f:
+            if attrs is not None:  # owner and mode like the original before the first byte
+                if attrs.uid is not None and attrs.gid is not None:
+                    with contextlib.suppress(asyncssh.SFTPError):
+                        await f.chown(attrs.uid, attrs.gid)
+                if attrs.permissions is not None:
+                    await f.chmod(stat.S_IMODE(attrs.permissions))
             await f.write(data)
             with contextlib.suppress(asyncssh.SFTPError):
                 await f.fsync()
-        if attrs is not None:
-            if attrs.permissions is not None:
-                await sftp.chmod(path, stat.S_IMODE(attrs.permissions))
-            if attrs.uid is not None and attrs.gid is not None:
-                with contextlib.suppress(asyncssh.SFTPError):
-                    await sftp.chown(path, attrs.uid, attrs.gid)
 
     async def exists(self, path: str) -> bool:
         return await (await self.sftp()).exists(self.resolve(path))

@@ -3,10 +3,11 @@
 `create_sandbox()` makes a deployment directory with a real `.env` (the relays variable
 absent), and sandbox `task` and `cosmicac` executables in its `bin/` that simulate the
 worker: `task apply-...` copies the relays from `.env` into the worker config, `task
-restart ...` records the restart time, jobs created after a restart carry the applied
-relays, and a job leaves `Creating` only when a relay with one of its keys answers a dht-rpc
-PING at the address its runtime file gives. Jobs created before are seeded stuck.
-The sandbox runs the real Python relay.
+restart ...` records the restart time and (re)starts the worker (`sandbox_worker`, detached),
+jobs created after a restart carry the applied relays, and a job leaves `Creating` only when
+its agent, a real hyperdht peer, reached the worker through one of those relays with punching
+off and the echo came back (then it keeps updating over that connection). Jobs created
+before are seeded stuck. The sandbox runs the real Python relay.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ from cosmictui.ops.relayproc import attach, on_before_start, pid_alive
 STATE_FILE = "sandbox-state.json"
 DHT_READY_FILE = "dht.json"
 DHT_LOG_FILE = "dht.log"
+WORKER_LOG_FILE = "worker.log"
+WORKER_SERVICE = "cosmicac-wrk-server-k8s-nvidia"
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,7 @@ class Sandbox:
         rt = attach(str(self.relay_storage))
         if rt is not None:
             _terminate(rt.pid, timeout)
+        stop_worker(self.state_path, timeout)
         self.stop_dht(timeout)
         if self.temporary:
             shutil.rmtree(self.root, ignore_errors=True)
@@ -184,6 +188,10 @@ def create_sandbox(
         relay_metrics=f"127.0.0.1:{state['metrics_port']}",
         relay_bootstrap=boot,
         poll_interval=2.0,
+        # The sandbox `cosmicac` documents its create flags, so the demo has a known template, and
+        # its verify step a small test job of its own (never a copy of a stuck 4-GPU job).
+        create_command="cosmicac jobs create --name {name} --type {type} --gpus {gpus}",
+        test_job_command="cosmicac jobs create --name relay-check --type inference --gpus 1",
     )
     return Sandbox(base, deployment, bin_dir, storage, settings, temporary)
 
@@ -304,6 +312,57 @@ def _seed_jobs(now: float) -> list[dict[str, Any]]:
     ]
 
 
+def _dht_bootstrap(state_path: Path, state: dict[str, Any]) -> list[str]:
+    """The DHT the sandbox relay uses: the given bootstrap, else its private DHT's."""
+    if state.get("bootstrap"):
+        return list(state["bootstrap"])
+    info = _read_dht(state_path.parent.parent)
+    return [str(info["bootstrap"])] if info else [f"127.0.0.1:{state['dht_port']}"]
+
+
+def _restart_worker(state_path: Path, state: dict[str, Any]) -> None:
+    """What `rollout restart` does to the worker: the old one goes, a new one starts (detached)."""
+    old = state["worker"].get("pid")
+    if isinstance(old, int) and old != os.getpid() and pid_alive(old):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(old, signal.SIGTERM)
+    cmd = [
+        sys.executable,
+        "-m",
+        "cosmictui.ops.sandbox_worker",
+        "--state",
+        str(state_path),
+        "--bootstrap",
+        ",".join(_dht_bootstrap(state_path, state)),
+    ]
+    pkg_root = str(Path(__file__).resolve().parent.parent.parent)
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH")) if p)
+    with open(state_path.parent / WORKER_LOG_FILE, "ab") as log:
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            cwd=state_path.parent,
+            env=env,
+            start_new_session=True,
+        )
+    state["worker"]["pid"] = proc.pid
+
+
+def stop_worker(state_path: Path, timeout: float = 10.0) -> bool:
+    """Stop the sandbox's worker process; True if it was running."""
+    try:
+        pid = _load(state_path).get("worker", {}).get("pid")
+    except (OSError, ValueError):
+        return False
+    if not isinstance(pid, int) or not pid_alive(pid):
+        return False
+    _terminate(pid, timeout)
+    return True
+
+
 # --- state ---------------------------------------------------------------------------------
 
 
@@ -401,9 +460,10 @@ def task_main(argv: list[str], state_file: str) -> int:
             for service in services.split(","):
                 _out(f"task: [restart] kubectl -n cosmicac rollout restart deployment/{service}")
                 _out(f"deployment.apps/{service} restarted")
-                if service == "cosmicac-wrk-server-k8s-nvidia":
+                if service == WORKER_SERVICE:
                     state["worker"]["running_relays"] = list(state["worker"]["applied_relays"])
                     state["worker"]["restarted_at"] = time.time()
+                    _restart_worker(path, state)
                 _out(f'Waiting for deployment "{service}" rollout to finish: 1 of 1 updated replicas are available...')
                 _out(f'deployment "{service}" successfully rolled out')
             return 0
@@ -414,44 +474,22 @@ def task_main(argv: list[str], state_file: str) -> int:
 # --- `cosmicac` ------------------------------------------------------------------------------
 
 
-def relay_answers(key: str, storages: list[str], timeout: float = 0.5) -> tuple[bool, str]:
-    """A relay with `key` runs (per its runtime file) and answers a dht-rpc PING at its port."""
-    from cosmictui.ops.checks import dht_ping  # imported late: keeps the sandbox commands quick to start
-
-    for storage in storages:
-        rt = attach(storage)
-        if rt is None or rt.key != key:
-            continue
-        host = "127.0.0.1" if rt.host in ("0.0.0.0", "", "::") else rt.host
-        ok, what = dht_ping(host, rt.port, timeout)
-        if ok:
-            return True, f"relay {key[:8]}… {what}"
-        return False, (
-            f"relay {key[:8]}… runs (pid {rt.pid}) but its UDP port {host}:{rt.port} gives no dht-rpc PING reply "
-            "(is its DHT node running?)"
-        )
-    return False, f"no relay with key {key[:8]}… is running"
+def _worker_alive(state: dict[str, Any]) -> bool:
+    pid = state.get("worker", {}).get("pid")
+    return isinstance(pid, int) and pid_alive(pid)
 
 
 def _refresh(state: dict[str, Any], now: float) -> None:
-    """Move jobs on: Creating → Running once one of their relays answers; keep Running jobs fresh."""
-    cache: dict[str, tuple[bool, str]] = {}
+    """Say why jobs wait. Jobs move on only through the worker (`sandbox_worker`): Creating →
+    Running when the job's agent echoed through a relay, and it bumps their last update."""
+    worker = _worker_alive(state)
     for job in state["jobs"]:
         if job["status"] in ("Completed", "Failed"):
             continue
         if not job["relays"]:
             job["message"] = "no relay key: the worker had none when it created this job"
-            continue
-        for key in job["relays"]:
-            if key not in cache:
-                cache[key] = relay_answers(key, state["relay_storages"])
-            ok, why = cache[key]
-            if ok:
-                job["status"] = "Running"
-                job["updated_at"] = now
-                job["message"] = f"connected through {why}"
-                break
-            job["message"] = f"waiting: {why}"
+        elif not worker and job["status"] == "Creating":
+            job["message"] = "waiting: the worker is not running (restart it)"
 
 
 def _age(seconds: float) -> str:

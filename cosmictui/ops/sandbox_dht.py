@@ -1,6 +1,6 @@
 """A private DHT of five nodes on 127.0.0.1 for the demo sandbox.
 
-The relay joins a DHT before it listens (it refuses to start when no bootstrap node answers),
+The relay is useful only once it has joined a DHT (without one it keeps retrying, unreachable),
 and the demo must work offline, so the sandbox runs its own small network, like hyperdht's
 `testnet`: one node that bootstraps from nobody, four more that join it (five, because the
 relay's firewall probe asks five nodes; with fewer it sometimes calls itself firewalled). Each is a

@@ -21,47 +21,19 @@ from cosmictui.ops.checks import (
     run_checks,
 )
 from cosmictui.ops.config import Settings
-from cosmictui.ops.jobs import STUCK_STATUSES, Job, JobView, format_age
+from cosmictui.ops.jobs import FAILED_STATUSES, STUCK_STATUSES, Job, JobView, StatusSets, format_age
 from cosmictui.ops.relayproc import RelayRuntime, attach
 from cosmictui.ops.runner import Runner, RunnerError
 
-FAILED_STATUSES = frozenset({"failed", "error", "errored", "crashloopbackoff", "deleted", "terminated", "cancelled"})
 __all__ = [
     "FAILED_STATUSES",
     "STUCK_STATUSES",
     "JobWatch",
     "format_age",
-    "job_command",
     "recoverable",
     "sentence",
     "sentences",
 ]
-# Fields that describe a job's life, not how it was made: never passed back to `create`.
-_LIFECYCLE_FIELDS = frozenset(
-    {
-        "id",
-        "message",
-        "reason",
-        "job id",
-        "job_id",
-        "status",
-        "state",
-        "created",
-        "created at",
-        "created_at",
-        "updated",
-        "updated at",
-        "updated_at",
-        "last update",
-        "last_update",
-        "age",
-        "last seen",
-        "last_seen",
-        "relays",
-    }
-)
-
-
 RELAY_REACH_PREFIX = "Relay answers from"
 
 
@@ -159,17 +131,14 @@ def command_failure_hint(cmd: str, exit_code: int, output: str, retry: str = "th
     return f"Read its output (command log: l), fix the cause on the deployment host, {retry}."
 
 
-def _status(job: Job) -> str:
-    return job.status.strip().lower()
-
-
 @dataclass
 class _Seen:
+    kinds: list[str] = field(default_factory=list)  # StatusClass per snapshot, or "gone"
     statuses: list[str] = field(default_factory=list)
     updates: list[datetime | None] = field(default_factory=list)
 
 
-WatchState = Literal["waiting", "creating", "left", "confirmed", "failed"]
+WatchState = Literal["waiting", "creating", "unknown", "left", "confirmed", "failed", "withdrawn"]
 
 
 @dataclass(frozen=True)
@@ -184,17 +153,22 @@ class JobWatch:
 
     A job counts as new when its id is not in `exclude` (when given), else when its created time
     is after `since`, or (when the CLI prints no creation time) when its id was not in the first
-    snapshot. It is confirmed when it is out of
-    Creating/Starting in two snapshots in a row and its status or update time moved meanwhile —
-    "its status keeps updating" on the operator page.
+    snapshot. It is confirmed while it is in a *done* status (`StatusSets`) in the last two
+    snapshots and its status or update time moved meanwhile ("its status keeps updating" on the
+    operator page); without update times, two snapshots in a done status do. An unknown or empty
+    status never counts as having left Creating. The verdict is derived again from every
+    snapshot: a confirmed job that goes back to Creating, disappears or fails withdraws it.
     """
 
-    def __init__(self, since: datetime | None, exclude: set[str] | None = None) -> None:
+    def __init__(self, since: datetime | None, exclude: set[str] | None = None, statuses: StatusSets | None = None):
         self.since = since
         self.baseline: set[str] | None = set(exclude) if exclude is not None else None
         self.by_id = exclude is not None
+        self.statuses = statuses or StatusSets()
         self.seen: dict[str, _Seen] = {}
         self.confirmed: Job | None = None
+        #: Why an earlier confirmation was taken back; said with every verdict until one holds again.
+        self.withdrawn: str | None = None
 
     def is_new(self, job: Job) -> bool:
         if self.by_id:
@@ -207,77 +181,107 @@ class JobWatch:
             return job.created > self.since
         return self.baseline is not None
 
+    def _confirms(self, s: _Seen) -> bool:
+        if len(s.kinds) < 2 or s.kinds[-1] != "done" or s.kinds[-2] != "done":
+            return False
+        ups, sts = s.updates[-2:], s.statuses[-2:]
+        return all(u is None for u in ups) or ups[0] != ups[1] or sts[0] != sts[1]
+
     def observe(self, jobs: list[Job]) -> WatchVerdict:
         if self.baseline is None:
             # First snapshot: jobs without a creation time seen now are not new.
             self.baseline = {j.id for j in jobs if j.created is None or self.since is None}
         new = [j for j in jobs if self.is_new(j)]
+        present = {j.id for j in new}
         for j in new:
             s = self.seen.setdefault(j.id, _Seen())
-            s.statuses.append(_status(j))
+            s.kinds.append(self.statuses.classify(j.status))
+            s.statuses.append(j.status.strip())
             s.updates.append(j.updated)
-        if self.confirmed is not None:
-            return WatchVerdict(
-                "confirmed", self.confirmed, f"Job {self.confirmed.id} left Creating and keeps updating."
-            )
+        for jid, s in self.seen.items():
+            if jid not in present:
+                s.kinds.append("gone")
+                s.statuses.append("")
+                s.updates.append(None)
+        previous, self.confirmed = self.confirmed, None
+        for j in new:
+            if self._confirms(self.seen[j.id]):
+                self.confirmed = j
+                self.withdrawn = None
+                how = "keeps updating" if j.updated is not None else "stayed there in two lists in a row"
+                return WatchVerdict("confirmed", j, f"Job {j.id} left Creating ({j.status}) and {how}.")
+        if previous is not None:
+            v = self._withdrawn(previous, next((j for j in new if j.id == previous.id), None))
+            self.withdrawn = v.message.removesuffix(" Watching …")
+            return v
         if not new:
-            return WatchVerdict("waiting", None, "No job created after the restart yet: create one now.")
+            v = WatchVerdict("waiting", None, "No job created after the restart yet: create one now.")
+            return self._noted(v)
+        order = {"failed": 0, "left": 1, "unknown": 2, "creating": 3}
         best: WatchVerdict | None = None
         for j in new:
-            s = self.seen[j.id]
-            st = s.statuses[-1]
-            if st in FAILED_STATUSES:
-                best = best or WatchVerdict("failed", j, f"Job {j.id} is {j.status}: it left Creating but failed.")
-                continue
-            if st in STUCK_STATUSES:
-                best = (
-                    best
-                    if best and best.state == "left"
-                    else WatchVerdict("creating", j, f"Job {j.id} is {j.status}; waiting for it to leave Creating …")
-                )
-                continue
-            run = 0  # how many snapshots in a row (up to now) it has been out of Creating
-            for x in reversed(s.statuses):
-                if x in STUCK_STATUSES or x in FAILED_STATUSES:
-                    break
-                run += 1
-            if run >= 2:
-                ups, sts = s.updates[-run:], s.statuses[-run:]
-                # With update times, they must move; without, two snapshots out of Creating do.
-                if all(u is None for u in ups) or len(set(ups)) > 1 or len(set(sts)) > 1:
-                    self.confirmed = j
-                    return WatchVerdict("confirmed", j, f"Job {j.id} left Creating ({j.status}) and keeps updating.")
-            best = WatchVerdict("left", j, f"Job {j.id} is {j.status}; checking that its status keeps updating …")
+            v = self._verdict(j)
+            if best is None or order[v.state] > order[best.state]:
+                best = v
         assert best is not None
-        return best
+        return self._noted(best)
+
+    def _noted(self, v: WatchVerdict) -> WatchVerdict:
+        return replace(v, message=f"{self.withdrawn} {v.message}") if self.withdrawn else v
+
+    def _verdict(self, j: Job) -> WatchVerdict:
+        kind = self.seen[j.id].kinds[-1]
+        if kind == "failed":
+            return WatchVerdict("failed", j, f"Job {j.id} is {j.status}: it left Creating but failed.")
+        if kind == "stuck":
+            return WatchVerdict("creating", j, f"Job {j.id} is {j.status}; waiting for it to leave Creating …")
+        if kind == "done":
+            return WatchVerdict("left", j, f"Job {j.id} is {j.status}; checking that its status keeps updating …")
+        printed = f"status {j.status!r}" if j.status.strip() else "no status"
+        return WatchVerdict(
+            "unknown",
+            j,
+            f"Job {j.id} has {printed}, which is not a known status, so it does not count as having left "
+            "Creating. If it means the job runs, add it to [jobs] done_statuses in the config.",
+        )
+
+    def _withdrawn(self, was: Job, now: Job | None) -> WatchVerdict:
+        if now is None:
+            why = "is no longer in the jobs list"
+        else:
+            kind = self.seen[now.id].kinds[-1]
+            why = {
+                "stuck": f"went back to {now.status}",
+                "failed": f"is {now.status} now",
+                "unknown": f"now shows {('status ' + repr(now.status)) if now.status.strip() else 'no status'}",
+            }.get(kind, f"is {now.status} now")
+        return WatchVerdict(
+            "withdrawn", now or was, f"Job {was.id} {why}: the earlier \"left Creating\" no longer holds. Watching …"
+        )
 
 
-def job_command(template: str, job: Job) -> str:
-    """The configured create command for a job like `job`.
-
-    `{fields}` becomes `--name value` for every field that describes the job (not its id,
-    status or times), shell-quoted; `{<field>}` is replaced by that field's value.
-    """
-    fields = {k: v for k, v in job.fields.items() if k.strip().lower() not in _LIFECYCLE_FIELDS and v != ""}
-    flags = " ".join(
-        f"--{re.sub(r'[^a-z0-9]+', '-', k.lower()).strip('-')} {shlex.quote(v)}" for k, v in fields.items()
-    )
-
-    def sub(m: re.Match[str]) -> str:
-        name = m.group(1)
-        if name == "fields":
-            return flags
-        if name == "id":
-            return shlex.quote(job.id)
-        value = job.fields.get(name) or job.fields.get(name.lower())
-        if value is None:
-            raise KeyError(f"the create command uses {{{name}}} but job {job.id} has no field {name!r}")
-        return shlex.quote(value)
-
-    return re.sub(r"\{([A-Za-z0-9_ .-]+)\}", sub, template).strip()
-
-
-def recoverable(views: list[JobView]) -> list[JobView]:
+def recoverable(views: list[JobView], statuses: StatusSets | None = None) -> list[JobView]:
     """Jobs worth deleting and recreating: stuck or stale, or still starting from before the
     restart (those never get the relay key, however young they are)."""
-    return [v for v in views if v.stuck or (v.before_restart and v.job.status.strip().lower() in STUCK_STATUSES)]
+    sets = statuses or StatusSets()
+    return [v for v in views if v.stuck or (v.before_restart and sets.classify(v.job.status) == "stuck")]
+
+
+def keep_running_commands(settings: Settings, storage: str, port: int) -> list[str]:
+    """How to keep this relay running after a reboot: the unit `blind-relay --systemd-unit` prints.
+
+    The wizard starts the relay detached, which does not survive a reboot; systemd does.
+    """
+    import os
+    import shutil
+    import sys
+
+    beside = os.path.join(os.path.dirname(sys.executable), "blind-relay")  # this install's, not another on PATH
+    exe = beside if os.path.exists(beside) else (shutil.which("blind-relay") or beside)
+    flags = [f"--storage {shlex.quote(storage)}", f"--port {int(port)}"]
+    if settings.relay_bootstrap:
+        flags.append("--bootstrap " + shlex.quote(",".join(settings.relay_bootstrap)))
+    return [
+        f"{shlex.quote(exe)} --systemd-unit {' '.join(flags)} > /etc/systemd/system/blind-relay.service",
+        "systemctl daemon-reload && systemctl enable --now blind-relay",
+    ]

@@ -7,6 +7,7 @@ and every file write goes through one door and lands in the command log.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -50,6 +51,11 @@ def relay_problem(storage: str, key: str) -> str | None:
     )
 
 
+async def _close_quietly(runner: Runner) -> None:
+    with contextlib.suppress(Exception):  # a dead connection may fail to close; it is gone either way
+        await runner.close()
+
+
 async def _open_runner(settings: Settings) -> Runner:
     return await open_deployment(
         settings.deployment,
@@ -87,8 +93,10 @@ class LoggedRunner(Runner):
     async def read_file(self, path: str) -> bytes:
         return await self.inner.read_file(path)
 
-    async def write_file_atomic(self, path: str, data: bytes, backup: bool = True) -> str | None:
-        return await self.inner.write_file_atomic(path, data, backup)
+    async def write_file_atomic(
+        self, path: str, data: bytes, backup: bool = True, expect: bytes | None = None
+    ) -> str | None:
+        return await self.inner.write_file_atomic(path, data, backup, expect)
 
     async def exists(self, path: str) -> bool:
         return await self.inner.exists(path)
@@ -124,12 +132,15 @@ class WizardContext:
         self._relay_check = relay_check
         self.progress = progress_mod.load_progress(settings.deployment)
         self.relay_key: str | None = self.progress.relay_key
+        self.relay_external = False  # step 2 attached by key: the relay runs elsewhere, no runtime file here
         self.relay_storage: str = self.progress.relay_storage or settings.relay_storage
         self.restarted_at: float | None = self.progress.restarted_at
         self.env_backup: str | None = self.progress.env_backup
         self.env_writes = 0  # bumped on every .env write: an apply from before a write is stale
         self._log: CommandLog | None = None
         self._on_command: Callable[[str], None] | None = None
+        self._on_notice: Callable[[str], None] | None = None
+        self._dropped: str | None = None  # label of a connection that was lost, until it is back
 
     # -- deployment -----------------------------------------------------------------------------
 
@@ -139,13 +150,70 @@ class WizardContext:
     async def deployment(self) -> Runner:
         """The deployment runner, connected on first use (SSH errors surface as RunnerError)."""
         async with self._runner_lock:
+            if self._runner is not None and getattr(self._runner, "lost", False):
+                self.drop_connection()  # reconnect on the next action, with a plain note in the log
             if self._runner is None:
                 self._runner = await self._open_runner(self.settings)
+                if self._dropped is not None:
+                    self._dropped = None
+                    self._notice(f"Connected to {self._runner.label} again.")
             return self._runner
 
     async def logged_deployment(self) -> Runner:
         """The deployment runner for ops functions that run commands themselves (checks)."""
         return LoggedRunner(self, await self.deployment())
+
+    def drop_connection(self, e: RunnerError | None = None) -> None:
+        """After a lost SSH connection, forget it: the next action connects again.
+
+        Without this every later action failed with the dead connection's error forever.
+        """
+        runner = self._runner
+        if runner is None or (e is not None and e.kind != "disconnected" and not getattr(runner, "lost", False)):
+            return
+        self._runner = None
+        self._dropped = runner.label
+        self._notice(f"The SSH connection to {runner.label} was lost; the next action connects again.")
+        asyncio.get_running_loop().create_task(_close_quietly(runner))
+
+    def relay_metrics_url(self) -> str | None:
+        """Where the wizard's relay serves /metrics: its runtime file, else the configured address."""
+        rt = relayproc.attach(self.relay_storage) if self.relay_storage else None
+        if rt is not None and rt.metrics:
+            return rt.metrics if "://" in rt.metrics else f"http://{rt.metrics}"
+        return self.settings.metrics_url
+
+    def journal(self) -> progress_mod.CommandJournal | None:
+        """The command log's file beside the progress file (none when progress is not saved)."""
+        if not self._save:
+            return None
+        return progress_mod.CommandJournal(progress_mod.journal_path(self.settings.deployment))
+
+    def remember_lost(self, message: str) -> None:
+        """Keep "job X was DELETED and NOT recreated" in the progress file until dismissed."""
+        lost = self.progress.data.setdefault("lost_jobs", [])
+        if message not in lost:
+            lost.append(message)
+        if self._save:
+            progress_mod.save_progress(self.progress)
+
+    def lost_jobs(self) -> list[str]:
+        lost = self.progress.data.get("lost_jobs")
+        return [m for m in lost if isinstance(m, str)] if isinstance(lost, list) else []
+
+    def dismiss_lost(self) -> None:
+        if self.progress.data.pop("lost_jobs", None) is not None and self._save:
+            progress_mod.save_progress(self.progress)
+
+    def uncomplete(self, *step_ids: str) -> None:
+        """Take back the ticks of `step_ids` (e.g. after the .env changed): saved at once."""
+        changed = False
+        for sid in step_ids:
+            if sid in self.progress.completed:
+                self.progress.completed.remove(sid)
+                changed = True
+        if changed and self._save:
+            progress_mod.save_progress(self.progress)
 
     @property
     def env_path(self) -> str:
@@ -160,9 +228,20 @@ class WizardContext:
 
     # -- commands and files, all logged ---------------------------------------------------------
 
-    def attach_log(self, log: CommandLog, on_command: Callable[[str], None] | None = None) -> None:
+    def attach_log(
+        self,
+        log: CommandLog,
+        on_command: Callable[[str], None] | None = None,
+        on_notice: Callable[[str], None] | None = None,
+    ) -> None:
         self._log = log
         self._on_command = on_command
+        self._on_notice = on_notice
+
+    def _notice(self, text: str) -> None:
+        self.note(text)
+        if self._on_notice is not None:
+            self._on_notice(text)
 
     async def run(
         self,
@@ -195,6 +274,8 @@ class WizardContext:
             if entry is not None and self._log is not None:
                 self._log.output(entry, str(e))
                 self._log.end(entry, -1)
+            if e.kind == "disconnected" and runner is self._runner:
+                self.drop_connection(e)
             raise
         except asyncio.CancelledError:
             if entry is not None and self._log is not None:
@@ -224,7 +305,7 @@ class WizardContext:
 
     def relay_problem(self) -> str | None:
         """Why the relay set up in step 2 cannot serve jobs now; None when it runs (or before step 2)."""
-        if not self.relay_key:
+        if not self.relay_key or self.relay_external:
             return None
         return self._relay_check(self.relay_storage, self.relay_key)
 

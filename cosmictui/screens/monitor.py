@@ -2,8 +2,10 @@
 
 Made for a tmux pane. At 80 columns it shows the numbers beside a memory graph (with the
 200 MB budget drawn on it) and a traffic graph; from 120 columns it adds CPU and packet graphs
-and a longer log. Polling runs in a worker, one scrape per relay per refresh; after a while
-with nothing changing the refresh slows (up to 4×, at most 5 s) and snaps back on activity.
+and a longer log. Polling runs in a worker with one task per relay, so a relay that hangs never
+holds up another's row; every scrape has a deadline and runs on the event loop (no thread), so
+quitting never waits for one. After a while with nothing changing the refresh slows (up to 4×,
+at most 5 s) and snaps back on activity.
 Used standalone by `cosmictui monitor` and pushed by the wizard.
 """
 
@@ -79,10 +81,13 @@ class MonitorScreen(Screen[None]):
         *,
         autopoll: bool = True,
         clock: Callable[[], float] = time.time,
+        scrape_timeout: float | None = None,
         name: str | None = None,
     ) -> None:
-        """`autopoll=False` and `clock` let snapshot tests and screenshots draw fixed data."""
+        """`autopoll=False` and `clock` let snapshot tests and screenshots draw fixed data;
+        `scrape_timeout` overrides the deadline derived from the interval."""
         super().__init__(name=name)
+        self.scrape_timeout = scrape_timeout
         self.autopoll = autopoll
         self.clock = clock
         if not targets:
@@ -90,11 +95,14 @@ class MonitorScreen(Screen[None]):
         self.watches = [RelayWatch(t) for t in targets]
         self.tails = [LogTail(t.log_path()) for t in targets]
         self.standalone = standalone
-        self.quiet_polls = 0
+        self._quiet = [0] * len(self.watches)
         self.polls = 0
+        """scrapes done, all relays together"""
+        self.relay_polls = [0] * len(self.watches)
+        """scrapes done, per relay"""
         self.last_poll: float | None = None
         self._plotted_at = 0.0
-        self._wake = asyncio.Event()
+        self._wakes = [asyncio.Event() for _ in self.watches]
         self.set_reactive(MonitorScreen.interval, interval)
 
     # -- layout ---------------------------------------------------------------------------------
@@ -135,30 +143,61 @@ class MonitorScreen(Screen[None]):
             self.poll_loop()
 
     # -- polling --------------------------------------------------------------------------------
+    @property
+    def quiet_polls(self) -> int:
+        """Polls in a row that brought no news, for the idle slowdown (the least quiet relay's)."""
+        return min(self._quiet)
+
+    @quiet_polls.setter
+    def quiet_polls(self, value: int) -> None:
+        self._quiet = [value] * len(self.watches)
+
+    @property
+    def timeout(self) -> float:
+        """Deadline of one scrape. Generous: a relay slow to answer on a loaded box is not down;
+        a hung one is DOWN ("timed out after N s") when it passes."""
+        return self.scrape_timeout or max(2.0, min(self.interval, 5.0))
+
     @work(exclusive=True, group="monitor-poll")
     async def poll_loop(self) -> None:
+        # cancelling the worker (quit, Back) cancels every relay's task with it
+        async with asyncio.TaskGroup() as tg:
+            for i in range(len(self.watches)):
+                tg.create_task(self._follow(i))
+
+    async def _follow(self, i: int) -> None:
+        """One relay's own loop: its scrape, then its own wait; no relay waits for another."""
         while True:
             if not self.paused:
-                await self.poll_once()
+                await self.poll_relay(i)
             delay = effective_interval(self.interval, self.quiet_polls)
-            self._wake.clear()
+            self._wakes[i].clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=delay)
+                await asyncio.wait_for(self._wakes[i].wait(), timeout=delay)
 
     async def poll_once(self) -> bool:
-        """Scrape every relay once and redraw; True when anything changed."""
-        # generous: a relay slow to answer on a loaded box is not down; a hung one still shows
-        # as DOWN at the end of this same refresh
-        timeout = max(2.0, min(self.interval, 5.0))
-        results = await asyncio.gather(*(w.poll(timeout) for w in self.watches))
-        changed = any(results)
-        self.quiet_polls = 0 if changed else self.quiet_polls + 1
+        """Scrape every relay once (side by side, each redrawn as it lands); True on any news."""
+        return any(await asyncio.gather(*(self.poll_relay(i) for i in range(len(self.watches)))))
+
+    async def poll_relay(self, i: int) -> bool:
+        """Scrape relay `i` and redraw what it changed; True when it has news."""
+        w = self.watches[i]
+        try:
+            changed = await w.poll(self.timeout)
+        except Exception as e:  # a bug here must cost one relay its row, never the monitor
+            changed = w.observe_failure(f"monitor error: {e!r}"[:200], time.time())
+        self._quiet[i] = 0 if changed else self._quiet[i] + 1
         self.polls += 1
+        self.relay_polls[i] += 1
         self.last_poll = self.clock()
         # dismissed (Back in the wizard) while the scrape was in flight: its widgets are already
         # gone, and cancelling the worker is under way
         with contextlib.suppress(NoMatches):
-            self.refresh_view(force_plots=False)
+            if i == self.selected:
+                self.refresh_view(force_plots=False)
+            else:
+                self._refresh_table()
+                self._render_status()
         return changed
 
     # -- drawing --------------------------------------------------------------------------------
@@ -167,9 +206,7 @@ class MonitorScreen(Screen[None]):
         than one braille dot of the x axis covers: the picture could not change, and plotting is
         most of the monitor's CPU."""
         wide = self.has_class("-wide")
-        if len(self.watches) > 1:
-            self.query_one(RelayTable).show(self.watches, self.clock(), compact=not wide)
-            self.query_one("#summary", Static).update(summary_line(self.watches), layout=False)
+        self._refresh_table()
         w = self.watches[self.selected]
         facts_pane = self.query_one("#facts-pane")
         now = self.clock()
@@ -182,6 +219,11 @@ class MonitorScreen(Screen[None]):
             self._draw_plots(w, now, wide)
         self._render_log()
         self._render_status()
+
+    def _refresh_table(self) -> None:
+        if len(self.watches) > 1:
+            self.query_one(RelayTable).show(self.watches, self.clock(), compact=not self.has_class("-wide"))
+            self.query_one("#summary", Static).update(summary_line(self.watches), layout=False)
 
     def _draw_plots(self, w: RelayWatch, now: float, wide: bool) -> None:
         h = w.history
@@ -258,20 +300,20 @@ class MonitorScreen(Screen[None]):
     def action_slower(self) -> None:
         self.interval = next((s for s in INTERVAL_STEPS if s > self.interval), INTERVAL_STEPS[-1])
         self.quiet_polls = 0
-        self._wake.set()
+        self._wake_all()
 
     def action_faster(self) -> None:
         self.interval = next((s for s in reversed(INTERVAL_STEPS) if s < self.interval), INTERVAL_STEPS[0])
         self.quiet_polls = 0
-        self._wake.set()
+        self._wake_all()
 
     def action_refresh_now(self) -> None:
         self.quiet_polls = 0
-        self._wake.set()
+        self._wake_all()
 
     def action_pause(self) -> None:
         self.paused = not self.paused
-        self._wake.set()
+        self._wake_all()
 
     def action_toggle_theme(self) -> None:
         self.app.theme = "textual-light" if self.app.current_theme.dark else "textual-dark"
@@ -287,6 +329,10 @@ class MonitorScreen(Screen[None]):
             self.app.exit()
         else:
             self.dismiss()
+
+    def _wake_all(self) -> None:
+        for wake in self._wakes:
+            wake.set()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "close":

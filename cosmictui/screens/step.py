@@ -17,7 +17,7 @@ from textual.reactive import reactive
 from textual.widgets import Static
 from textual.worker import Worker, WorkerState
 
-from cosmictui.ops.wizard_steps import sentences
+from cosmictui.ops.joblist import runner_problem as _runner_problem
 
 if TYPE_CHECKING:
     from cosmictui.screens.context import WizardContext
@@ -29,6 +29,11 @@ class StepStatus(Static):
     DEFAULT_CLASSES = "step-status"
 
     kind = ""
+
+    def __init__(self) -> None:
+        # Plain text: statuses carry remote output and config names like [commands], which
+        # markup would swallow.
+        super().__init__("", markup=False)
 
     def set(self, text: str, kind: str = "info") -> None:
         if kind != self.kind:
@@ -61,6 +66,14 @@ class Step(Vertical):
         def __init__(self, step: Step) -> None:
             super().__init__()
             self.step = step
+
+    class LaterInvalid(Message):
+        """What later steps did no longer holds (the .env changed, apply failed): untick them."""
+
+        def __init__(self, step: Step, why: str) -> None:
+            super().__init__()
+            self.step = step
+            self.why = why
 
     def __init__(self, ctx: WizardContext) -> None:
         super().__init__(id=f"step-{self.STEP_ID}", classes="step")
@@ -100,6 +113,9 @@ class Step(Vertical):
         self.done = done
         self.post_message(self.Changed(self))
 
+    def invalidate_later(self, why: str) -> None:
+        self.post_message(self.LaterInvalid(self, why))
+
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """A bug in a worker must not take the wizard down: say what broke, keep the UI."""
         if event.state == WorkerState.ERROR and event.worker.node is self:
@@ -136,9 +152,5 @@ class Step(Vertical):
 
 
 def runner_problem(e: Exception, doing: str) -> str:
-    """A RunnerError (or any I/O error) as one sentence an operator can act on."""
-    what = getattr(e, "what", None) or str(e)
-    host = getattr(e, "host", None)
-    fix = getattr(e, "fix", "")
-    where = f" on {host}" if host else ""
-    return sentences(f"Could not {doing}{where}: {what.rstrip('.')}", f"Fix: {fix}" if fix else None)
+    """A RunnerError (or any I/O error) as one sentence an operator can act on (`ops.joblist`)."""
+    return _runner_problem(e, doing)

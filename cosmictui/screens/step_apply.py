@@ -8,11 +8,14 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
-from textual.widgets import Log, Static
+from textual.widgets import Static
 
+from cosmictui.ops.evidence import counters
+from cosmictui.ops.metrics import MetricsError, scrape
 from cosmictui.ops.runner import RunnerError
 from cosmictui.ops.wizard_steps import command_failure_hint
 from cosmictui.screens.step import Step, runner_problem
+from cosmictui.widgets.output_log import OutputLog
 
 _MARK = {
     "pending": "·",
@@ -63,7 +66,7 @@ class ApplyStep(Step):
         s = self.ctx.settings
         yield CommandRow(1, s.apply_command)
         yield CommandRow(2, s.restart_command)
-        yield Log(id="apply-output", max_lines=2000)
+        yield OutputLog(id="apply-output", max_lines=2000)
 
     def on_enter(self) -> None:
         self.query_one("#apply-intro", Static).update(
@@ -80,11 +83,12 @@ class ApplyStep(Step):
     @work(exclusive=True, group="apply", exit_on_error=False)
     async def run_commands(self) -> None:
         rows = list(self.query(CommandRow))
-        out = self.query_one("#apply-output", Log)
+        out = self.query_one("#apply-output", OutputLog)
         out.clear()
         for row in rows:
             row.set_state("pending")
         self.mark_done(False)
+        self.ctx.uncomplete(self.STEP_ID)  # until both commands succeed again, apply is not done
         self.busy = True
 
         def show(text: str) -> None:
@@ -100,11 +104,13 @@ class ApplyStep(Step):
                 except RunnerError as e:
                     row.set_state("failed", e.kind)
                     self._skip(rows[i + 1 :])
+                    self.invalidate_later("Apply & restart failed")
                     self.status.set(runner_problem(e, f"run {row.cmd}"), "error")
                     return
                 if result.exit_code != 0:
                     row.set_state("failed", f"exit {result.exit_code}")
                     self._skip(rows[i + 1 :])
+                    self.invalidate_later("Apply & restart failed")
                     hint = command_failure_hint(
                         row.cmd, result.exit_code, result.output, "then press r to run both again"
                     )
@@ -124,9 +130,24 @@ class ApplyStep(Step):
         finally:
             self.busy = False
         self.applied_writes = self.ctx.env_writes
+        await self._reading_at_restart()
         self.mark_done()
         self.ctx.save_progress(3)
         self.status.set("Applied and restarted. Press n to verify with a new job.", "ok")
+
+    async def _reading_at_restart(self) -> None:
+        """The relay's counters at the restart: step 5 shows what it saw since (evidence)."""
+        url = self.ctx.relay_metrics_url()
+        reading: dict[str, float] | None = None
+        if url:
+            try:
+                reading = counters(await scrape(url))
+            except MetricsError:
+                reading = None
+        if reading:
+            self.ctx.progress.data["relay_at_restart"] = reading
+        else:
+            self.ctx.progress.data.pop("relay_at_restart", None)
 
     def _skip(self, rows: list[CommandRow]) -> None:
         for r in rows:

@@ -10,7 +10,8 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import Static
 
-from cosmictui.ops.envfile import EnvFileError, EnvPlan, decode_text, plan_relays, read_relays, write_plan
+from cosmictui.ops.envapply import apply_plan
+from cosmictui.ops.envfile import EnvFileError, EnvPlan, decode_text, plan_relays
 from cosmictui.ops.runner import RunnerError
 from cosmictui.ops.wizard_steps import sentences
 from cosmictui.screens.step import Step, runner_problem
@@ -39,7 +40,7 @@ class EnvStep(Step):
     TITLE = "Configure .env"
     STEP_BINDINGS = (
         Binding("w", "step('write')", "Write"),
-        Binding("t", "step('toggle_mode')", "Merge/replace"),
+        Binding("t", "step('toggle_mode')", "Mode"),
         Binding("e", "step('reload')", "Re-read"),
     )
 
@@ -157,7 +158,7 @@ class EnvStep(Step):
             runner = await self.ctx.deployment()
             path = runner.resolve(self.ctx.settings.env_path)
             try:
-                backup = await write_plan(runner, path, plan)
+                applied = await apply_plan(runner, path, plan, self.ctx.settings.env_var, self.ctx.relay_key or "")
             except EnvFileError as e:
                 if "changed since" not in e.problem:
                     raise
@@ -166,9 +167,6 @@ class EnvStep(Step):
                 self.load()
                 self.notify("The .env changed since the diff was shown; review the new diff.", severity="warning")
                 return
-            # Read back: what is on disk must be what we showed.
-            _, after = await self._read()
-            keys = read_relays(after, self.ctx.settings.env_var, path)
         except RunnerError as e:
             self.status.set(runner_problem(e, "write the .env") + " The file was not changed.", "error")
             return
@@ -177,14 +175,16 @@ class EnvStep(Step):
             return
         finally:
             self.busy = False
+        backup, keys = applied.backup, applied.keys
         self.ctx.env_backup = backup
         self.ctx.note(f"wrote {path}" + (f" (backup: {backup})" if backup else ""))
-        if self.ctx.relay_key not in keys:
-            self.status.set(f"Wrote {path}, but reading it back does not show the key. Check the file.", "error")
+        if problem := applied.problem():  # the read-back: what is on disk must be what we showed
+            self.status.set(problem, "error")
             return
         self.written = True
         self.written_key = self.ctx.relay_key
         self.ctx.env_writes += 1
+        self.invalidate_later("The .env changed")
         self.query_one("#env-summary", Static).update(
             # the backup sits next to the .env: its name alone, so no path wraps mid-word
             f"Wrote:  {path}\nBackup: {PurePosixPath(backup).name if backup else '(none)'} (same directory)\n"

@@ -1,4 +1,8 @@
-"""Step 6: delete jobs that can never reach the relay and recreate them the same way."""
+"""Step 6: delete jobs that can never reach the relay, and recreate them only when that is safe.
+
+The decisions are in `cosmictui.ops.recover`: the record is saved before any delete, delete &
+recreate only with a known create command, otherwise delete only. This step draws and asks.
+"""
 
 from __future__ import annotations
 
@@ -12,11 +16,14 @@ from textual.containers import HorizontalScroll
 from textual.widgets import Static
 from textual.widgets.selection_list import Selection
 
-from cosmictui.ops.jobs import Job, JobsFormatError, JobView, parse_jobs, view_jobs
-from cosmictui.ops.runner import RunnerError
-from cosmictui.ops.wizard_steps import JobWatch, command_failure_hint, format_age, job_command, recoverable
+from cosmictui.ops.joblist import list_jobs
+from cosmictui.ops.jobs import Job, JobView, shown_status
+from cosmictui.ops.recover import RecoveryPlan, draft_create, plan_recovery, recover, recovery_dir, save_record
+from cosmictui.ops.wizard_steps import JobWatch, format_age, recoverable
 from cosmictui.screens.confirm import ConfirmScreen
-from cosmictui.screens.step import Step, runner_problem
+from cosmictui.screens.edit_command import EditCommandScreen
+from cosmictui.screens.step import Step
+from cosmictui.widgets.banner import LostJob
 from cosmictui.widgets.job_picker import JobPicker
 
 
@@ -25,19 +32,23 @@ class RecoverStep(Step):
     TITLE = "Recover jobs"
     STEP_BINDINGS = (
         Binding("r", "step('refresh')", "Refresh"),
-        Binding("d", "step('recreate')", "Recreate"),
+        Binding("d", "step('recreate')", "Recover"),
+        Binding("e", "step('edit_create')", "Edit"),
     )
 
     def __init__(self, ctx) -> None:  # type: ignore[no-untyped-def]
         super().__init__(ctx)
         self.views: dict[str, JobView] = {}
         self.recreated: list[str] = []
+        #: Create commands the operator reviewed and edited, per job id: these count as known.
+        self.reviewed: dict[str, str] = {}
+        self.shown: Job | None = None
 
     def compose_step(self) -> ComposeResult:
         yield Static("6. Recover stuck jobs", classes="step-title")
         yield Static(
-            "Jobs created before the restart never get the relay key. Select stuck jobs with "
-            "space, then d deletes each and creates it again with the same fields.",
+            "Jobs created before the restart never get the relay key. Select stuck jobs with space; d saves "
+            "each job's fields to a file, deletes it and (with a known create command) creates it again.",
             classes="step-intro",
         )
         yield JobPicker(id="recover-jobs")
@@ -55,31 +66,24 @@ class RecoverStep(Step):
 
     async def _list(self) -> list[Job] | None:
         """The jobs, or None after telling the operator why they could not be listed."""
-        try:
-            result = await self.ctx.run(self.ctx.settings.list_command)
-        except RunnerError as e:
-            self.status.set(runner_problem(e, "list the jobs"), "error")
+        listing = await list_jobs(self.ctx.run, self.ctx.settings, self.ctx.now_dt())
+        if not listing.ok:
+            raw = f" Raw output:\n{listing.raw}" if listing.raw and listing.exit_code == 0 else ""
+            self.status.set(f"{listing.error}{raw}", "error")
             return None
-        if result.exit_code != 0:
-            hint = command_failure_hint(result.cmd, result.exit_code, result.output)
-            self.status.set(f"{result.cmd} exited {result.exit_code}. {hint}", "error")
-            return None
-        try:
-            return parse_jobs(result.output, self.ctx.now_dt())
-        except JobsFormatError as e:
-            self.status.set(f"Cannot read the jobs list ({e.reason}). Raw output:\n{e.raw}", "error")
-            return None
+        return listing.jobs
 
     @work(exclusive=True, group="recover", exit_on_error=False)
     async def load(self, keep_status: bool = False) -> None:
         """List the stuck jobs; `keep_status` leaves the last verdict in the status line."""
-        jobs = await self._list()
-        if jobs is None:
-            return
         s = self.ctx.settings
         restart = datetime.fromtimestamp(self.ctx.restarted_at, UTC) if self.ctx.restarted_at else None
-        views = view_jobs(jobs, self.ctx.now_dt(), restart, s.stuck_after, s.stale_after)
-        stuck = recoverable(views)
+        listing = await list_jobs(self.ctx.run, s, self.ctx.now_dt(), restart)
+        if not listing.ok:
+            raw = f" Raw output:\n{listing.raw}" if listing.raw and listing.exit_code == 0 else ""
+            self.status.set(f"{listing.error}{raw}", "error")
+            return
+        stuck = recoverable(listing.views, s.statuses)
         if problem := self.ctx.relay_problem():
             keep_status = True
             self.status.set(problem, "error")
@@ -90,7 +94,8 @@ class RecoverStep(Step):
         sel.add_options(
             [
                 Selection(
-                    f"{v.job.id}  {v.job.status} {format_age(v.age)}" + ("  old: no key" if v.before_restart else ""),
+                    f"{v.job.id}  {shown_status(v.job.status)} {format_age(v.age)}"
+                    + ("  old: no key" if v.before_restart else ""),
                     v.job.id,
                     v.job.id in chosen,
                 )
@@ -105,6 +110,7 @@ class RecoverStep(Step):
             if not keep_status:
                 self.status.set(f"{len(stuck)} stuck job(s). Select with space, then press d.", "info")
         else:
+            self.shown = None
             self.query_one("#recover-fields", Static).update("")
             self.query_one("#recover-command-text", Static).update("")
             if not keep_status:
@@ -115,16 +121,53 @@ class RecoverStep(Step):
         if v is not None:
             self._show_fields(v.job)
 
+    def _plan(self, job: Job) -> RecoveryPlan:
+        return plan_recovery(job, self.ctx.settings, self.reviewed.get(job.id))
+
     def _show_fields(self, job: Job) -> None:
+        self.shown = job
         v = self.views.get(job.id)
         why = f"Stuck: {v.stuck}\n" if v is not None and v.stuck else ""
         fields = "\n".join(f"  {k}: {val}" for k, val in job.fields.items() if k not in ("id", "status", "age"))
-        try:
-            cmd = job_command(self.ctx.settings.create_command, job)
-        except KeyError as e:
-            cmd = f"(cannot build: {e.args[0]})"
-        self.query_one("#recover-fields", Static).update(f"{why}Job {job.id} ({job.status}):\n{fields}\nRecreate with:")
+        plan = self._plan(job)
+        if plan.create is not None:
+            how = "Recreate with" + (" (your reviewed command):" if plan.create_source == "operator" else ":")
+            cmd = plan.create
+        else:
+            draft = draft_create(job, self.ctx.settings)
+            gaps = f" ({', '.join(draft.missing)} not in the list)" if draft.missing else ""
+            how = (
+                f"No known create command{gaps}: d deletes only and you recreate the job yourself (web UI or "
+                "CLI) from the saved file; e edits a create command to review. Draft:"
+            )
+            cmd = draft.command
+        self.query_one("#recover-fields", Static).update(
+            f"{why}Job {job.id} ({shown_status(job.status)}):\n{fields}\n{how}"
+        )
         self.query_one("#recover-command-text", Static).update(cmd)
+
+    def action_edit_create(self) -> None:
+        job = self.shown
+        if self.busy or job is None:
+            return
+        current = self.reviewed.get(job.id) or draft_create(job, self.ctx.settings).command
+        self.app.push_screen(
+            EditCommandScreen(
+                f"Create command for job {job.id}",
+                "The create flags are not documented where the wizard can see them: check them against "
+                "`cosmicac jobs create --help` and fill in every {field}. This exact command will run after "
+                "the delete.",
+                current,
+            ),
+            lambda cmd: self._reviewed(job, cmd),
+        )
+
+    def _reviewed(self, job: Job, cmd: str | None) -> None:
+        if cmd is None:
+            return
+        self.reviewed[job.id] = cmd
+        self._show_fields(job)
+        self.status.set(f"Create command for {job.id} reviewed. Select it (space) and press d.", "info")
 
     def action_recreate(self) -> None:
         if self.busy:
@@ -136,57 +179,78 @@ class RecoverStep(Step):
         if not ids:
             self.status.set("Select at least one job first (space).", "error")
             return
-        plan: list[tuple[Job, str, str]] = []
-        s = self.ctx.settings
-        for jid in ids:
-            job = self.views[jid].job
-            try:
-                plan.append((job, job_command(s.delete_command, job), job_command(s.create_command, job)))
-            except KeyError as e:
-                self.status.set(str(e.args[0]) + ": fix [commands] create in the config.", "error")
-                return
-        body = "These commands will run on the deployment host, in order:"
-        commands = [cmd for _, d, c in plan for cmd in (d, c)]
-
-        def confirmed(ok: bool | None) -> None:
-            if ok:
-                self.recreate(plan)
-            else:
-                self.status.set("Nothing deleted.", "info")
-
+        plans = [self._plan(self.views[jid].job) for jid in ids if jid in self.views]
+        commands: list[str] = []
+        for p in plans:
+            commands.append(p.delete)
+            commands.append(p.create if p.create else f"# {p.job.id}: delete only — you recreate it yourself")
+        only = [p.job.id for p in plans if p.create is None]
+        where = recovery_dir(self.ctx.settings.deployment)  # the file's own name is shown once saved
+        body = (
+            "First each job's every field and its recreate command are saved to a new file in\n"
+            f"{where}/\n(its name is shown and logged). Then these commands run on the deployment host, in order:"
+        )
+        if only:
+            body += (
+                f" Job(s) {', '.join(only)} have no known create command: they are deleted only, and you "
+                "recreate them (web UI or CLI) from the saved file (or press e first to review a create command)."
+            )
+        title = (
+            f"Delete {len(only)} and recreate {len(plans) - len(only)} job(s)?"
+            if only
+            else (f"Delete and recreate {len(plans)} job(s)?")
+        )
         self.app.push_screen(
             ConfirmScreen(
-                f"Delete and recreate {len(plan)} job(s)?",
+                title,
                 body,
                 commands=commands,
-                yes="Delete & recreate",
+                yes="Delete only" if len(only) == len(plans) else "Delete & recreate",
                 danger=True,
             ),
-            confirmed,
+            lambda ok: self._recover_confirmed(plans, ok),
         )
 
+    def _recover_confirmed(self, plans: list[RecoveryPlan], ok: bool | None) -> None:
+        if ok:
+            self.recreate(plans)
+        else:
+            self.status.set("Nothing deleted.", "info")
+
     @work(exclusive=True, group="recover", exit_on_error=False)
-    async def recreate(self, plan: list[tuple[Job, str, str]]) -> None:
+    async def recreate(self, plans: list[RecoveryPlan]) -> None:
         self.busy = True
+        verdict = None
+        recreated: list[str] = []
         try:
             before = await self._list()
             if before is None:
                 return
             since = self.ctx.now_dt()
-            for job, delete, create in plan:
-                for cmd, doing in ((delete, f"delete job {job.id}"), (create, f"recreate job {job.id}")):
-                    self.status.set(f"Running {cmd} …", "busy")
-                    try:
-                        result = await self.ctx.run(cmd)
-                    except RunnerError as e:
-                        self.status.set(runner_problem(e, doing) + " Stopped here.", "error")
-                        return
-                    if result.exit_code != 0:
-                        hint = command_failure_hint(cmd, result.exit_code, result.output)
-                        self.status.set(f"{cmd} exited {result.exit_code}; stopped here. {hint}", "error")
-                        return
-                self.recreated.append(job.id)
-            watch = JobWatch(since, exclude={j.id for j in before})
+            s = self.ctx.settings
+            for plan in plans:
+                record = save_record(plan, s, draft_create(plan.job, s))
+                self.ctx.note(f"saved job {plan.job.id} (every field, recreate command) to {record}")
+                self.status.set(f"Saved {plan.job.id} to {record}; running {plan.delete} …", "busy")
+                result = await recover(self.ctx.run, plan, record)
+                self.ctx.note(result.message)
+                if result.lost:
+                    self.post_message(LostJob(result.message))
+                    self.ctx.remember_lost(result.message)
+                    self.status.set(result.message + " Stopped here.", "error")
+                    return
+                if result.outcome == "delete-failed":
+                    self.status.set(result.message + " Stopped here.", "error")
+                    return
+                if result.outcome == "deleted-only":
+                    self.status.set(result.message, "warn")
+                    continue
+                recreated.append(plan.job.id)
+                self.recreated.append(plan.job.id)
+            if not recreated:
+                self.load(keep_status=True)
+                return
+            watch = JobWatch(since, exclude={j.id for j in before}, statuses=s.statuses)
             while True:
                 jobs = await self._list()
                 if jobs is None:
@@ -195,11 +259,12 @@ class RecoverStep(Step):
                 self.status.set(f"Watching the recreated job(s): {verdict.message}", "busy")
                 if verdict.state in ("confirmed", "failed"):
                     break
-                await asyncio.sleep(self.ctx.settings.poll_interval)
+                await asyncio.sleep(s.poll_interval)
         finally:
             self.busy = False
-        ok = verdict.state == "confirmed"
-        self.status.set(verdict.message, "ok" if ok else "error")
+        ok = verdict is not None and verdict.state == "confirmed"
+        if verdict is not None:
+            self.status.set(verdict.message, "ok" if ok else "error")
         if ok:
             self.mark_done()
         self.load(keep_status=True)  # the list changed; the verdict is what the operator must see

@@ -1,4 +1,6 @@
-"""Step 2: start the relay detached (it outlives the TUI) or attach to one already running.
+"""Step 2: start the relay detached (it outlives the TUI), attach to one already running, or
+attach by key to a relay that runs elsewhere (e.g. npm blind-relay-service): the probe then
+proves it carries a connection.
 
 The key derives from the storage directory; anything that would change the key the
 deployment already uses gets a loud warning first.
@@ -18,7 +20,8 @@ from textual.widgets import Input, Static
 
 from cosmictui.ops import relayproc
 from cosmictui.ops.checks import CheckResult
-from cosmictui.ops.envfile import EnvFileError, decode_text, read_relays
+from cosmictui.ops.envfile import EnvFileError, decode_text, normalize_key, read_relays
+from cosmictui.ops.probe import PROBE_CHECK, PROBE_TIMEOUT, probe_check, probe_from_host, run_probe
 from cosmictui.ops.relayproc import RelayProcError, RelayRuntime
 from cosmictui.ops.runner import RunnerError
 from cosmictui.ops.wizard_steps import RELAY_REACH_PREFIX, relay_reach_checks, sentences
@@ -33,6 +36,7 @@ class RelayStep(Step):
     STEP_BINDINGS = (
         Binding("s", "step('start')", "Start"),
         Binding("a", "step('attach')", "Attach"),
+        Binding("k", "step('attach_key')", "By key", show=False),  # the field says "press k"
         Binding("c", "step('copy_key')", "Copy key"),
     )
 
@@ -40,6 +44,7 @@ class RelayStep(Step):
         super().__init__(ctx)
         self.runtime: RelayRuntime | None = None
         self.reach: list[CheckResult] = []
+        self.key_attached: str | None = None  # attached by key (runs elsewhere), proven by the probe
 
     def compose_step(self) -> ComposeResult:
         yield Static("2. Start the relay", classes="step-title")
@@ -60,6 +65,9 @@ class RelayStep(Step):
         with Horizontal(classes="field-row"):
             yield Static("UDP port", classes="field-label")
             yield Input(str(self.ctx.settings.relay_port), id="relay-port", type="integer", compact=True)
+        with Horizontal(classes="field-row"):
+            yield Static("Or its key", classes="field-label")
+            yield Input("", id="relay-by-key", placeholder="paste a key, Enter", compact=True)
         yield Static("", id="relay-state", markup=False)
         yield Static("", id="relay-key", markup=False)
         yield Vertical(id="relay-checks")
@@ -79,8 +87,14 @@ class RelayStep(Step):
     def on_input_submitted(self, event: Input.Submitted) -> None:
         # Enter leaves the field, so the step's keys (s, a, c, n) work again.
         self.screen.query_one("#next").focus()
+        if event.input.id == "relay-by-key" and event.value.strip():
+            self.action_attach_key()  # Enter on a pasted key attaches by it (k does too)
 
     def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id == "relay-by-key" and self.key_attached is not None:
+            self.key_attached = None
+            self.mark_done(False)
+            self._show()
         # A different storage is a different relay: forget what we attached to.
         if event.input.id == "relay-storage" and self.runtime is not None and self.runtime.storage != self._abs():
             self.runtime = None
@@ -119,6 +133,11 @@ class RelayStep(Step):
         rt = self.runtime
         state = self.query_one("#relay-state", Static)
         key = self.query_one("#relay-key", Static)
+        if rt is None and self.key_attached is not None:
+            state.update("Relay:   attached by key (it runs elsewhere; the probe proved it relays)")
+            key.update(f"Relay key (c copies it):\n{self.key_attached}")
+            key.add_class("-shown")
+            return
         if rt is None:
             state.update("Relay:   not started or attached yet")
             key.update("")
@@ -231,8 +250,55 @@ class RelayStep(Step):
         self.ctx.end_local(entry, 0, f"Server listening on {rt.key} (pid {rt.pid})")
         self._attached(rt, "Started")
 
+    def action_attach_key(self) -> None:
+        if self.busy:
+            return
+        text = self.query_one("#relay-by-key", Input).value.strip()
+        if not text:
+            self.status.set("Paste the relay's key in 'Or its key' first (z32 or hex), then Enter.", "error")
+            return
+        try:
+            key = normalize_key(text)
+        except ValueError as e:
+            self.status.set(f"That is not a relay key: {e}", "error")
+            return
+        self.attach_by_key(key)
+
+    @work(exclusive=True, group="relay", exit_on_error=False)
+    async def attach_by_key(self, key: str) -> None:
+        """A relay this machine does not run (no runtime file, maybe no /stats): the probe is the proof."""
+        self.busy = True
+        self.status.set(f"Probing relay {key[:12]}…: two peers connect through it …", "busy")
+        try:
+            res = await run_probe(key, list(self.ctx.settings.relay_bootstrap) or None, PROBE_TIMEOUT)
+        finally:
+            self.busy = False
+        row = probe_check(res)
+        box = self.query_one("#relay-checks", Vertical)
+        await box.remove_children()
+        await box.mount_all([CheckRow(row)])
+        box.scroll_visible(animate=False)
+        if not res.ok:
+            self.mark_done(False)
+            self.status.set(
+                f"Relay {key[:12]}… did not carry the probe: {res.error}. Fix it, then press k to probe again.",
+                "error",
+            )
+            return
+        self.runtime = None
+        self.reach = [row]
+        self.key_attached = key
+        self.ctx.relay_key = key
+        self.ctx.relay_external = True
+        self._show()
+        self.ctx.save_progress(1)
+        self.mark_done()
+        self.status.set("Attached by key: two peers met through it. Press c to copy the key, n for the .env.", "ok")
+
     def _attached(self, rt: RelayRuntime, verb: str) -> None:
         self.runtime = rt
+        self.key_attached = None
+        self.ctx.relay_external = False
         self.ctx.relay_key = rt.key
         self.ctx.relay_storage = rt.storage
         self._show()
@@ -247,10 +313,20 @@ class RelayStep(Step):
         self.busy = True
         self.status.set(f"{verb} the relay; checking that the deployment host reaches it …", "busy")
         try:
-            runner = await self.ctx.logged_deployment()
-            results = await relay_reach_checks(self.ctx.settings, runner, rt)
-        except RunnerError as e:
-            results = [CheckResult("Deployment host reachable", "fail", runner_problem(e, "connect"), e.fix)]
+            runner = None
+            try:
+                runner = await self.ctx.logged_deployment()
+                results = await relay_reach_checks(self.ctx.settings, runner, rt)
+            except RunnerError as e:
+                results = [CheckResult("Deployment host reachable", "fail", runner_problem(e, "connect"), e.fix)]
+            # the proof that matters to jobs: two peers, punching off, meet through this relay
+            self.status.set(f"{verb} the relay; probing it: two peers connect through it …", "busy")
+            boot = list(self.ctx.settings.relay_bootstrap) or None
+            results.append(probe_check(await run_probe(rt.key, boot, PROBE_TIMEOUT)))
+            if runner is not None and getattr(runner, "host", None):  # and from where the jobs run
+                remote = await probe_from_host(runner, rt.key, boot)
+                if remote is not None:
+                    results.append(remote)
         finally:
             self.busy = False
         self.reach = results
@@ -259,9 +335,13 @@ class RelayStep(Step):
         await box.mount_all([CheckRow(r) for r in results])
         box.scroll_visible(animate=False)  # at 80×24 the checks land below the key: bring them up
         blocking = self._blocking()
+        probe = next((r for r in results if r.name == PROBE_CHECK), None)
         if blocking:
             self.mark_done(False)
             self.status.set(f"{verb} the relay, but: {blocking} Fix it, then press a to re-check.", "error")
+        elif probe is not None and probe.status == "fail":
+            self.mark_done()
+            self.status.set(f"{verb} the relay, but the probe {probe.detail}. Press a to probe again.", "warn")
         else:
             self.mark_done()
             self.status.set(f"{verb} the relay. Press c to copy the key, n to put it in the .env.", "ok")
@@ -284,13 +364,16 @@ class RelayStep(Step):
             )
 
     def action_copy_key(self) -> None:
-        if self.runtime is None:
+        key = self.runtime.key if self.runtime is not None else self.key_attached
+        if key is None:
             self.status.set("No key yet: start (s) or attach (a) the relay first.", "error")
             return
-        self.app.copy_to_clipboard(self.runtime.key)
-        self.notify(self.runtime.key, title="Relay key copied to the clipboard")
+        self.app.copy_to_clipboard(key)
+        self.notify(key, title="Relay key copied to the clipboard")
 
     def validate_step(self) -> str | None:
+        if self.runtime is None and self.key_attached is not None and self.key_attached == self.ctx.relay_key:
+            return None  # attached by key: the probe through it passed
         if self.runtime is None:
             return "No relay yet: press s to start it or a to attach to a running one."
         if not relayproc.pid_alive(self.runtime.pid):

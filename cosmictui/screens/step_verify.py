@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from rich.markup import escape
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -11,9 +12,11 @@ from textual.timer import Timer
 from textual.widgets import DataTable, Static
 from textual.worker import Worker
 
-from cosmictui.ops.jobs import Job, JobsFormatError, JobView, parse_jobs, view_jobs
+from cosmictui.ops.evidence import RelayEvidence, name_case, relay_evidence
+from cosmictui.ops.joblist import list_jobs
+from cosmictui.ops.jobs import Job, JobView, shown_status
 from cosmictui.ops.runner import RunnerError
-from cosmictui.ops.wizard_steps import JobWatch, command_failure_hint, format_age, job_command
+from cosmictui.ops.wizard_steps import JobWatch, WatchVerdict, command_failure_hint, format_age
 from cosmictui.screens.confirm import ConfirmScreen
 from cosmictui.screens.step import Step, runner_problem
 
@@ -44,7 +47,7 @@ class JobsTable(DataTable[str]):
                 note = ""
             if v.stuck:
                 note = (note + " · " if note else "") + ("stale" if "no status update" in v.stuck else "stuck")
-            self.add_row(v.job.id, v.job.status, format_age(v.age), note, key=v.job.id)
+            self.add_row(escape(v.job.id), escape(shown_status(v.job.status)), format_age(v.age), note, key=v.job.id)
         if views:
             self.move_cursor(row=min(keep, len(views) - 1))
 
@@ -59,7 +62,7 @@ class VerifyStep(Step):
     TITLE = "Verify"
     STEP_BINDINGS = (
         Binding("r", "step('refresh')", "Refresh"),
-        Binding("j", "step('create_job')", "Create job"),
+        Binding("j", "step('create_job')", "Test job"),
     )
 
     def __init__(self, ctx) -> None:  # type: ignore[no-untyped-def]
@@ -69,26 +72,40 @@ class VerifyStep(Step):
         self.polls = 0
         self._poll_worker: Worker[None] | None = None
         self.active = False
+        self.verdict: WatchVerdict | None = None
+        self.evidence: RelayEvidence | None = None
 
     def compose_step(self) -> ComposeResult:
         yield Static("5. Verify with a new job", classes="step-title")
         yield Static("", id="verify-intro", classes="step-intro")
         yield JobsTable(id="verify-jobs")
+        yield Static("", id="verify-evidence", markup=False)
         yield Static("", id="verify-raw", markup=False)
 
     def _restart_dt(self) -> datetime | None:
         r = self.ctx.restarted_at
         return datetime.fromtimestamp(r, UTC) if r else None
 
+    def has_action(self, name: str) -> bool:
+        if name == "create_job":
+            return bool(self.ctx.settings.test_job_command.strip())
+        return super().has_action(name)
+
     def on_enter(self) -> None:
         r = self._restart_dt()
         when = r.astimezone().strftime("%H:%M:%S") if r else "(not recorded: run step 4)"
+        how = (
+            "j creates the small test job from [commands] test_job"
+            if self.ctx.settings.test_job_command.strip()
+            else "as you always do: web UI or CLI; the wizard watches for it"
+        )
         self.query_one("#verify-intro", Static).update(
             f"Worker restarted at [b]{when}[/b]; older jobs never get the key. [b]Create a new job now[/b] "
-            f"(as usual, or j runs the create command). Refreshes every {self.ctx.settings.poll_interval:g} s."
+            f"({escape(how)}). Refreshes every {self.ctx.settings.poll_interval:g} s."
         )
         if self.job_watch is None or self.job_watch.since != r:
-            self.job_watch = JobWatch(r)  # first visit, or the worker was restarted again since
+            # first visit, or the worker was restarted again since
+            self.job_watch = JobWatch(r, statuses=self.ctx.settings.statuses)
             if self.done:
                 self.mark_done(False)
         problem = self.ctx.relay_problem()
@@ -121,47 +138,59 @@ class VerifyStep(Step):
     @work(group="verify-poll", exit_on_error=False)
     async def _poll_once(self) -> None:
         raw = self.query_one("#verify-raw", Static)
-        try:
-            result = await self.ctx.run(self.ctx.settings.list_command)
-        except RunnerError as e:
-            self._stop_polling()
-            self.status.set(runner_problem(e, "list the jobs") + " Press r to retry.", "error")
-            return
-        if result.exit_code != 0:
-            self._stop_polling()
-            hint = command_failure_hint(result.cmd, result.exit_code, result.output)
-            self.status.set(f"{result.cmd} exited {result.exit_code}. {hint} Press r to retry.", "error")
-            return
         now = self.ctx.now_dt()
-        try:
-            jobs = parse_jobs(result.output, now)
-        except JobsFormatError as e:
+        listing = await list_jobs(self.ctx.run, self.ctx.settings, now, self._restart_dt())
+        if not listing.ok:
             self._stop_polling()
-            raw.update("Raw output:\n" + e.raw)
-            raw.add_class("-shown")
-            self.status.set(
-                f"Cannot read the jobs list ({e.reason}). If your CLI has a JSON option, set "
-                "[commands] list in the config to use it. Press r to retry.",
-                "error",
-            )
+            if listing.raw is not None and listing.exit_code == 0:
+                raw.update("Raw output:\n" + listing.raw)
+                raw.add_class("-shown")
+            if listing.runner_error is not None:
+                self.ctx.drop_connection(listing.runner_error)
+            self._withdraw_if_done()
+            self.status.set(f"{listing.error} Press r to retry.", "error")
             return
         raw.remove_class("-shown")
         self.polls += 1
         assert self.job_watch is not None
-        verdict = self.job_watch.observe(jobs)
-        s = self.ctx.settings
-        views = view_jobs(jobs, now, self._restart_dt(), s.stuck_after, s.stale_after)
-        new_ids = {j.id for j in jobs if self.job_watch.is_new(j)}
-        self.query_one(JobsTable).show(views, new_ids)
-        kind = {"confirmed": "ok", "failed": "error", "left": "busy", "creating": "busy", "waiting": "info"}
+        verdict = self.job_watch.observe(listing.jobs)
+        self.verdict = verdict
+        new_ids = {j.id for j in listing.jobs if self.job_watch.is_new(j)}
+        self.query_one(JobsTable).show(listing.views, new_ids)
+        self.evidence = await relay_evidence(
+            self.ctx.relay_metrics_url(), self.ctx.progress.data.get("relay_at_restart"), self._restart_dt()
+        )
+        left = verdict.state == "confirmed"
+        _, case = name_case(left, self.evidence, new_job=bool(new_ids))
+        self.query_one("#verify-evidence", Static).update(f"{self.evidence.line()}\n{case}")
+        kind = {
+            "confirmed": "ok",
+            "failed": "error",
+            "left": "busy",
+            "creating": "busy",
+            "waiting": "info",
+            "unknown": "warn",
+            "withdrawn": "warn",
+        }
         self.status.set(verdict.message, kind[verdict.state])
-        if verdict.state == "confirmed" and not self.done:
+        if left and not self.done:
             self.mark_done()
             self.ctx.save_progress(4)
             self.notify(verdict.message, title="The relay works")
+        elif not left:
+            self._withdraw_if_done(verdict.message)
         if self.timer is None and self.active:
             # A successful retry (r) after an error resumes the polling.
             self.timer = self.set_interval(self.ctx.settings.poll_interval, self.poll)
+
+    def _withdraw_if_done(self, why: str = "") -> None:
+        """A verdict is only as good as the last list: take the tick back when it no longer holds."""
+        if not self.done:
+            return
+        self.mark_done(False)
+        self.ctx.uncomplete("verify")
+        if why:
+            self.notify(why, title="Verdict withdrawn", severity="warning")
 
     def _stop_polling(self) -> None:
         if self.timer is not None:
@@ -169,36 +198,46 @@ class VerifyStep(Step):
             self.timer = None
 
     def action_create_job(self) -> None:
-        template = self.ctx.settings.create_command
-        job = self.query_one(JobsTable).highlighted_job()
-        try:
-            cmd = job_command(template, job) if job is not None else template.replace("{fields}", "").strip()
-        except KeyError as e:
-            self.status.set(str(e.args[0]), "error")
+        cmd = self.ctx.settings.test_job_command.strip()
+        if not cmd:
+            self.status.set(
+                "No test job is configured ([commands] test_job): create a small job yourself; the wizard "
+                "watches for it.",
+                "info",
+            )
             return
-        body = "Run on the deployment host" + (f" (fields copied from job {job.id}):" if job is not None else ":")
+        self.app.push_screen(
+            ConfirmScreen(
+                "Create a test job", "Run on the deployment host ([commands] test_job):", commands=[cmd], yes="Create"
+            ),
+            lambda ok: self._create_confirmed(cmd, ok),
+        )
 
-        def confirmed(ok: bool | None) -> None:
-            if ok:
-                self.create_job(cmd)
-
-        self.app.push_screen(ConfirmScreen("Create a job", body, commands=[cmd], yes="Create"), confirmed)
+    def _create_confirmed(self, cmd: str, ok: bool | None) -> None:
+        if ok:
+            self.create_job(cmd)
 
     @work(exclusive=True, group="verify-create", exit_on_error=False)
     async def create_job(self, cmd: str) -> None:
         try:
             result = await self.ctx.run(cmd)
         except RunnerError as e:
+            self.ctx.drop_connection(e)
             self.status.set(runner_problem(e, "create a job"), "error")
             return
         if result.exit_code != 0:
             hint = command_failure_hint(cmd, result.exit_code, result.output)
             self.status.set(f"{cmd} exited {result.exit_code}. {hint}", "error")
             return
-        self.status.set("Job created; watching for it to leave Creating …", "busy")
+        self.status.set("Test job created; watching for it to leave Creating …", "busy")
         self.poll()
 
     def validate_step(self) -> str | None:
         if not self.done:
-            return "No new job has left Creating yet: create a job (j) and wait for it to leave Creating."
+            how = (
+                "press j for a test job, or create one yourself"
+                if self.has_action("create_job")
+                else ("create one (web UI or CLI)")
+            )
+            return f"No new job has left Creating yet: {how} and wait for it to leave Creating."
         return None

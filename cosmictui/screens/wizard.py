@@ -9,13 +9,17 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from textual import on
+from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Button, ContentSwitcher, Footer, Header, Static
 
+from cosmictui.ops import relayproc
+from cosmictui.ops.progress import CommandJournal
+from cosmictui.ops.wizard_steps import keep_running_commands
+from cosmictui.screens.confirm import ConfirmScreen
 from cosmictui.screens.context import WizardContext
 from cosmictui.screens.step import Step
 from cosmictui.screens.step_apply import ApplyStep
@@ -24,6 +28,7 @@ from cosmictui.screens.step_prereqs import PrereqsStep
 from cosmictui.screens.step_recover import RecoverStep
 from cosmictui.screens.step_relay import RelayStep
 from cosmictui.screens.step_verify import VerifyStep
+from cosmictui.widgets.banner import Banner, LostJob
 from cosmictui.widgets.command_log import CommandLog
 from cosmictui.widgets.step_list import StepList, StepState
 
@@ -49,8 +54,9 @@ class WizardScreen(Screen[None]):
         *_step_bindings(),
         # What must fit at 80 columns comes first; the log keys are also on the log's border.
         Binding("m", "monitor", "Monitor"),
-        Binding("q", "app.quit", "Quit"),
+        Binding("q", "quit", "Quit"),
         Binding("l", "toggle_log", "Log"),
+        Binding("x", "dismiss_banner", "Dismiss"),
         Binding("y", "copy_log", "Copy log", show=False),
         Binding("pagedown", "scroll_step('down')", "Scroll", show=False),
         Binding("pageup", "scroll_step('up')", "Scroll", show=False),
@@ -65,6 +71,7 @@ class WizardScreen(Screen[None]):
         self.steps: list[Step] = [cls(ctx) for cls in STEP_CLASSES]
         self.index = 0
         self.reached = 0
+        self._journal: CommandJournal | None = None
         self.relay_down: str | None = None
         """Why the relay of step 2 no longer serves jobs (checked on resume and past step 2)."""
 
@@ -75,6 +82,7 @@ class WizardScreen(Screen[None]):
         with Horizontal(id="body"):
             yield StepList([s.TITLE for s in self.steps], id="step-list")
             with Vertical(id="main"):
+                yield Banner(id="banner")
                 with ContentSwitcher(id="content", initial=self.steps[0].id):
                     yield from self.steps
                 with Horizontal(id="nav"):
@@ -87,7 +95,15 @@ class WizardScreen(Screen[None]):
     async def on_mount(self) -> None:
         self.title = "cosmictui · relay setup"
         self.sub_title = self.ctx.describe_deployment()
-        self.ctx.attach_log(self.query_one(CommandLog), self._on_command)
+        self.query_one(Footer).compact = self.app.size.width < 80
+        log = self.query_one(CommandLog)
+        log.journal = self._journal = self.ctx.journal()
+        self.ctx.attach_log(log, self._on_command, lambda text: self.notify(text, title="Deployment host"))
+        if log.journal is not None:
+            log.note(f"this log is also written to {log.journal.path}")
+        banner = self.query_one(Banner)
+        for text in self.ctx.lost_jobs():  # a lost job stays on screen until dismissed, across runs
+            banner.add(text)
         resume = min(self.ctx.progress_step(), len(self.steps) - 1)
         self.reached = resume
         await self._show(resume)
@@ -95,6 +111,16 @@ class WizardScreen(Screen[None]):
             self.notify(f"Resumed at step {resume + 1}: {self.steps[resume].TITLE}", title="Progress restored")
         if self.relay_down:
             self.notify(self.relay_down, title="Step 2 needs attention", severity="error", timeout=15)
+
+    def on_resize(self, event: events.Resize) -> None:
+        # Below 80 columns the footer drops its padding, so no key falls off the right edge.
+        footer = self.query_one(Footer)
+        if footer.compact != (event.size.width < 80):
+            footer.compact = event.size.width < 80
+
+    def on_unmount(self) -> None:
+        if self._journal is not None:
+            self._journal.close()
 
     # -- navigation -----------------------------------------------------------------------------
 
@@ -156,6 +182,18 @@ class WizardScreen(Screen[None]):
             self.relay_down = self.ctx.relay_problem()  # started again in step 2
         self._refresh_nav()
 
+    @on(Step.LaterInvalid)
+    def _later_invalid(self, event: Step.LaterInvalid) -> None:
+        """Ticks of the steps after `event.step` are taken back (screen and progress file)."""
+        at = self.steps.index(event.step)
+        later = self.steps[at + 1 :]
+        if any(s.done or self.ctx.progress.is_done(s.STEP_ID) for s in later):
+            for s in later:
+                s.done = False
+            self.ctx.uncomplete(*(s.STEP_ID for s in later))
+            self.notify(f"{event.why}: steps {at + 2}–{len(self.steps)} need doing again.", title="Progress reset")
+        self._refresh_nav()
+
     @on(Button.Pressed, "#next")
     async def _next_pressed(self) -> None:
         await self.action_next()
@@ -199,8 +237,33 @@ class WizardScreen(Screen[None]):
         self.ctx.save_progress(self.index + 1)
         if self.index == len(self.steps) - 1:
             self.notify("All steps done. The relay is set up.", title="Finished")
+            self._finish()
             return
         await self._show(self.index + 1)
+
+    def _finish(self) -> None:
+        """The relay the wizard started does not survive a reboot: say how to make it."""
+        ctx = self.ctx
+        rt = relayproc.attach(ctx.relay_storage) if ctx.relay_storage else None
+        port = rt.port if rt is not None else ctx.settings.relay_port
+        stop = "the wizard starts the relay detached: it runs until this host reboots"
+        if ctx.demo is not None:
+            stop = "the demo's relay stops with the wizard; on a real relay host"
+        body = (
+            f"Done. Keep the relay running after a reboot ({stop}): stop this relay, then let systemd run it "
+            "with the same storage (same key) — as root:"
+        )
+        self.app.push_screen(
+            ConfirmScreen(
+                "Finished: the relay is set up",
+                body,
+                commands=([f"kill {rt.pid}"] if rt is not None and ctx.demo is None else [])
+                + keep_running_commands(ctx.settings, ctx.relay_storage, port),
+                yes="Quit",
+                no="Stay",
+            ),
+            lambda ok: self.app.exit() if ok else None,
+        )
 
     async def action_back(self) -> None:
         if self.step.busy or self.index == 0:
@@ -212,6 +275,44 @@ class WizardScreen(Screen[None]):
             self.step.status.set("Cancelled; nothing further was run.", "warn")
             self.step.cancel_work()
             self._refresh_nav()
+
+    def running_command(self) -> str | None:
+        """What a step is running right now (a command in flight), None when nothing is."""
+        for s in self.steps:
+            if s.busy:
+                entries = self.query_one(CommandLog).entries
+                running = [e.cmd for e in entries if e.running]
+                return running[-1] if running else f"step {self.steps.index(s) + 1} ({s.TITLE})"
+        return None
+
+    def action_quit(self) -> None:
+        """Quitting while a command runs would kill it halfway (a restart, a delete): ask first."""
+        running = self.running_command()
+        if running is None:
+            self.app.exit()
+            return
+        self.app.push_screen(
+            ConfirmScreen(
+                "Quit while a command runs?",
+                "This is still running on the deployment host. Quitting now stops it halfway; its step stays "
+                "not done and runs again next time.",
+                commands=[running],
+                yes="Quit anyway",
+                no="Keep running",
+                danger=True,
+            ),
+            lambda ok: self.app.exit() if ok else None,
+        )
+
+    @on(LostJob)
+    def _lost_job(self, event: LostJob) -> None:
+        self.query_one(Banner).add(event.text)
+        self.refresh_bindings()
+
+    def action_dismiss_banner(self) -> None:
+        if self.query_one(Banner).clear_all():
+            self.ctx.dismiss_lost()
+        self.refresh_bindings()
 
     def action_toggle_log(self) -> None:
         log = self.query_one(CommandLog)
@@ -247,6 +348,8 @@ class WizardScreen(Screen[None]):
             return self.step.busy
         if action == "next":
             return not self.step.busy
+        if action == "dismiss_banner":
+            return bool(self.query_one(Banner).messages)
         return True
 
     def _on_command(self, cmd: str) -> None:

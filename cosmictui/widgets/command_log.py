@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 
 from textual.app import ComposeResult
 from textual.containers import Vertical
-from textual.widgets import Log
+
+from cosmictui.ops.progress import CommandJournal
+from cosmictui.widgets.output_log import OutputLog
 
 
 @dataclass
@@ -37,15 +39,17 @@ class CommandLog(Vertical):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.entries: list[CommandEntry] = []
+        #: The same log on disk (beside the progress file), when the wizard gives one.
+        self.journal: CommandJournal | None = None
         self.border_title = "Command log"
         self.border_subtitle = "y copy · l hide"
 
     def compose(self) -> ComposeResult:
-        yield Log(max_lines=5000, auto_scroll=True, id="command-log-text")
+        yield OutputLog(max_lines=5000, id="command-log-text")
 
     @property
-    def _log(self) -> Log:
-        return self.query_one("#command-log-text", Log)
+    def _log(self) -> OutputLog:
+        return self.query_one("#command-log-text", OutputLog)
 
     def begin(self, cmd: str, where: str) -> CommandEntry:
         """Record that `cmd` started on `where` (a host or "local")."""
@@ -65,13 +69,18 @@ class CommandLog(Vertical):
         entry.exit_code = exit_code
         mark = "ok" if exit_code == 0 else (f"expected: {expected}" if expected else "FAILED")
         self._log.write_line(f"  └ exit {exit_code} ({mark})")
+        if self.journal is not None:
+            self.journal.command(entry.cmd, entry.where, entry.output, exit_code, mark, entry.started)
 
     def note(self, text: str) -> None:
         """A line that is not a command (file written, backup made) so the transcript is complete."""
         self._log.write_line(f"# {text}")
+        if self.journal is not None:
+            self.journal.note(text)
 
     def transcript(self, *, commands_only: bool = False) -> str:
         """The log as text: every command, with or without its output."""
         if commands_only:
             return "\n".join(e.cmd for e in self.entries) + ("\n" if self.entries else "")
-        return "\n".join(self._log.lines) + ("\n" if self._log.lines else "")
+        lines = self._log.plain_lines
+        return "\n".join(lines) + ("\n" if lines else "")

@@ -18,6 +18,7 @@ from cosmictui.ops.metrics import (
     STATE_BADGE,
     RelayState,
     RelayWatch,
+    by_cause,
     human_bytes,
     human_duration,
 )
@@ -28,7 +29,10 @@ STATE_STYLE = {
     RelayState.NOT_RUNNING: "bold $warning",
     RelayState.CONNECTING: "bold $secondary",
     RelayState.METRICS_OFF: "bold $success",
+    RelayState.BAD_DATA: "bold reverse $error",
 }
+
+NOT_JOINED = "not joined to the DHT yet — retrying"
 
 
 def short_key(key: str | None, width: int = 52) -> str:
@@ -71,6 +75,11 @@ class _Rows:
         line.append_text(value if isinstance(value, Text) else Text(value))
         self.lines.append(line)
 
+    def add_wrapped(self, label: str, value: str, width: int, lines: int = 2, style: str = "") -> None:
+        """A value over up to `lines` rows instead of cut off at the pane's edge."""
+        for i, part in enumerate(textwrap.wrap(value, width, max_lines=lines, placeholder=" …") or [value]):
+            self.add_row(label if i == 0 else "", Text(part, style=style))
+
     def to_text(self) -> Text:
         return Text("\n", no_wrap=True, overflow="ellipsis").join(self.lines)
 
@@ -107,10 +116,11 @@ class RelayFacts(Static):
         suffix = f" since {since}"
         t.add_row("relay", Text.assemble(badge, suffix) if len(badge) + len(suffix) <= width else badge)
         if w.error and w.state is not RelayState.UP:
-            # the reason is what the operator needs here: wrapped, never cut off
-            for i, part in enumerate(textwrap.wrap(w.error, width, max_lines=3, placeholder=" …") or [w.error]):
-                first = "note" if w.state is RelayState.METRICS_OFF else "why"
-                t.add_row(first if i == 0 else "", Text(part, style=self._style("$text-warning")))
+            # the reason and the next step are what the operator needs here: wrapped, not cut off
+            first = "note" if w.state is RelayState.METRICS_OFF else "why"
+            for label, words, lines in ((first, w.error, 4), ("next", w.fix, 4)):
+                for i, part in enumerate(textwrap.wrap(words or "", width, max_lines=lines, placeholder=" …")):
+                    t.add_row(label if i == 0 else "", Text(part, style=self._style("$text-warning")))
             if w.last is not None:
                 seen = time.strftime("%H:%M:%S", time.localtime(w.last.wall))
                 t.add_row("last seen", f"{seen} ({human_duration(now - w.last.wall)} ago)")
@@ -146,6 +156,12 @@ class RelayFacts(Static):
         t.add_row(
             "relayed", f"{human_bytes(r['relayed_bytes'], True)}  drop {_rate(r['dropped_packets'])}" if r else "–"
         )
+        if s is not None and isinstance(s.stats, dict):
+            # new in the relay's /stats: shown only when the relay sends them, wrapped (causes
+            # are words like unknown_stream, and the pane is narrow at 80 columns)
+            for block in ("dropped", "shed"):
+                if block in s.stats:
+                    t.add_wrapped(block, by_cause(s.stats[block]).replace(" · ", ", "), width)
         if roomy:
             t.add_row("", "")
         g = s.get if s else (lambda name, default=None: None)
@@ -166,7 +182,11 @@ class RelayFacts(Static):
             t.add_row("", "")
         dht = s.stat("dht") if s else None
         if isinstance(dht, dict):
-            t.add_row("dht", "bootstrapped ✓" if dht.get("bootstrapped") else "NOT bootstrapped ✗")
+            joined = dht.get("bootstrapped")
+            if joined is False:  # the relay says so itself: it keeps trying, nothing to do yet
+                t.add_wrapped("dht", NOT_JOINED, width, style=self._style("$text-warning"))
+            else:
+                t.add_row("dht", "bootstrapped ✓" if joined else "NOT bootstrapped ✗")
             t.add_row("firewall", "firewalled ✗ (unreachable)" if dht.get("firewalled") else "open ✓ (reachable)")
             host, port = dht.get("public_host"), dht.get("public_port")
             t.add_row("public", f"{host}:{port}" if host else "unknown (not seen yet)")

@@ -22,6 +22,7 @@ TABLE_BADGE = {
     RelayState.NOT_RUNNING: "■ STOPPED",
     RelayState.CONNECTING: "… wait",
     RelayState.METRICS_OFF: "▲ RUNNING",
+    RelayState.BAD_DATA: "✖ BAD",
 }
 
 

@@ -37,6 +37,8 @@ log = logging.getLogger("relay.dht")
 PINGS_PER_ROUND = 100
 PING_INTERVAL = 3.0
 MIN_ACTIVE = 3
+RETRY_MIN = 3.0  # a round that reached no node is retried after 3 s, doubling to 60 s
+RETRY_MAX = 60.0
 
 
 class SigningKeyPair(Protocol):
@@ -92,8 +94,9 @@ class AnnounceState:
 
     @staticmethod
     def pick(closest_replies: list[Reply]) -> list[Reply]:
-        """The 3 XOR-closest responders that proved their id and gave a token."""
-        return [r for r in closest_replies[:3] if r.token is not None and r.peer.id is not None]
+        """The 3 XOR-closest responders that proved their id and gave a token (hyperdht takes
+        the 3 closest and fails on those without: then id-only repliers could take the slots)."""
+        return [r for r in closest_replies if r.token is not None and r.peer.id is not None][:3]
 
     def announce_value(self, node_id: bytes, token: bytes) -> bytes:
         return sign_announce(self.key_pair, self.target, node_id, token).encode()
@@ -156,10 +159,13 @@ class Announcer:
         return self.state.is_relay(addr)
 
     async def start(self) -> None:
-        """First round, awaited (listen() returns once we are findable), then the loop."""
-        await self._run_update()
+        """First round, awaited (listen() returns once we are findable), then the loop. A
+        node that has not joined the DHT yet does not wait: the loop announces once it can."""
+        joined = self.node.bootstrapped
+        if joined:
+            await self._run_update()
         if not self.stopped:
-            self._task = asyncio.ensure_future(self._background())
+            self._task = asyncio.ensure_future(self._background(first_round=not joined))
 
     def refresh(self) -> None:
         self._refreshing = True
@@ -182,10 +188,23 @@ class Announcer:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._wake.wait(), seconds)
 
-    async def _background(self) -> None:
+    async def _background(self, first_round: bool = False) -> None:
+        retry = RETRY_MIN
+        update = first_round
         while not self.stopped and not self.node.destroyed:
             try:
-                self._refreshing = False
+                if update:
+                    self._refreshing = False
+                    await self._run_update()
+                update = True
+                if not self.announced_to and not self.stopped:
+                    # nobody holds our announce (no DHT yet, or an outage): hyperdht would ping
+                    # nobody for ~5 min; try again soon, at once when the node (re)joins
+                    if not self._refreshing:
+                        await self._sleep(retry)
+                    retry = min(2 * retry, RETRY_MAX)
+                    continue
+                retry = RETRY_MIN
                 for _ in range(PINGS_PER_ROUND):
                     if self.stopped or self._refreshing:
                         break
@@ -198,8 +217,6 @@ class Announcer:
                         return
                     if not self._refreshing:
                         await self._sleep(PING_INTERVAL)
-                if not self.stopped:
-                    await self._run_update()
             except asyncio.CancelledError:
                 raise
             except Exception:

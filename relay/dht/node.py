@@ -1,9 +1,12 @@
-"""The asyncio runtime of a dht-rpc node (`dht-rpc/index.js`).
+"""The asyncio runtime of a dht-rpc node: sockets, the one clock, and awaited requests.
 
-It owns the sockets and the clock, feeds the sans-IO `RPC` core, runs iterative `Query`
-walks, keeps the routing table alive (ping, refresh, evict), learns the public address
-from reply `to` fields, and checks reachability with PING_NAT. It stays *ephemeral*: it
-never sends its id, so other nodes do not route storage traffic to it (dht.md C3.5).
+Every decision lives in the sans-IO `DHTCore` (`relay/dht/core.py`): routing-table upkeep,
+the tick, reachability, our own address, the command handlers, handshake routing. This
+module feeds it datagrams, timer expiries and ticks with `loop.time()`, sends what it
+returns, resolves the futures of awaited requests, and runs what the core asks for that is
+a sequence of round trips (walks, the bootstrap join, the PING_NAT reachability check). It
+stays *ephemeral* by default: it never sends its id, so other nodes do not route storage
+traffic to it (dht.md C3.5).
 """
 
 from __future__ import annotations
@@ -12,61 +15,42 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
-import os
 import socket as socketlib
-import struct
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, Unpack, cast
 
 import psutil
 
-from .messages import (
-    BOOTSTRAP_NODES,
-    Address,
-    Command,
-    DHTError,
-    ErrorCode,
-    Handshake,
-    Holepunch,
-    Internal,
-    Mode,
-    PeerRecord,
-    encode_address,
-    hash32,
-    node_id,
+from .address import OwnAddress
+from .core import (
+    MORE_STABLE_TICKS,
+    TICK_INTERVAL,
+    DHTCore,
+    NetworkCheckDue,
+    PeerHandshakeReceived,
+    PeerHolepunchReceived,
+    RefreshDue,
+    RejoinDue,
+    ReplyReceived,
+    RequestGaveUp,
+    RequestRetried,
+    RequestUnhandled,
+    ServersRefreshDue,
+    Walk,
+    WalkFinished,
+    WalkReplied,
+    filter_node,
 )
-from .persistent import Forward, Persistent
+from .messages import BOOTSTRAP_NODES, Address, Command, DHTError, Internal, hash32, node_id
+from .persistent import Persistent
 from .query import Candidate, Query
-from .router import Relay, Respond, Route, route_handshake, route_holepunch
-from .rpc import (
-    CLIENT,
-    RPC,
-    SERVER,
-    IncomingRequest,
-    PendingRequest,
-    Reply,
-    RequestFailed,
-    RequestOptions,
-    RequestReceived,
-    RequestRetrying,
-    ResponseReceived,
-    SendOptions,
-)
+from .router import Route
+from .rpc import CLIENT, RPC, SERVER, IncomingRequest, PendingRequest, Reply, RequestOptions, SendOptions
 from .table import NatSampler, Node, RoutingTable
 from .transport import UDPEndpoint
 
 log = logging.getLogger("relay.dht")
-
-TICK_INTERVAL = 5.0
-SLEEPING_INTERVAL = 3 * TICK_INTERVAL
-REFRESH_TICKS = 60
-STABLE_TICKS = 240  # ~20 min: re-check reachability if still firewalled and the NAT host changed
-MORE_STABLE_TICKS = 3 * STABLE_TICKS
-RECENT_NODE = 12
-OLD_NODE = 360
-MAX_PING_DELAY = 10.0
-DOWN_HINTS_PER_TICK = 50
 
 
 class DatagramSocket(Protocol):
@@ -102,16 +86,6 @@ def is_ipv4(host: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-def filter_node(addr: Address) -> bool:
-    """hyperdht skips a few known-bad public addresses (`hyperdht/index.js` filterNode)."""
-    host, port = addr
-    if port == 49738 and host in ("134.209.28.98", "167.99.142.185"):
-        return False
-    if port == 9400 and host == "35.233.47.252":
-        return False
-    return host != "150.136.142.116"
 
 
 def spawn(tasks: set[asyncio.Task[Any]], coro: Any, what: str, level: int) -> None:
@@ -171,98 +145,15 @@ class _Callback:
             self.failed(error)
 
 
-class _Visit:
-    """Context of one query request."""
-
-    __slots__ = ("addr", "run", "slow")
-
-    def __init__(self, run: _QueryRun, addr: Address) -> None:
-        self.run = run
-        self.addr = addr
-        self.slow = False
-
-    def on_reply(self, reply: Reply) -> None:
-        self.run.query.on_reply(self.addr, reply, self.slow)
-        if reply.error == 0 and self.run.on_data is not None:
-            self.run.on_data(reply)
-        self.run.pump()
-
-    def on_retrying(self) -> None:
-        if not self.slow:
-            self.slow = True
-            self.run.query.on_retrying()
-            self.run.pump()
-
-    def on_failed(self, error: DHTError) -> None:
-        self.run.query.on_failed(self.addr, error.code == "REQUEST_TIMEOUT", self.slow)
-        self.run.pump()
-
-
-class _QueryRun:
-    def __init__(
-        self,
-        node: DHTNode,
-        query: Query,
-        command: int,
-        internal: bool,
-        value: bytes | None,
-        retries: int,
-        on_data: Callable[[Reply], None] | None,
-        background: bool,
-    ) -> None:
-        self.node = node
-        self.query = query
-        self.command = command
-        self.internal = internal
-        self.value = value
-        self.retries = retries
-        self.on_data = on_data
-        self.background = background
-        self.done: asyncio.Future[Query] = asyncio.get_running_loop().create_future()
-        self.pending: list[PendingRequest] = []
-
-    def pump(self) -> None:
-        q = self.query
-        if self.done.done():
-            return
-        if self.background:
-            q.concurrency = self.node.concurrency if len(self.node.rpc.inflight) < 3 else 2
-        for cand in q.next_visits():
-            try:
-                p = self.node._send(
-                    cand.address,
-                    self.command,
-                    internal=self.internal,
-                    target=q.target,
-                    value=self.value,
-                    retries=self.retries,
-                    to_id=cand.id,
-                    context=_Visit(self, cand.address),
-                )
-                self.pending.append(p)
-            except DHTError as e:
-                q.on_failed(cand.address, False)
-                log.debug("query request to %s failed: %s", cand.address, e)
-        for hint in q.take_down_hints():
-            self.node._down_hint(hint.to, hint.down)
-        if q.finished:
-            self.done.set_result(q)
-
-    def cancel(self) -> None:
-        for p in self.pending:
-            self.node.rpc.cancel(p)
-        if not self.done.done():
-            self.query.finished = True
-            self.done.set_result(self.query)
-
-
 class DHTNode:
     """A dht-rpc node on one server socket (shareable with UDX) plus a client socket.
 
     `socket`: an already bound server socket (e.g. a `relay.udx.UDXSocket`); when None the
     node binds a UDP endpoint on host:port itself. `firewalled=None` detects reachability
     with PING_NAT; False claims the port is publicly reachable (like Node's
-    `firewalled: false`), True never claims it.
+    `firewalled: false`), True never claims it. `ephemeral`: True never stores for others
+    (the default: a relay owes the DHT nothing), False becomes persistent at bootstrap,
+    None adapts after ~20 stable minutes as Node does.
     """
 
     def __init__(
@@ -281,68 +172,73 @@ class DHTNode:
         self.bootstrap_nodes = [parse_node(b) for b in (BOOTSTRAP_NODES if bootstrap is None else bootstrap)]
         self.host = host
         self.port = port
-        self.table = RoutingTable(os.urandom(32))
-        self.rpc = RPC(self.table, firewalled=firewalled is not False)
-        self.nat = NatSampler()
+        self.core = DHTCore(
+            firewalled=firewalled is not False,
+            detect_firewall=firewalled is None,
+            ephemeral=ephemeral,
+        )
         self.concurrency = concurrency
         self.server_socket = socket
         self.client_socket = client_socket
         self.udx = udx  # relay.udx.UDX: when set, sockets we bind are UDXSockets sharing its streams
         self._owned: list[Any] = []
-        self._detect_firewall = firewalled is None
-        # True: never store for others (default: a relay owes the DHT nothing, dht.md C3.5);
-        # False: become persistent at bootstrap; None: adaptive, after ~20 stable minutes as Node
-        self._force_persistent = ephemeral is False
-        self._adaptive = ephemeral is None
-        self.persistent: Persistent | None = None
-        self.bootstrapped = False
+        self._warned_alone = False
         self.destroyed = False
         self.last_announce: float | None = None
         self.internal_errors = 0  # bugs caught at the datagram boundary (tests assert 0)
-        self.stats_relayed = 0  # handshake messages we routed for others (either direction)
         self.on_request: Callable[[IncomingRequest], bool] | None = None
         # target -> server (HyperDHTServer): PEER_HANDSHAKE / PEER_HOLEPUNCH for our keys
         self.servers: dict[bytes, Any] = {}
         self._extra_sockets: dict[str, tuple[Any, Callable[[bytes, Address], None] | None]] = {}
-        self._interfaces: frozenset[str] | None = None
         self.on_datagram: Callable[[str, bytes, Address], None] | None = None
-        self._nodes: dict[bytes, Node] = {}  # insertion order = least recently seen first
-        self._tick = 100 - int.from_bytes(os.urandom(1), "little") % 50
-        self._refresh_ticks = REFRESH_TICKS
-        self._stable_ticks = STABLE_TICKS
-        self._last_host: str | None = None
-        self._repinging = 0
-        self._checks = 0
-        self._down_hints_sent = 0
-        self._none_persistent_samples: list[str] = []
         self._resolved_bootstrap: list[Address] | None = None
-        self._probe: set[str] | None = None  # hosts that reached the server port during a PING_NAT check
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._tick_handle: asyncio.TimerHandle | None = None
-        self._last_tick = 0.0
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._walks: dict[Walk, tuple[asyncio.Future[Query], Callable[[Reply], None] | None]] = {}
         self._bootstrapping: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    # ------------------------------------------------------------------ state
+    # ------------------------------------------------------------------ state (the core's)
+
+    @property
+    def rpc(self) -> RPC:
+        return self.core.rpc
+
+    @property
+    def table(self) -> RoutingTable:
+        return self.core.table
+
+    @property
+    def nat(self) -> OwnAddress:
+        return self.core.nat
+
+    @property
+    def persistent(self) -> Persistent | None:
+        return self.core.persistent
+
+    @property
+    def stats_relayed(self) -> int:
+        return self.core.stats_relayed
 
     @property
     def firewalled(self) -> bool:
-        return self.rpc.firewalled
+        return self.core.firewalled
+
+    @property
+    def bootstrapped(self) -> bool:
+        """True while we are part of the DHT: a walk reached a node and the table is not empty.
+        A node that nobody answered (yet), or that lost every node, says False and keeps trying."""
+        return self.core.joined
 
     @property
     def id(self) -> bytes | None:
-        return None if self.rpc.ephemeral else self.table.id
+        return self.core.id
 
     def remote_address(self) -> Address | None:
         """Our public address, only when reachable and port-preserving (dht-rpc remoteAddress)."""
-        if self.nat.host is None or not self.nat.port or self.firewalled or self.server_socket is None:
-            return None
-        port = self.server_socket.address[1]
-        if port != self.nat.port:
-            return None
-        return (self.nat.host, port)
+        return self.core.remote_address(self.server_socket.address[1] if self.server_socket is not None else None)
 
     def local_address(self) -> Address:
         assert self.server_socket is not None
@@ -372,7 +268,11 @@ class DHTNode:
         self._extra_sockets.pop(name, None)
 
     def nodes(self) -> list[Address]:
-        return [n.address for n in self._nodes.values()]
+        return [n.address for n in self.core.nodes.values()]
+
+    def add_node(self, addr: Address) -> None:
+        """Seed the table with a known node (hyperdht `opts.nodes`)."""
+        self.core.add_node(Node(node_id(addr), addr[0], addr[1]))
 
     def stats(self) -> dict[str, Any]:
         """The /stats "dht" block (interfaces.md)."""
@@ -392,6 +292,7 @@ class DHTNode:
         if self._loop is not None:
             return
         self._loop = asyncio.get_running_loop()
+        self.core.wall_offset = time.time() - self._loop.time()
         if self.server_socket is None:
             try:
                 self.server_socket = await self._bind_socket(self.host, self.port)
@@ -401,7 +302,6 @@ class DHTNode:
             self.client_socket = await self._bind_socket(self.server_socket.address[0], 0)
         self.server_socket.on_datagram = lambda data, addr: self._on_datagram(SERVER, data, addr)
         self.client_socket.on_datagram = lambda data, addr: self._on_datagram(CLIENT, data, addr)
-        self._last_tick = time.monotonic()
         self._tick_handle = self._loop.call_later(TICK_INTERVAL, self._ontick)
 
     async def _bind_socket(self, host: str, port: int) -> Any:
@@ -427,36 +327,80 @@ class DHTNode:
 
     async def _bootstrap(self) -> None:
         self._resolved_bootstrap = await self._resolve_bootstrap()
-        first = self.firewalled and self._detect_firewall and not self._force_persistent
-        test_nat = False
+        await self._join_walk()
+        if not self.bootstrapped and self.bootstrap_nodes and not self._warned_alone:
+            self._warned_alone = True
+            names = ", ".join(f"{h}:{p}" for h, p in self.bootstrap_nodes)
+            log.warning("dht bootstrap: no DHT node answered (%s); retrying in the background", names)
+
+    async def _rejoin(self) -> None:
+        """No DHT node left (never reached one, or lost them all): resolve the bootstrap names
+        again (DNS may have come up) and walk; the core backs off while nobody answers."""
+        try:
+            self._resolved_bootstrap = await self._resolve_bootstrap()
+            await self._join_walk(check=True)
+        finally:
+            self.core.rejoining = False
+
+    async def _join_walk(self, check: bool = False) -> None:
+        """Walk towards our own id, probe reachability once a node answers (dht-rpc _bootstrap).
+
+        The quick test is one PING_NAT to the first node that answers. dht-rpc only uses it if
+        its reply beats the end of the walk, else the check waits ~20 min for the stable
+        ticks (a loaded host lost that race and stayed firewalled); we wait for that one
+        reply (at most its retries, ~4 s). `check` (a rejoin, where nobody waits) runs the
+        full reachability check when the quick test got no reply."""
+        core = self.core
+        first = core.firewalled and core.detect_firewall and not core.force_persistent
+        quick: asyncio.Future[bool] | None = None  # the quick test's outcome, once sent
+        was_ready = core.ready
 
         def ondata(reply: Reply) -> None:
-            nonlocal first, test_nat
+            nonlocal first, quick
             if not first:
                 return
             first = False
+            quick = asyncio.get_running_loop().create_future()
 
-            def ok(_: Reply) -> None:
-                nonlocal test_nat
-                test_nat = True
+            def ok(_: Reply, quick: asyncio.Future[bool] = quick) -> None:
+                if not quick.done():
+                    quick.set_result(True)
 
-            self._request_cb(reply.peer.address, Internal.PING_NAT, internal=True, value=self._port_value(), replied=ok)
+            def failed(_: DHTError, quick: asyncio.Future[bool] = quick) -> None:
+                if not quick.done():
+                    quick.set_result(False)
 
-        await self._background_query(self.table.id, on_data=ondata)
-        if (test_nat or self._force_persistent) and await self._update_network_state(
-            only_firewall=not self._force_persistent
-        ):
-            # as dht-rpc: one more walk, now from the server socket (and with our id if persistent)
-            await self._background_query(self.table.id)
-        self.bootstrapped = True
-        if len(self.table) == 0 and self.bootstrap_nodes:
-            names = ", ".join(f"{h}:{p}" for h, p in self.bootstrap_nodes)
-            log.warning("dht bootstrap: no DHT node answered (%s)", names)
-        else:
+            self._request_cb(
+                reply.peer.address,
+                Internal.PING_NAT,
+                internal=True,
+                value=self._port_value(),
+                replied=ok,
+                failed=failed,
+            )
+
+        answered = False
+        try:
+            q = await self._background_query(core.table.id, on_data=ondata)
+            answered = q.successes > 0
+            test_nat = quick is not None and await quick
+            if (test_nat or core.force_persistent) and await self._update_network_state(
+                only_firewall=not core.force_persistent
+            ):
+                # as dht-rpc: one more walk, now from the server socket (and with our id if persistent)
+                await self._background_query(core.table.id)
+            elif check and not test_nat and quick is not None and core.detect_firewall and core.firewalled:
+                await self._update_network_state(only_firewall=not core.adaptive)
+        finally:
+            joined = core.joined
+            core.join_walk_done(answered)
+            self._dispatch()
+        if core.joined and not joined:
             log.info(
-                "dht bootstrapped: %d nodes, firewalled=%s, public=%s",
-                len(self.table),
-                self.firewalled,
+                "dht %s: %d nodes, firewalled=%s, public=%s",
+                "rejoined" if was_ready else "bootstrapped",
+                len(core.table),
+                core.firewalled,
                 self.remote_address(),
             )
 
@@ -496,7 +440,7 @@ class DHTNode:
             self._bootstrapping.cancel()
         for t in list(self._tasks):
             t.cancel()
-        self.rpc.destroy()
+        self.core.destroy()
         self._dispatch()
         if self._timer:
             self._timer.cancel()
@@ -516,8 +460,6 @@ class DHTNode:
     def _on_datagram(self, socket: str, data: bytes, addr: Address) -> None:
         if self.destroyed:
             return
-        if socket == SERVER and self._probe is not None:
-            self._probe.add(addr[0])
         if len(data) < 2 or data[0] not in (0x03, 0x13):
             extra = self._extra_sockets.get(socket)
             if extra is not None and extra[1] is not None and len(data) == 1:
@@ -526,7 +468,7 @@ class DHTNode:
                 self.on_datagram(socket, data, addr)
             return
         try:
-            self.rpc.receive(data, addr, socket, self._now())
+            self.core.receive(socket, data, addr, self._now())
             self._dispatch()
         except Exception:  # the loop must survive anything a peer sends
             self.internal_errors += 1
@@ -534,12 +476,12 @@ class DHTNode:
         self._flush()
 
     def _flush(self) -> None:
-        for sock, data, addr in self.rpc.datagrams_to_send():
+        for sock, data, addr in self.core.datagrams_to_send():
             try:
                 self.socket_for(sock).send(data, addr)
-            except OSError as e:
-                log.debug("send to %s failed: %s", addr, e)
-        at = self.rpc.get_timer()
+            except (OSError, KeyError) as e:  # KeyError: a puncher socket removed meanwhile
+                log.debug("send to %s failed: %r", addr, e)
+        at = self.core.get_timer()
         if at != self._timer_at and self._loop is not None:
             if self._timer is not None:
                 self._timer.cancel()
@@ -551,38 +493,68 @@ class DHTNode:
         self._timer_at = None
         if self.destroyed:
             return
-        self.rpc.handle_timer(self._now())
+        self.core.handle_timer(self._now())
+        self._dispatch()
+        self._flush()
+
+    def _ontick(self) -> None:
+        if self.destroyed or self._loop is None:
+            return
+        self._tick_handle = self._loop.call_later(TICK_INTERVAL, self._ontick)
+        self.core.tick(self._now(), self.interfaces() if self.core.ready else None)
         self._dispatch()
         self._flush()
 
     def _dispatch(self) -> None:
-        while (ev := self.rpc.next_event()) is not None:
-            if isinstance(ev, RequestReceived):
-                self._on_request(ev.incoming)
-            elif isinstance(ev, ResponseReceived):
-                r = ev.reply
-                self._add_node_from_network(not r.external, r.peer.address, r.peer.id, r.to)
-                ctx = r.pending.context
+        """Carry out what the core asked for (walks, checks, server calls, futures)."""
+        while (ev := self.core.next_event()) is not None:
+            if isinstance(ev, ReplyReceived):
+                ctx = ev.reply.pending.context
                 if ctx is not None:
-                    ctx.on_reply(r)
-            elif isinstance(ev, RequestRetrying):
+                    ctx.on_reply(ev.reply)
+            elif isinstance(ev, RequestRetried):
                 if ev.pending.context is not None:
                     ev.pending.context.on_retrying()
-            elif isinstance(ev, RequestFailed):
-                p = ev.pending
-                if p.to_id is not None and ev.error.code == "REQUEST_TIMEOUT":
-                    node = self.table.get(p.to_id)
-                    if node is not None:
-                        self._remove_node(node)
-                if p.context is not None:
-                    p.context.on_failed(ev.error)
+            elif isinstance(ev, RequestGaveUp):
+                if ev.pending.context is not None:
+                    ev.pending.context.on_failed(ev.error)
+            elif isinstance(ev, PeerHandshakeReceived):
+                server = self.servers.get(ev.incoming.request.target or b"")
+                if server is not None:
+                    server.on_peer_handshake(ev.incoming, ev.handshake)
+            elif isinstance(ev, PeerHolepunchReceived):
+                server = self.servers.get(ev.incoming.request.target or b"")
+                if server is not None:
+                    server.on_peer_holepunch(ev.incoming, ev.holepunch)
+            elif isinstance(ev, RequestUnhandled):
+                if self.on_request is None or not self.on_request(ev.incoming):
+                    self.core.reply_unknown(ev.incoming)
+            elif isinstance(ev, WalkReplied):
+                entry = self._walks.get(ev.walk)
+                if entry is not None and entry[1] is not None:
+                    entry[1](ev.reply)
+            elif isinstance(ev, WalkFinished):
+                entry = self._walks.get(ev.walk)
+                if entry is not None and not entry[0].done():
+                    entry[0].set_result(ev.walk.query)
+            elif isinstance(ev, RefreshDue):
+                self._spawn(self._background_query(ev.target))
+            elif isinstance(ev, RejoinDue):
+                self._spawn(self._rejoin())
+            elif isinstance(ev, NetworkCheckDue):
+                self._spawn(self._update_network_state(only_firewall=ev.only_firewall))
+            elif isinstance(ev, ServersRefreshDue):
+                if self.servers:
+                    log.info("%s: re-announcing", ev.reason)
+                for server in list(self.servers.values()):
+                    server.refresh()
 
     # ------------------------------------------------------------------ requests
 
     def _send(self, to: Address, command: int, **options: Unpack[SendOptions]) -> PendingRequest:
         if self._loop is None:
             raise DHTError("node is not bound", "NOT_BOUND")
-        p = self.rpc.request(to, command, self._now(), **options)
+        p = self.core.request(to, command, self._now(), **options)
         self._flush()
         return p
 
@@ -632,7 +604,6 @@ class DHTNode:
     ) -> Query:
         """Run an iterative walk to `target`; returns the finished Query (closest replies)."""
         await self.bind()
-        self._refresh_ticks = REFRESH_TICKS
         if self._resolved_bootstrap is None:
             self._resolved_bootstrap = await self._resolve_bootstrap()
         q = Query(
@@ -643,12 +614,25 @@ class DHTNode:
             concurrency=concurrency or self.concurrency,
             only_closest_nodes=only_closest_nodes,
         )
-        run = _QueryRun(self, q, command, internal, value, retries, on_data, background)
-        run.pump()
+        fut: asyncio.Future[Query] = asyncio.get_running_loop().create_future()
+        walk = self.core.start_walk(
+            q,
+            command,
+            self._now(),
+            internal=internal,
+            value=value,
+            retries=retries,
+            background=background,
+            full_concurrency=self.concurrency,
+        )
+        self._walks[walk] = (fut, on_data)
+        self._dispatch()
+        self._flush()
         try:
-            return await run.done
+            return await fut
         finally:
-            run.cancel()
+            self._walks.pop(walk, None)
+            self.core.cancel_walk(walk)
 
     async def find_node(self, target: bytes, **kw: Any) -> Query:
         return await self.query(target, Internal.FIND_NODE, internal=True, **kw)
@@ -674,167 +658,11 @@ class DHTNode:
         spawn(self._tasks, coro, "background task", logging.DEBUG)
 
     def _down_hint(self, to: Address, down: Address) -> None:
-        if self._down_hints_sent >= DOWN_HINTS_PER_TICK:
-            return
-        self._down_hints_sent += 1
-        self._request_cb(to, Internal.DOWN_HINT, internal=True, value=encode_address(down))
+        self.core.down_hint(to, down)
+        self._flush()
 
     def _port_value(self) -> bytes:
-        return struct.pack("<H", self.local_address()[1])
-
-    # ------------------------------------------------------------------ routing table upkeep
-
-    def _nat_add(self, host: str, port: int) -> None:
-        self.nat.add(host, port)
-
-    def _add_node_from_network(self, sample: bool, addr: Address, id_: bytes | None, to: Address) -> None:
-        if not filter_node(addr):
-            return
-        if id_ is None:
-            key = f"{addr[0]}:{addr[1]}"
-            if len(self._none_persistent_samples) >= max(1, len(self.bootstrap_nodes)):
-                return
-            if key in self._none_persistent_samples:
-                return
-            self._none_persistent_samples.append(key)
-            self._nat_add(*to)
-            return
-        old = self.table.get(id_)
-        if old is not None:
-            if sample and (old.sampled == 0 or self._tick - old.sampled >= OLD_NODE):
-                old.to = to
-                old.sampled = self._tick
-                self._nat_add(*to)
-            old.pinged = old.seen = self._tick
-            self._touch(old)
-            return
-        self._add_node(Node(id_, addr[0], addr[1], to=to))
-
-    def _touch(self, node: Node) -> None:
-        self._nodes.pop(node.id, None)
-        self._nodes[node.id] = node
-
-    def add_node(self, addr: Address) -> None:
-        """Seed the table with a known node (hyperdht `opts.nodes`)."""
-        self._add_node(Node(node_id(addr), addr[0], addr[1]))
-
-    def _add_node(self, node: Node) -> None:
-        if node.id in self._nodes or node.id == self.table.id:
-            return
-        node.added = node.pinged = node.seen = self._tick
-        res = self.table.add(node)
-        if res is not True:
-            if res is not False:
-                self._on_full_row(node, res)
-            return
-        self._nodes[node.id] = node
-        if node.to is not None and node.sampled == 0:
-            node.sampled = self._tick
-            self._nat_add(*node.to)
-
-    def _remove_node(self, node: Node) -> None:
-        if node.id not in self._nodes:
-            return
-        self.table.remove(node.id)
-        del self._nodes[node.id]
-
-    def _on_full_row(self, new: Node, row: Any) -> None:
-        if not self.bootstrapped or self._repinging >= 3:
-            return
-        oldest: Node | None = None
-        for n in row.nodes:
-            if n.pinged == self._tick:
-                continue
-            if oldest is None or oldest.pinged > n.pinged or (oldest.pinged == n.pinged and oldest.added > n.added):
-                oldest = n
-        if oldest is None:
-            return
-        if self._tick - oldest.pinged < RECENT_NODE and self._tick - oldest.added > OLD_NODE:
-            return
-        old = oldest
-        last_seen = old.seen
-        old.pinged = self._tick
-        self._repinging += 1
-
-        def swap(*_: Any) -> None:
-            self._repinging -= 1
-            self._remove_node(old)
-            self._add_node(new)
-
-        def ok(_: Reply) -> None:
-            if old.seen <= last_seen:
-                swap()
-                return
-            self._repinging -= 1
-
-        self._request_cb(old.address, Internal.PING, internal=True, replied=ok, failed=swap)
-
-    def _check(self, node: Node) -> None:
-        node.pinged = self._tick
-        last_seen = node.seen
-        self._checks += 1
-
-        def ok(_: Reply) -> None:
-            self._checks -= 1
-            if node.seen <= last_seen:
-                self._remove_node(node)
-
-        def bad(_: DHTError) -> None:
-            self._checks -= 1
-            self._remove_node(node)
-
-        self._request_cb(node.address, Internal.PING, internal=True, replied=ok, failed=bad)
-
-    def _ping_some(self) -> None:
-        cnt = 3 if len(self.rpc.inflight) > 2 else 5
-        nodes = list(self._nodes.values())
-        if not nodes:
-            self.refresh()
-            return
-        if self._tick - nodes[0].pinged < RECENT_NODE:
-            cnt = 2
-        for n in nodes[:cnt]:
-            if self._tick != n.pinged:
-                self._check(n)
-
-    def _ontick(self) -> None:
-        if self.destroyed or self._loop is None:
-            return
-        self._tick_handle = self._loop.call_later(TICK_INTERVAL, self._ontick)
-        now = time.monotonic()
-        if now - self._last_tick > SLEEPING_INTERVAL:
-            self._tick += 2 * OLD_NODE
-            self._tick += 8 - (self._tick & 7) - 2
-            self._refresh_ticks = 1
-        else:
-            self._tick += 1
-        self._last_tick = now
-        if not self.bootstrapped:
-            return
-        interfaces = self.interfaces()
-        if interfaces != self._interfaces:
-            # hyperdht re-announces every server on a network change (`network-change`)
-            changed = self._interfaces is not None
-            self._interfaces = interfaces
-            if changed:
-                log.info("network interfaces changed: re-announcing")
-                for server in list(self.servers.values()):
-                    server.refresh()
-        if self.persistent is not None:
-            self.persistent.tick(self._loop.time())
-        if (self._adaptive and self.rpc.ephemeral) or (self._detect_firewall and self.firewalled):
-            self._stable_ticks -= 1
-            if self._stable_ticks <= 0:
-                self._stable_ticks = MORE_STABLE_TICKS
-                if self._last_host != self.nat.host:
-                    self._last_host = self.nat.host
-                    self._spawn(self._update_network_state(only_firewall=not self._adaptive))
-        if self._tick & 7 == 0:
-            self._ping_some()
-        self._refresh_ticks -= 1
-        if ((self._tick & 63) == 0 and len(self._nodes) < self.table.k) or self._refresh_ticks <= 0:
-            self.refresh()
-        self._down_hints_sent = 0
+        return self.core.port_value(self.local_address()[1])
 
     # ------------------------------------------------------------------ reachability
 
@@ -843,47 +671,51 @@ class DHTNode:
         server port from a host they also see, requests move to the server socket; unless
         `only_firewall`, the node also becomes persistent: id = H(public ip:port), table
         rebuilt around it, storage on."""
-        if not self.rpc.ephemeral:
+        core = self.core
+        if not core.rpc.ephemeral:
             return False
-        if only_firewall and not self.firewalled:
+        if only_firewall and not core.firewalled:
             return False
-        host, port = self.nat.host, self.nat.port
+        host, port = core.nat.host, core.nat.port
         if not only_firewall:
-            self._stable_ticks = MORE_STABLE_TICKS
-            self._last_host = host
+            core.stable_ticks = MORE_STABLE_TICKS
+            core.last_host = host
         if host is None or port == 0:
             return False
-        sampler = NatSampler() if self.firewalled else self.nat
-        if self.firewalled and await self._check_if_firewalled(sampler):
+        sampler: NatSampler | OwnAddress = core.nat
+        witnesses: dict[str, Address] = {}
+        if core.firewalled:
+            sampler = NatSampler()
+            firewalled, witnesses = await self._check_if_firewalled(sampler)
+            if firewalled:
+                return False
+        if not core.network_state(host, port, sampler, witnesses):
             return False
-        self.rpc.firewalled = False
-        if not self.rpc.ephemeral or host != self.nat.host or port != self.nat.port:
-            return False
-        if sampler.host != host or sampler.port == 0:
-            return False
-        if sampler is not self.nat:
-            self._none_persistent_samples = []
-            self.nat = sampler
         if not only_firewall:
+            assert sampler.host is not None  # network_state checked it
             self._become_persistent(node_id((sampler.host, sampler.port)))
         return True
 
+    async def _check_if_firewalled(self, sampler: NatSampler) -> tuple[bool, dict[str, Address]]:
+        nodes = self.core.probe_nodes()
+        if len(nodes) < 5:
+            nodes += await self._resolve_bootstrap()
+        if not nodes:
+            return True, {}
+        self.core.probe = set()
+        try:
+            results = await asyncio.gather(
+                *(self.request(a, Internal.PING_NAT, internal=True, value=self._port_value()) for a in nodes),
+                return_exceptions=True,
+            )
+            replies = [r for r in results if isinstance(r, Reply)]
+            return self.core.firewall_verdict(len(nodes), replies, self.local_address()[1], sampler)
+        finally:
+            self.core.probe = None
+
     def _become_persistent(self, id_: bytes) -> None:
-        self.rpc.ephemeral = False
-        if id_ != self.table.id:
-            old = list(self.table)
-            self.table = self.rpc.table = RoutingTable(id_)
-            for n in old:
-                if n.id == id_:
-                    continue
-                if self.table.add(n) is not True:
-                    self._nodes.pop(n.id, None)
-            if self.bootstrapped:
-                self.refresh()
-        self.persistent = Persistent(id_)
-        for target, server in self.servers.items():
-            self._retain_forward(target, server)
-        log.info("dht node is persistent with id %s", id_.hex()[:16])
+        self.core.become_persistent(id_)
+        self._dispatch()
 
     @staticmethod
     def interfaces() -> frozenset[str]:
@@ -898,156 +730,20 @@ class DHTNode:
     def register_server(self, target: bytes, server: Any) -> None:
         """A HyperDHTServer listening here: handshakes for `target` go to it."""
         self.servers[target] = server
-        if self.persistent is not None:
-            self._retain_forward(target, server)
-
-    def _retain_forward(self, target: bytes, server: Any) -> None:
-        """A persistent node answers FIND_PEER for its own servers' keys (never expires)."""
-        assert self.persistent is not None
-        self.persistent.forwards.retain(target, Forward(None, PeerRecord(server.public_key).encode()))
+        self.core.register_target(target, server.public_key)
 
     def unregister_server(self, target: bytes) -> None:
         self.servers.pop(target, None)
-        if self.persistent is not None:
-            self.persistent.forwards.delete(target)
+        self.core.unregister_target(target)
 
-    async def _check_if_firewalled(self, sampler: NatSampler) -> bool:
-        nodes: list[Address] = [n.address for n in reversed(self._nodes.values())][:5]
-        if len(nodes) < 5:
-            nodes += await self._resolve_bootstrap()
-        if not nodes:
-            return True
-        probe = self._probe = set()
-        try:
-            results = await asyncio.gather(
-                *(self.request(a, Internal.PING_NAT, internal=True, value=self._port_value()) for a in nodes),
-                return_exceptions=True,
-            )
-        finally:
-            self._probe = None
-        count = 0
-        for r in results:
-            if isinstance(r, Reply) and r.peer.host in probe:
-                count += 1
-                sampler.add(*r.to)
-        if count < (3 if len(nodes) >= 5 else 1):
-            return True
-        if sampler.host is None or self.nat.host != sampler.host:
-            return True
-        return sampler.port == 0 or sampler.port != self.local_address()[1]
-
-    # ------------------------------------------------------------------ answering
-
-    def _on_request(self, inc: IncomingRequest) -> None:
-        if inc.peer.id is not None:
-            self._add_node_from_network(not inc.external, inc.peer.address, inc.peer.id, inc.request.to)
-        req = inc.request
-        if req.internal:
-            cmd = req.command
-            if cmd == Internal.PING:
-                self.rpc.reply(inc, token=False, closer_nodes=False)
-                return
-            if cmd == Internal.DELAYED_PING:
-                self._on_delayed_ping(inc)
-                return
-            if cmd == Internal.PING_NAT:
-                if req.value is None or len(req.value) < 2:
-                    return
-                port = struct.unpack_from("<H", req.value)[0]
-                if port == 0:
-                    return
-                dest = (inc.peer.host, port)
-                self.rpc.reply(inc, token=False, closer_nodes=False, to=dest)
-                return
-            if cmd == Internal.FIND_NODE:
-                if req.target is None:
-                    return
-                self.rpc.reply(inc, token=False, closer_nodes=True)
-                return
-            if cmd == Internal.DOWN_HINT:
-                if req.value is None or len(req.value) < 6:
-                    return
-                if self._checks < 10:
-                    node = self.table.get(hash32(req.value[:6]))
-                    if node is not None and (node.pinged < self._tick or node.down_hints == 0):
-                        node.down_hints += 1
-                        self._check(node)
-                self.rpc.reply(inc, token=False, closer_nodes=False)
-                return
-            self.rpc.reply(inc, error=ErrorCode.UNKNOWN_COMMAND, closer_nodes=req.target is not None)
-            return
-        if req.command in (Command.PEER_HANDSHAKE, Command.PEER_HOLEPUNCH):
-            self._route(inc)
-            return
-        if self.persistent is not None and not self.rpc.ephemeral:
-            if req.command == Command.PLUGIN:
-                return  # no plugins registered: hyperdht drops these
-            if Command.FIND_PEER <= req.command <= Command.IMMUTABLE_GET:
-                ans = self.persistent.handle(
-                    req.command, req.target, req.token, req.value, inc.peer.address, time.time()
-                )
-                if ans is not None:
-                    self.rpc.reply(inc, ans.value, error=ans.error, token=ans.token, closer_nodes=ans.closer_nodes)
-                return
-        if self.on_request is None or not self.on_request(inc):
-            self.rpc.reply(inc, error=ErrorCode.UNKNOWN_COMMAND, closer_nodes=req.target is not None)
-
-    def _route(self, inc: IncomingRequest) -> None:
-        """hyperdht's Router: our own targets go to their server; others are relayed to the
-        address that announced them (persistent only) or answered with closer nodes."""
-        req = inc.request
-        if req.value is None:
-            return
-        server = self.servers.get(req.target) if req.target is not None else None
-        relay: Address | None = None
-        if server is None and req.target is not None and self.persistent is not None:
-            fwd_entry = self.persistent.forwards.get(req.target)
-            relay = fwd_entry.relay if fwd_entry is not None else None
-        try:
-            if req.command == Command.PEER_HANDSHAKE:
-                hs = Handshake.decode(req.value)
-                if server is not None:
-                    server.on_peer_handshake(inc, hs)
-                    return
-                self.apply_route(inc, route_handshake(hs, inc.peer.address, relay))
-            else:
-                hp = Holepunch.decode(req.value)
-                if server is not None and hp.mode == Mode.FROM_RELAY:
-                    if hp.peer_address is not None:
-                        server.on_peer_holepunch(inc, hp)
-                    return
-                self.apply_route(inc, route_holepunch(hp, inc.peer.address, relay))
-        except DHTError as e:
-            log.debug("dropping %s from %s: %s", Command(req.command).name, inc.peer.address, e)
+    # ------------------------------------------------------------------ answering (for servers)
 
     def apply_route(
         self, inc: IncomingRequest, route: Route, socket: str | None = None, *, for_others: bool = True
     ) -> None:
         """Carry out a router decision: a same-tid relay request, or a response."""
-        if isinstance(route, Relay):
-            self.rpc.relay(inc, route.value, route.to, socket)
-            self.stats_relayed += for_others
-        elif isinstance(route, Respond):
-            self.rpc.reply(inc, route.value, token=False, closer_nodes=route.closer_nodes, to=route.to, socket=socket)
-            if route.value is not None:
-                self.stats_relayed += for_others
+        self.core.apply_route(inc, route, socket, for_others=for_others)
         self._flush()
-
-    def _on_delayed_ping(self, inc: IncomingRequest) -> None:
-        v = inc.request.value
-        if v is None or len(v) < 4:
-            return
-        delay = struct.unpack_from("<I", v)[0] / 1000
-        if delay > MAX_PING_DELAY or self._loop is None:
-            return
-
-        def later() -> None:
-            if self.destroyed:
-                return
-            self.rpc.reply(inc, token=False, closer_nodes=False)
-            self._flush()
-
-        self._loop.call_later(delay, later)
 
     def reply(self, inc: IncomingRequest, value: bytes | None = None, **kw: Any) -> None:
         """Answer an incoming request now (for handlers that answer later, e.g. handshakes)."""
@@ -1059,4 +755,4 @@ class DHTNode:
         self._flush()
 
 
-__all__ = ["Candidate", "DHTNode", "DatagramSocket", "parse_node"]
+__all__ = ["Candidate", "DHTNode", "DatagramSocket", "filter_node", "parse_node"]

@@ -25,6 +25,7 @@ from relay.keys import KeyPair
 from relay.udx import UDXSocket
 
 from .announcer import Announcer
+from .client import RELAY_TIMEOUT, RelayPairing, pair_through_relay
 from .connection import KEEP_ALIVE, Connection, responder_secret_stream, start_secret_stream
 from .handshake import PASSIVE_CONNECT_TIMEOUT, Attempt, HandshakeResponder, address_token, seal_payload
 from .holepunch import HOLEPUNCH, MIN_SAMPLES, PROBE_INTERVAL, NatAnalyzer, PunchState
@@ -107,8 +108,10 @@ class HyperDHTServer:
         share_local_address: bool = True,
         announce: bool = True,
         holepunch: bool = True,
+        relay_through: bytes | None = None,
     ) -> None:
         self.node = node
+        self.relay_through = relay_through  # a blind relay's key: offer it to every client (hyperdht relayThrough)
         self.key_pair = key_pair
         self.target = hash32(key_pair.public_key)
         self.on_connection = on_connection
@@ -211,6 +214,7 @@ class HyperDHTServer:
             local_addresses=local_addresses(bound) if self.share_local_address else [],
             relay_addresses=self.relay_addresses,
             relays=self.announcer.relays if self.announcer else [],
+            relay_through=self.relay_through,
         )
         if stream is None:
             return
@@ -219,8 +223,35 @@ class HyperDHTServer:
             # The client is reachable (or talked to us directly): connect now, as hyperdht does.
             sock = self.node.socket_for(inc.socket if a.direct else self.node.rpc.socket)
             self._connect(a, stream, sock, a.client_address)
-        elif self.node.remote_address() is None and self.holepunch:
+            return
+        if self.relay_through is not None or payload.relay_through is not None:
+            a.deadline = self.node._now() + RELAY_TIMEOUT
+            self._spawn(self._relay_connection(a, stream))
+        if self.node.remote_address() is None and self.holepunch:
             self._setup_puncher(a)
+
+    async def _relay_connection(self, a: Attempt, stream: Any) -> None:
+        """hyperdht `server.js` `_relayConnection`: pair the attempt's raw stream through the
+        relay we offered (initiator) or the one the client asked for (not initiator)."""
+        rt = a.remote_payload.relay_through
+        if self.relay_through is not None and a.relay_token is not None:
+            initiator, key, token = True, self.relay_through, a.relay_token
+        elif rt is not None:
+            initiator, key, token = False, rt.public_key, rt.token
+        else:
+            return
+        self.stats["relay_attempts"] = self.stats.get("relay_attempts", 0) + 1
+        try:
+            pairing = await pair_through_relay(self.node, key, token, initiator, stream.id, key_pair=self.key_pair)
+        except DHTError as e:
+            self.stats["relay_aborts"] = self.stats.get("relay_aborts", 0) + 1
+            log.info("relaying a connection failed: %s", e)
+            return
+        if a.connected or self.closed or stream.closed:
+            pairing.close()  # a direct path won (or we are gone)
+            return
+        self.stats["relay_successes"] = self.stats.get("relay_successes", 0) + 1
+        self._connect(a, stream, pairing.socket, pairing.relay_address, pairing=pairing)
 
     def _on_first_packet(self, a: Attempt, stream: Any, sock: Any, addr: Address) -> bool:
         """UDX firewall hook: the first packet for our stream id teaches the client's address."""
@@ -229,13 +260,15 @@ class HyperDHTServer:
         self._connect(a, stream, sock, addr)
         return False
 
-    def _connect(self, a: Attempt, stream: Any, sock: Any, addr: Address) -> None:
+    def _connect(
+        self, a: Attempt, stream: Any, sock: Any, addr: Address, *, pairing: RelayPairing | None = None
+    ) -> None:
         if a.connected or self.closed or a.result is None or a.remote_payload.udx is None:
             return
         a.connected = True
         self.responder.finish(a, self.node._now())
         self._streams.pop(a.key, None)
-        stream.connect(sock, a.remote_payload.udx.id, addr)
+        stream.connect(sock, a.remote_payload.udx.id if pairing is None else pairing.remote_id, addr)
         proto = responder_secret_stream(a.result, keep_alive=self.keep_alive)
         conn = Connection(
             remote_public_key=a.remote_public_key,
@@ -245,6 +278,7 @@ class HyperDHTServer:
             remote_payload=a.remote_payload,
             client_address=addr,
             relayed=not a.direct,
+            extra={"relay_through": pairing.relay_key} if pairing is not None else {},
         )
         self.connections.add(conn)
         self.stats["connections"] += 1
@@ -266,8 +300,12 @@ class HyperDHTServer:
             self.connections.discard(conn)
             if prev_close is not None:
                 prev_close(err)
+            if pairing is not None:
+                pairing.close()
 
         stream.on_close = on_close
+        if pairing is not None:
+            pairing.on_lost = lambda: None if stream.closed else stream.destroy()
         punch: _Puncher | None = a.extra.get("punch")
         if punch is not None:
             punch.state.connected = True

@@ -11,9 +11,10 @@
   key); `PairingMatched` becomes two raw UDX streams whose firewall connects them to the first
   sender and which `relay_to` each other; the blind-relay core's replies go out afterwards.
 
-Caps (sessions, pending pairings per session and in total, pending timeout, handshakes per
-source address, active pairs) and the allow-list are enforced here and counted in the single
-stats snapshot behind `/metrics` and `/stats`.
+Fair shares (sessions, pending pairings per session and in total, active pairs, idle sessions,
+silent pairs: `relay.blindrelay`, grouped by the peer's source host), handshake gating per source
+address, the control-frame bound and the allow-list are enforced here; every refusal, shed and
+reap is counted by cause in the single stats snapshot behind `/metrics` and `/stats`.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import psutil
 
 import relay
 from relay.blindrelay import (
+    SHED_CAUSES,
     BlindRelayError,
     BlindRelayServer,
     BlindRelaySession,
@@ -43,20 +45,18 @@ from relay.blindrelay import (
 from relay.dht import Connection, DHTError, DHTNode, HyperDHTServer
 from relay.dht.connection import KEEP_ALIVE
 from relay.keys import KeyPair, encode_id
-from relay.secretstream import Closed, Ended, Message, SecretStreamError
+from relay.secretstream import Closed, Ended, FrameTooLarge, Message, SecretStreamError
 from relay.service.limits import (
-    LIMIT_ACTIVE_PAIRS,
-    LIMIT_HANDSHAKES_PER_ADDRESS,
+    LIMIT_CONTROL_FRAME,
     LIMIT_NOT_ALLOWED,
     LIMIT_PENDING_PER_SESSION,
     LIMIT_PENDING_TIMEOUT,
     LIMIT_PENDING_TOTAL,
-    LIMIT_SESSIONS,
-    HandshakeLimiter,
+    HandshakeGate,
     LimitCounters,
     Limits,
 )
-from relay.service.metrics import MetricsServer
+from relay.service.metrics import MetricsError, MetricsServer
 from relay.service.runtime import remove_runtime, write_runtime
 from relay.udx import UDX, UDXSocket, UDXStream
 
@@ -85,6 +85,8 @@ class RelayConfig:
     port: int = 49737
     bootstrap: list[str] = field(default_factory=lambda: list(PUBLIC_BOOTSTRAP))
     metrics: tuple[str, int] | None = ("127.0.0.1", 49738)
+    metrics_fallback: bool = False
+    """The metrics address is the default, not asked for: if it is taken, serve on a free port."""
     allow: frozenset[bytes] | None = None
     limits: Limits = field(default_factory=Limits)
 
@@ -136,10 +138,11 @@ class RelayApp:
             max_pending_per_session=lim.max_pending_per_session,
             max_pending_total=lim.max_pending_total,
             pairing_timeout=lim.pending_timeout,
+            max_active_pairs=lim.max_active_pairs,
+            pair_idle_timeout=lim.silent_pair_timeout,
+            session_idle_timeout=lim.session_idle_timeout,
         )
-        self.handshakes = HandshakeLimiter(
-            lim.handshakes_per_address, lim.handshake_refill_per_second, lim.tracked_addresses
-        )
+        self.handshakes = HandshakeGate(lim)
         self._sessions: dict[BlindRelaySession, _Session] = {}
         self._streams: dict[int, UDXStream] = {}
         self._ticker: asyncio.TimerHandle | None = None
@@ -162,7 +165,20 @@ class RelayApp:
         self.port = self.socket.port
         if cfg.metrics is not None:
             self.metrics = MetricsServer(self.snapshot, *cfg.metrics)
-            await self.metrics.start()
+            try:
+                await self.metrics.start()
+            except MetricsError as e:
+                if not (cfg.metrics_fallback and e.errno == errno.EADDRINUSE):
+                    raise
+                host, port = cfg.metrics
+                self.metrics = MetricsServer(self.snapshot, host, 0)
+                await self.metrics.start()
+                log.warning(
+                    "metrics address %s:%d is in use (another relay?); serving metrics on %s instead",
+                    host,
+                    port,
+                    self.metrics.url,
+                )
 
     async def join(self) -> None:
         """Bootstrap the DHT node on the bound socket and announce the relay key."""
@@ -173,12 +189,12 @@ class RelayApp:
         try:
             await asyncio.wait_for(self.node.bootstrap(), self.bootstrap_timeout)
         except TimeoutError:
-            raise RelayStartError(self._bootstrap_error()) from None
+            # as blind-relay-service: listen anyway; the node keeps joining in the background
+            log.warning(self._bootstrap_error() + "; still trying")
         except DHTError as e:
             raise RelayStartError(f"cannot join the DHT: {e}") from e
-        if len(self.node.table) == 0:
-            nodes = ",".join(cfg.bootstrap)
-            raise RelayStartError(f"no bootstrap node answered ({nodes}); check --bootstrap and the network")
+        # nobody answered (the network is not up yet?): the node warned once and keeps
+        # retrying with backoff; /stats says bootstrapped: false until it joins
         self.server = HyperDHTServer(
             self.node, cfg.key_pair, self._on_connection, firewall=self._on_handshake, keep_alive=KEEP_ALIVE
         )
@@ -188,14 +204,14 @@ class RelayApp:
             raise RelayStartError(f"cannot announce the relay key on the DHT: {e or 'timed out'}") from e
         self._tick()
         log.info(
-            "dht ready",
+            "dht ready" if self.node.bootstrapped else "dht not joined yet, listening anyway",
             extra={
                 "nodes": len(self.node.table),
                 "firewalled": self.node.firewalled,
                 "public": self.node.remote_address(),
             },
         )
-        if self.node.firewalled:
+        if self.node.firewalled and self.node.bootstrapped:
             log.warning(
                 "the DHT sees this relay as firewalled: peers may fail to reach it; open UDP port %d", self.port
             )
@@ -244,10 +260,13 @@ class RelayApp:
     # -- connections and sessions ----------------------------------------------------------
 
     def _on_handshake(self, remote_public_key: bytes, payload: Any, address: Address) -> bool:
-        """HyperDHT firewall hook: True drops the handshake (rate limit per source host)."""
-        if not self.handshakes.allow(address[0], time.monotonic()):
-            self.limit_counters.hit(LIMIT_HANDSHAKES_PER_ADDRESS)
-            log.debug("handshake rate limit", extra={"address": address[0]})
+        """HyperDHT firewall hook: True drops the handshake (rate per source host; a host
+        holding many sessions waits behind others while the relay is busy)."""
+        host = address[0]
+        refused = self.handshakes.allow(host, self.blind.sessions_of(host), time.monotonic())
+        if refused is not None:
+            self.limit_counters.hit(refused)
+            log.debug("handshake refused", extra={"address": host, "limit": refused})
             return True
         return False
 
@@ -259,12 +278,18 @@ class RelayApp:
             log.warning("refused a peer that is not on the allow-list", extra={"peer": peer})
             self._refuse(conn)
             return
-        if len(self._sessions) >= self.config.limits.max_sessions:
-            self.limit_counters.hit(LIMIT_SESSIONS)
-            log.warning("session cap reached, refusing a connection", extra={"peer": peer})
-            self._refuse(conn)
-            return
-        session = self.blind.accept(id=conn.remote_public_key)
+        now = time.monotonic()
+        lim = self.config.limits
+        for _ in range(8):  # bounded: a shed that frees nothing must not spin
+            if len(self._sessions) < lim.max_sessions:
+                break
+            victim = self.blind.shed_session(now)  # the heaviest address's idlest session, never the newcomer
+            self._pump()
+            if victim is None:
+                break
+            log.info("session cap reached, closed a session of the heaviest address", extra={"peer": peer})
+        conn.secret_stream.stream.max_frame = lim.max_control_frame
+        session = self.blind.accept(id=conn.remote_public_key, owner=conn.client_address[0], now=now)
         s = _Session(conn, session)
         self._sessions[session] = s
         conn.secret_stream.on_event = lambda ev: self._on_stream_event(s, ev)
@@ -292,6 +317,9 @@ class RelayApp:
             with contextlib.suppress(Exception):
                 s.conn.close()
         elif isinstance(ev, Closed):
+            if isinstance(ev.error, FrameTooLarge):
+                self.limit_counters.hit(LIMIT_CONTROL_FRAME)
+                log.info("session ended: %s", ev.error, extra={"peer": s.peer})
             s.session.connection_closed()
             self._pump()
             self._sessions.pop(s.session, None)
@@ -305,6 +333,7 @@ class RelayApp:
             if isinstance(ev, PairingMatched):
                 self._link(ev)
             elif isinstance(ev, DestroyStream):
+                log.debug("relay stream destroyed", extra={"stream": ev.stream_id, "reason": ev.reason})
                 stream = self._streams.pop(ev.stream_id, None)
                 if stream is not None:
                     stream.destroy()
@@ -337,6 +366,7 @@ class RelayApp:
 
             def firewall(stream: UDXStream, sock: UDXSocket, addr: Address, remote_id: int = remote_id) -> bool:
                 stream.connect(sock, remote_id, addr)
+                self.blind.stream_carried(stream.id)  # its peer is really there: not a silent pair
                 return False  # accept: the packet that taught us the address is forwarded at once
 
             stream = self.udx.create_stream(link.stream_id, firewall=firewall, framed=True)
@@ -346,12 +376,17 @@ class RelayApp:
         a, b = streams
         a.relay_to(b)
         b.relay_to(a)
-        log.debug("pair matched", extra={"token": ev.token.hex()[:16], "streams": [s.id for s in streams]})
-        if self.blind.stats.pairings_active > self.config.limits.max_active_pairs:
-            self.limit_counters.hit(LIMIT_ACTIVE_PAIRS)
-            a.destroy()
+        log.debug(
+            "pair matched",
+            extra={
+                "token": ev.token.hex()[:16],
+                "streams": [s.id for s in streams],
+                "peers": [self._peer(x.session) for x in ev.links],
+            },
+        )
 
     def _on_relay_stream_closed(self, stream_id: int, err: Any) -> None:
+        log.debug("relay stream closed", extra={"stream": stream_id, "error": getattr(err, "code", err)})
         self._streams.pop(stream_id, None)
         if err is not None and getattr(err, "code", None) not in (None, "ECONNRESET"):
             self.blind.stream_error(stream_id)
@@ -359,13 +394,26 @@ class RelayApp:
         self._pump()
 
     def _tick(self) -> None:
-        """Once a second: expire pending pairings older than the timeout."""
+        """Once a second: expire pending pairings, reap silent pairs and idle sessions."""
         self.blind.expire(time.monotonic())
         self._pump()
         if not self._closed:
             self._ticker = asyncio.get_running_loop().call_later(1.0, self._tick)
 
     # -- stats -----------------------------------------------------------------------------
+
+    def _handshake_stats(self) -> dict[str, int]:
+        """The DHT server's Noise responder: handshakes accepted, refused (our gate or its own
+        attempt cap), failed, and attempts it holds now."""
+        out = {"accepted": 0, "rejected": 0, "failed": 0, "pending": 0}
+        responder = getattr(self.server, "responder", None)
+        if responder is not None:
+            st = getattr(responder, "stats", {})
+            out["accepted"] = int(st.get("handshakes", 0))
+            out["rejected"] = int(st.get("rejected", 0))
+            out["failed"] = int(st.get("failed", 0))
+            out["pending"] = len(getattr(responder, "attempts", ()))
+        return out
 
     def snapshot(self) -> dict[str, Any]:
         """The `/stats` document (interfaces.md); `/metrics` is rendered from the same dict."""
@@ -379,6 +427,19 @@ class RelayApp:
             traffic.sent_bytes += st.sent_bytes
             traffic.received_packets += st.received_packets
             traffic.sent_packets += st.sent_packets
+        dropped: dict[str, int] = {}
+        offload: dict[str, Any] | None = None
+        for sock in self.udx.sockets:
+            for cause, n in (getattr(sock.stats, "dropped_by_cause", None) or {}).items():
+                dropped[str(cause)] = dropped.get(str(cause), 0) + int(n)
+            report = getattr(sock, "offload", None)  # the UDX layer's {gso, gro, gso_fallbacks}, when it has one
+            if callable(report):
+                o = report()
+                if offload is None:
+                    offload = {"gso": False, "gro": False, "gso_fallbacks": 0}
+                offload["gso"] = offload["gso"] or bool(o.get("gso"))
+                offload["gro"] = offload["gro"] or bool(o.get("gro"))
+                offload["gso_fallbacks"] += int(o.get("gso_fallbacks", 0))
         with self._proc.oneshot():
             mem = self._proc.memory_info().rss
             cpu = self._proc.cpu_times()
@@ -419,6 +480,10 @@ class RelayApp:
             },
             "memory": {"rss_bytes": mem},
             "cpu_seconds": round(cpu.user + cpu.system, 3),
+            "dropped": dropped,
+            "handshakes": self._handshake_stats(),
+            **({"udx": offload} if offload is not None else {}),
+            "shed": {cause: self.blind.shed.get(cause, 0) for cause in SHED_CAUSES},
             "limits": {"config": self.config.limits.as_dict(), "rejected": rejected},
             "allow_list": None if self.config.allow is None else len(self.config.allow),
         }

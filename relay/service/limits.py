@@ -19,6 +19,8 @@ LIMIT_PENDING_TIMEOUT = "pending_timeout"
 LIMIT_HANDSHAKES_PER_ADDRESS = "handshakes_per_address"
 LIMIT_ACTIVE_PAIRS = "active_pairs"
 LIMIT_NOT_ALLOWED = "not_allowed"
+LIMIT_HANDSHAKES_BUSY = "handshakes_busy"  # an address holding many sessions, while the relay is busy
+LIMIT_CONTROL_FRAME = "control_frame"  # a session ended for announcing a control frame over the limit
 ALL_LIMITS = (
     LIMIT_SESSIONS,
     LIMIT_PENDING_PER_SESSION,
@@ -27,12 +29,17 @@ ALL_LIMITS = (
     LIMIT_HANDSHAKES_PER_ADDRESS,
     LIMIT_ACTIVE_PAIRS,
     LIMIT_NOT_ALLOWED,
+    LIMIT_HANDSHAKES_BUSY,
+    LIMIT_CONTROL_FRAME,
 )
 
 
 @dataclass(frozen=True)
 class Limits:
-    """Defaults sized for a relay serving a cluster: far above honest use, far below a flood."""
+    """Defaults sized for a relay serving a cluster: far above honest use, far below a flood.
+
+    Caps are fair shares, not first come: at a cap the heaviest holder (by source address, then
+    session) loses its oldest or idlest entry, never the newcomer (`relay.blindrelay`)."""
 
     max_sessions: int = 4096
     max_pending_per_session: int = 64
@@ -43,6 +50,16 @@ class Limits:
     handshakes_per_address: int = 256  # burst per source address (a cluster behind one NAT shares it)
     handshake_refill_per_second: float = 64.0
     tracked_addresses: int = 4096  # the limiter forgets the least recently seen beyond this
+    # a session with no relay link this long is closed (hyperdht pairs right after connecting)
+    session_idle_timeout: float = 30.0
+    # a matched pair whose streams have not both carried a packet by then is destroyed
+    silent_pair_timeout: float = 20.0
+    # blind-relay messages are ~40 bytes; a bigger control frame ends the session
+    max_control_frame: int = 16384
+    # handshakes from an address already holding this many sessions wait behind other addresses:
+    # they pass only while the relay-wide handshake budget has room
+    busy_address_sessions: int = 8
+    handshake_budget_per_second: float = 64.0
 
     def as_dict(self) -> dict[str, float | int]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -83,3 +100,29 @@ class HandshakeLimiter:
 
     def __len__(self) -> int:
         return len(self._buckets)
+
+
+class HandshakeGate:
+    """Who may hand the relay a new session: every address gets its own token bucket, and an
+    address already holding `busy_sessions` sessions also needs a token from one relay-wide
+    bucket, which the other addresses' handshakes drain first. So while strangers flood the
+    relay with valid handshakes, a new address still gets in and a heavy one waits (its
+    hyperdht peer retries). Sans-IO: `allow` takes `now`."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.per_address = HandshakeLimiter(
+            limits.handshakes_per_address, limits.handshake_refill_per_second, limits.tracked_addresses
+        )
+        self.busy_sessions = limits.busy_address_sessions
+        self.budget = HandshakeLimiter(
+            max(1, int(limits.handshake_budget_per_second)), limits.handshake_budget_per_second, 1
+        )
+
+    def allow(self, host: str, sessions_held: int, now: float) -> str | None:
+        """None if the handshake may proceed, else the name of the limit that stopped it."""
+        if not self.per_address.allow(host, now):
+            return LIMIT_HANDSHAKES_PER_ADDRESS
+        has_budget = self.budget.allow("", now)
+        if sessions_held >= self.busy_sessions and not has_budget:
+            return LIMIT_HANDSHAKES_BUSY
+        return None

@@ -34,7 +34,7 @@ TRAFFIC_COUNTERS = (
     (
         "blind_relay_dropped_packets",
         "dropped_packets",
-        "Datagrams dropped unread (garbage, unknown id)",
+        "Datagrams dropped unread, every cause (by cause: blind_relay_dropped_total)",
     ),
     ("blind_relay_udp_received_bytes", "received_bytes", "Bytes received on the relay's UDP socket"),
     ("blind_relay_udp_sent_bytes", "sent_bytes", "Bytes sent from the relay's UDP socket"),
@@ -49,7 +49,11 @@ REQUEST_TIMEOUT = 10.0
 
 
 class MetricsError(Exception):
-    """The metrics endpoint could not start (address in use, bad address)."""
+    """The metrics endpoint could not start (address in use, bad address); `errno` says why."""
+
+    def __init__(self, message: str, errno: int | None = None) -> None:
+        super().__init__(message)
+        self.errno = errno
 
 
 class RelayCollector(Collector):
@@ -69,6 +73,40 @@ class RelayCollector(Collector):
         traffic = s.get("traffic", {})
         for metric, key, doc in TRAFFIC_COUNTERS:
             yield CounterMetricFamily(metric, doc, value=traffic.get(key, 0))
+        for family, key, doc in (
+            ("blind_relay_dropped", "dropped", "Datagrams dropped unread, by cause"),
+            ("blind_relay_shed", "shed", "Sessions, pairings and pairs shed at a fair-share cap or reaped, by cause"),
+        ):
+            by_cause = CounterMetricFamily(family, doc, labels=["cause"])
+            values = s.get(key)
+            if isinstance(values, Mapping):
+                for cause, value in sorted(values.items()):
+                    by_cause.add_metric([str(cause)], value)
+            yield by_cause
+        hs = s.get("handshakes")
+        if isinstance(hs, Mapping):
+            results = CounterMetricFamily(
+                "blind_relay_handshakes", "DHT handshakes to the relay key, by result", labels=["result"]
+            )
+            for result in ("accepted", "rejected", "failed"):
+                results.add_metric([result], hs.get(result, 0))
+            yield results
+            yield GaugeMetricFamily(
+                "blind_relay_handshakes_pending", "Handshake attempts held now", value=hs.get("pending", 0)
+            )
+        udx = s.get("udx")
+        if isinstance(udx, Mapping):
+            yield GaugeMetricFamily(
+                "blind_relay_udx_gso", "1 while forwarded runs use UDP GSO", value=1 if udx.get("gso") else 0
+            )
+            yield GaugeMetricFamily(
+                "blind_relay_udx_gro", "1 while the socket takes GRO-coalesced runs", value=1 if udx.get("gro") else 0
+            )
+            yield CounterMetricFamily(
+                "blind_relay_udx_gso_fallbacks",
+                "Times the kernel refused GSO and it was switched off",
+                value=udx.get("gso_fallbacks", 0),
+            )
         limits = s.get("limits", {}).get("rejected", {})
         rejected = CounterMetricFamily(
             "blind_relay_limit_rejections", "Requests refused because a resource cap was reached", labels=["limit"]
@@ -136,7 +174,7 @@ class MetricsServer:
         except OSError as e:
             reason = "address already in use" if e.errno == 98 else (e.strerror or str(e))
             raise MetricsError(
-                f"cannot serve metrics on {self.host}:{self.port}: {reason} (use --metrics HOST:PORT or off)"
+                f"cannot serve metrics on {self.host}:{self.port}: {reason} (use --metrics HOST:PORT or off)", e.errno
             ) from e
         sock = self._server.sockets[0]
         self.port = sock.getsockname()[1]

@@ -250,8 +250,14 @@ def check_writable(storage: Path) -> None:
         raise StorageError(f"storage directory {storage} is not writable: permission denied") from e
     except OSError as e:
         raise StorageError(f"storage directory {storage} is not writable: {e.strerror or e}") from e
-    os.close(fd)
-    os.unlink(tmp)
+    try:
+        os.write(fd, b"\0" * 4096)  # a full disk takes empty files; find out now, not at the runtime file
+        os.fsync(fd)
+    except OSError as e:
+        raise StorageError(f"storage directory {storage} is not writable: {e.strerror or e}") from None
+    finally:
+        os.close(fd)
+        os.unlink(tmp)
 
 
 LOCK_FILE = "relay.lock"
@@ -280,8 +286,13 @@ class StorageLock:
             os.close(self._fd)  # touch nothing else: the storage and its files belong to that relay
             who = f"pid {holder} (another relay)" if holder.isdigit() else "another relay"
             raise StorageError(f"storage {storage} is in use by {who}; stop it or use another --storage") from None
-        os.ftruncate(self._fd, 0)
-        os.pwrite(self._fd, f"{os.getpid()}\n".encode(), 0)
+        try:
+            os.ftruncate(self._fd, 0)
+            os.pwrite(self._fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError as e:  # a full disk: say so in one line, keep nothing half-made
+            os.close(self._fd)
+            self._fd = -1
+            raise StorageError(f"cannot write {self.path}: {e.strerror or e}") from None
 
     def release(self) -> None:
         if self._fd >= 0:

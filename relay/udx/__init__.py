@@ -7,14 +7,19 @@ Layers (sans-IO core, one asyncio runtime):
   type of this layer; `.code` is `ECONNRESET`, `ETIMEDOUT`, `EBADPACKET`, ...).
 - `relay.udx.stream` — `StreamCore`: the stream state machine (bytes and `now` in;
   datagrams via `poll(now)`, `next_deadline()`, events `DataReceived`, `EndReceived`,
-  `MessageReceived`, `StreamClosed(error)` out). No sockets, no clocks.
-- `relay.udx.runtime` — `UDX`, `UDXSocket`, `UDXStream` below.
+  `MessageReceived`, `StreamClosed(error)` out). No sockets, no clocks. Congestion control
+  (`relay.udx.congestion.NewReno`) and loss-recovery timing (`relay.udx.recovery`) are
+  modules of their own.
+- `relay.udx.runtime` — `UDX`, `UDXSocket`, `UDXStream` below; one clock, the event loop's.
+- `relay.udx.mmsg` — recvmmsg/sendmmsg batches with UDP GSO/GRO for the relay's fast path.
 
 Public asyncio API (names are stable)::
 
     udx = UDX()                                   # one stream-id table (a libudx instance)
     sock = await udx.create_socket("0.0.0.0", 49737, on_datagram=handler, use_mmsg=None)
-    #   use_mmsg None: recvmmsg/sendmmsg batches on Linux (UDX_NO_MMSG=1 turns them off)
+    #   use_mmsg None: recvmmsg/sendmmsg batches on Linux (UDX_NO_MMSG=1 turns them off);
+    #   use_gso None: UDP GSO/GRO with them where the kernel has them (UDX_NO_GSO=1 turns them
+    #   off); sock.gso, sock.gro, sock.offload() -> {gso, gro, gso_fallbacks} for /stats
     #   handler(data: bytes, addr: (host, port)) gets every datagram that is not a UDX packet
     #   for a live stream of `udx` (dht-rpc shares the socket this way); send yours with
     #   sock.send(data, addr). sock.address, sock.port, sock.stats (SocketStats counters:
@@ -54,10 +59,18 @@ and sent when it connects; libudx drops them all and the sender's 1 s RTO repair
 stream locally closes its partner and sends nothing. A stream closed gracefully lingers
 3 s to re-ACK a retransmitted END (Node has no TIME_WAIT).
 
+A relayed stream takes packets only from the address it learned (others, a forged DESTROY
+too, are dropped as `wrong_address`). Out-of-order bytes per stream are bounded
+(`create_stream(max_reorder_bytes=...)`, default the 4 MiB window).
+
 Counters for metrics: `sock.stats` (`SocketStats`: received/sent/relayed/dropped/foreign
-packets and bytes, send and callback errors); every datagram the socket could not use —
-malformed, unknown id with no `on_datagram`, firewall-rejected, invalid ack, out-of-window
-seq, relay partner gone — counts in `dropped_packets`. Nothing raises out of the reader.
+packets and bytes, send and callback errors, GSO/GRO use); every datagram the socket could
+not use counts in `dropped_packets` and by cause in `dropped_by_cause` — `garbage` (not UDX,
+no `on_datagram`), `unknown_stream` (UDX, no live stream with its id), `firewalled`,
+`wrong_address`, `invalid` (bad ack, out-of-window seq), `reorder_limit`,
+`relay_unconnected` (held for a partner that never connected), `error`. An `on_datagram`
+handler that rejects a datagram reports it with `sock.count_dropped(cause)`. Nothing raises
+out of the reader.
 """
 
 from __future__ import annotations

@@ -1,18 +1,34 @@
-"""recvmmsg/sendmmsg batching for the relay's hot path (Linux, through ctypes).
+"""recvmmsg/sendmmsg batching with UDP GSO/GRO for the relay's hot path (Linux, through ctypes).
 
 Forwarding a packet costs one receive and one send syscall plus the Python around them.
 Receiving up to `batch` datagrams with one `recvmmsg` into fixed buffers, rewriting the
 stream id in place, and sending all forwarded datagrams of the batch with one `sendmmsg`
 (each iovec pointing into the receive buffer: no copy, no bytes object, no address tuple)
-removes most of the per-packet Python and syscall overhead. Measured in
-`benchmarks/udx_forward.py`; the portable per-datagram path in `runtime.py` remains the
-fallback (and is used when `UDX_NO_MMSG=1`).
+removes most of the per-packet Python and syscall overhead.
+
+Generic segmentation goes further. A blind relay forwards runs of equal-size packets from
+one peer to one peer, the shape UDP GSO and GRO are made for:
+
+- with `UDP_SEGMENT` one `sendmmsg` entry carries a whole run (up to `GSO_MAX_SEGMENTS`
+  datagrams, `GSO_MAX_BYTES` in all, the last one may be shorter): one iovec per datagram,
+  still pointing into the receive buffer, and the kernel cuts it into datagrams once;
+- with `UDP_GRO` the kernel hands over a run from one source as one buffer with the segment
+  size in a control message (the receive slots are then 64 KiB each; untouched pages cost
+  no memory), and a run for one stream is forwarded as one entry, ids rewritten in place.
+
+Support is probed once per process (`offload_support`); `UDX_NO_GSO=1` turns both off. If
+the kernel refuses a segmented send at run time (`EIO`, `EINVAL`, `ENOPROTOOPT`: a device
+without checksum offload, a path through xfrm, ...) GSO is switched off for that socket and
+the refusal is counted in `gso_fallbacks`; the run is resent datagram by datagram.
+Measured in `benchmarks/udx_forward.py`; the portable per-datagram path in `runtime.py`
+remains the fallback (and is used when `UDX_NO_MMSG=1`).
 """
 
 from __future__ import annotations
 
 import ctypes
 import errno
+import os
 import socket
 import struct
 import sys
@@ -23,11 +39,51 @@ IOV = struct.Struct("=QQ")
 _AGAIN = (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR)
 NAME_STRIDE = 32
 HDR_SIZE = 64  # struct mmsghdr on 64-bit Linux: msghdr (56) + msg_len (4) + padding
+SOL_UDP = 17
+UDP_SEGMENT = 103
+UDP_GRO = 104
+#: The kernel's UDP_MAX_SEGMENTS on older kernels (newer ones allow 128); also GRO's limit.
+GSO_MAX_SEGMENTS = 64
+#: Largest UDP payload of one IPv4 datagram (65535 - 20 IP - 8 UDP): the whole run must fit.
+GSO_MAX_BYTES = 65507
+GRO_SLOT = 65536
+RCTL_STRIDE = 32  # CMSG_SPACE(sizeof(int)) = 24, rounded up
+SCTL_STRIDE = 24  # CMSG_SPACE(sizeof(uint16_t))
+SCTL_LEN = 24
+#: errnos that mean "this socket/path cannot do UDP_SEGMENT" (udp_send_skb)
+GSO_REFUSED = (errno.EIO, errno.EINVAL, errno.ENOPROTOOPT)
+
+_support: tuple[bool, bool] | None = None
 
 
 def available() -> bool:
     """64-bit little-endian Linux: the struct layouts and the word test below assume it."""
     return sys.platform.startswith("linux") and struct.calcsize("P") == 8 and sys.byteorder == "little"
+
+
+def offload_support() -> tuple[bool, bool]:
+    """(gso, gro) this kernel accepts, probed once on a throwaway socket; UDX_NO_GSO=1 says no."""
+    global _support
+    if os.environ.get("UDX_NO_GSO") == "1" or not available():
+        return (False, False)
+    if _support is None:
+        gso = gro = False
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                try:
+                    s.setsockopt(SOL_UDP, UDP_SEGMENT, 1200)
+                    gso = s.getsockopt(SOL_UDP, UDP_SEGMENT) == 1200
+                except OSError:
+                    pass
+                try:
+                    s.setsockopt(SOL_UDP, UDP_GRO, 1)
+                    gro = s.getsockopt(SOL_UDP, UDP_GRO) == 1
+                except OSError:
+                    pass
+        except OSError:
+            pass
+        _support = (gso, gro)
+    return _support
 
 
 def _address(buf: bytearray) -> int:
@@ -46,54 +102,123 @@ def sockaddr(family: int, host: str, port: int) -> bytearray:
     return bytearray(struct.pack("=H", socket.AF_INET6) + struct.pack("!HI", port, 0) + raw + bytes(4))
 
 
-class BatchIO:
-    """Fixed receive/send batches for one non-blocking UDP socket."""
+def source_key(sa: bytearray) -> tuple[int, int, int]:
+    """The words the fast path compares with a received `msg_name` (family, port, address)."""
+    q = memoryview(bytes(sa)[:24].ljust(24, b"\0")).cast("Q")
+    return (q[0], q[1], q[2])
 
-    def __init__(self, fd: int, family: int, batch: int = 64, size: int = 2048) -> None:
+
+class BatchIO:
+    """Fixed receive/send batches for one non-blocking UDP socket.
+
+    Send side: entry `e` of the `sendmmsg` vector owns iovecs `e * GSO_MAX_SEGMENTS ...`, so
+    a run for one destination can grow while entries for other destinations are added after
+    it. The runtime fills entries through the `shdr_q` / `siov_q` / `sctl16` views and calls
+    `flush(count)`.
+    """
+
+    def __init__(
+        self, fd: int, family: int, batch: int = 64, size: int = 2048, *, gso: bool = False, gro: bool = False
+    ) -> None:
         libc = ctypes.PyDLL(None, use_errno=True)  # non-blocking calls: no need to drop the GIL
+        # No argtypes: converting each argument costs more than the call (measured ~2x);
+        # pointers are passed as prebuilt c_void_p objects, the rest are small ints.
         self._recvmmsg = libc.recvmmsg
-        self._recvmmsg.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_uint, ctypes.c_int, ctypes.c_void_p]
         self._recvmmsg.restype = ctypes.c_int
         self._sendmmsg = libc.sendmmsg
-        self._sendmmsg.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_uint, ctypes.c_int]
         self._sendmmsg.restype = ctypes.c_int
         self.fd = fd
         self.family = family
         self.batch = batch
-        self.size = size
+        self.gro = gro  # the caller has set UDP_GRO on the socket
+
+        self.gso = gso
+        self.gso_fallbacks = 0
+        #: segments per send entry: 1 without GSO (one datagram per entry, as before)
+        self.max_segments = GSO_MAX_SEGMENTS if gso else 1
+        self.size = size = GRO_SLOT if gro else size
 
         self.rbuf = bytearray(batch * size)
         self.rbuf_addr = _address(self.rbuf)
         self.mv = memoryview(self.rbuf)
         self.u32 = self.mv.cast("I")
         self.names = bytearray(batch * NAME_STRIDE)
+        self.names_q = memoryview(self.names).cast("Q")
         names_addr = _address(self.names)
         self.riov = bytearray(batch * 16)
         riov_addr = _address(self.riov)
+        self.rctl = bytearray(batch * RCTL_STRIDE)
+        rctl_addr = _address(self.rctl)
+        self.rctl32 = memoryview(self.rctl).cast("I")
         self.rhdr = bytearray(batch * HDR_SIZE)
         self.rhdr_addr = _address(self.rhdr)
+        self._rhdr_ptr = ctypes.c_void_p(self.rhdr_addr)
         for i in range(batch):
             IOV.pack_into(self.riov, i * 16, self.rbuf_addr + i * size, size)
             struct.pack_into(
-                "=QI4xQQ", self.rhdr, i * HDR_SIZE, names_addr + i * NAME_STRIDE, 28, riov_addr + i * 16, 1
+                "=QI4xQQQQ",
+                self.rhdr,
+                i * HDR_SIZE,
+                names_addr + i * NAME_STRIDE,
+                28,
+                riov_addr + i * 16,
+                1,
+                rctl_addr + i * RCTL_STRIDE if gro else 0,
+                RCTL_STRIDE if gro else 0,
             )
+        self._rtemplate = memoryview(bytes(self.rhdr))
+        self._rhdr_mv = memoryview(self.rhdr)
+        self._rused = 0
         self.lens = memoryview(self.rhdr).cast("I")  # msg_len of entry i at [i * 16 + 14]
+        self.rhdr_q = memoryview(self.rhdr).cast("Q")  # msg_controllen of entry i at [i * 8 + 5]
 
-        self.siov = bytearray(batch * 16)
-        siov_addr = _address(self.siov)
-        self.shdr = bytearray(batch * HDR_SIZE)
+        iovs = GSO_MAX_SEGMENTS
+        #: send entries: the runtime flushes once `batch` are used; a GRO buffer split into
+        #: its segments may add up to GSO_MAX_SEGMENTS more before that check
+        self.send_cap = send_cap = batch + GSO_MAX_SEGMENTS
+        self.siov = bytearray(send_cap * iovs * 16)
+        self.siov_addr = siov_addr = _address(self.siov)
+        #: one send iovec per receive slot (base fixed, length copied in per batch): a run of
+        #: consecutive slots is sent as one entry pointing into this table, no per-packet store
+        self.fiov = bytearray(batch * 16)
+        self.fiov_addr = _address(self.fiov)
+        for i in range(batch):
+            IOV.pack_into(self.fiov, i * 16, self.rbuf_addr + i * size, 0)
+        self.fiov32 = memoryview(self.fiov).cast("I")  # length of slot i at [i * 4 + 2]
+        self.sctl = bytearray(send_cap * SCTL_STRIDE)
+        sctl_addr = _address(self.sctl)
+        self.shdr = bytearray(send_cap * HDR_SIZE)
         self.shdr_addr = _address(self.shdr)
+        self._shdr_ptr = ctypes.c_void_p(self.shdr_addr)
         name_len = 16 if family == socket.AF_INET else 28  # one family per socket
-        for j in range(batch):
-            struct.pack_into("=QI4xQQ", self.shdr, j * HDR_SIZE, 0, name_len, siov_addr + j * 16, 1)
-        # per packet the fast path stores iovec base/length and the name pointer through these
+        for j in range(send_cap):
+            struct.pack_into(
+                "=QI4xQQQQ",
+                self.shdr,
+                j * HDR_SIZE,
+                0,
+                name_len,
+                siov_addr + j * iovs * 16,
+                1,
+                sctl_addr + j * SCTL_STRIDE,
+                0,
+            )
+            struct.pack_into("=QiiH", self.sctl, j * SCTL_STRIDE, 18, SOL_UDP, UDP_SEGMENT, 0)  # CMSG_LEN(2)
+        # per packet the fast path stores iovec base/length, the name pointer, iovlen,
+        # controllen and the segment size through these
         self.siov_q = memoryview(self.siov).cast("Q")
         self.shdr_q = memoryview(self.shdr).cast("Q")
-        self.targets: list[Any] = [None] * batch
+        self.sctl16 = memoryview(self.sctl).cast("H")  # gso_size of entry j at [j * 12 + 8]
+        self.targets: list[Any] = [None] * send_cap
+        #: bumped by every flush: a run started before it cannot be extended after it
+        self.gen = 0
 
     def recv(self) -> int:
-        """Datagrams received into the batch (0 when the socket is drained)."""
-        n = self._recvmmsg(self.fd, self.rhdr_addr, self.batch, MSG_DONTWAIT, None)
+        """Datagrams (or coalesced runs) received into the batch (0 when the socket is drained)."""
+        if self._rused:  # the kernel rewrote msg_controllen / msg_flags of the entries it filled
+            self._rhdr_mv[: self._rused] = self._rtemplate[: self._rused]
+            self._rused = 0
+        n = self._recvmmsg(self.fd, self._rhdr_ptr, self.batch, MSG_DONTWAIT, None)
         if n < 0:
             e = ctypes.get_errno()
             if e in _AGAIN:
@@ -101,7 +226,19 @@ class BatchIO:
             if e in (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH):
                 return -1  # an ICMP error surfaced on the socket; try again
             raise OSError(e, "recvmmsg failed")
+        if self.gro:
+            self._rused = n * HDR_SIZE
         return n
+
+    def segment_size(self, i: int) -> int:
+        """The GRO segment size of receive entry `i` (0: one plain datagram)."""
+        if not self.rhdr_q[i * 8 + 5]:
+            return 0
+        c = self.rctl32
+        k = i * (RCTL_STRIDE // 4)
+        if c[k + 2] == SOL_UDP and c[k + 3] == UDP_GRO:
+            return c[k + 4]
+        return 0
 
     def address(self, i: int) -> tuple[str, int]:
         off = i * NAME_STRIDE
@@ -114,27 +251,79 @@ class BatchIO:
             host = host[7:]
         return (host, port)
 
-    def flush(self, total: int) -> tuple[int, int, list[tuple[int, bytes]]]:
+    def _iovecs(self, e: int) -> list[tuple[int, int]]:
+        """(offset into the receive buffer, length) of each iovec of send entry `e`."""
+        q = self.shdr_q
+        ptr, iovlen = q[e * 8 + 2], q[e * 8 + 3]
+        if self.fiov_addr <= ptr < self.fiov_addr + len(self.fiov):
+            buf, x = self.fiov, ptr - self.fiov_addr
+        else:
+            buf, x = self.siov, ptr - self.siov_addr
+        out = []
+        for k in range(iovlen):
+            base, ln = IOV.unpack_from(buf, x + 16 * k)
+            out.append((base - self.rbuf_addr, ln))
+        return out
+
+    def entry_datagrams(self, e: int) -> list[bytes]:
+        """Copies of the datagrams send entry `e` carries (its iovecs, cut by its segment size)."""
+        q = self.shdr_q
+        data = b"".join(bytes(self.mv[off : off + ln]) for off, ln in self._iovecs(e))
+        seg = self.sctl16[e * 12 + 8] if q[e * 8 + 5] else len(data)
+        if seg <= 0:
+            return [data]
+        return [data[o : o + seg] for o in range(0, len(data), seg)] or [data]
+
+    def entry_size(self, e: int) -> tuple[int, int]:
+        """(datagrams, bytes) send entry `e` carries (the bytes only for a one-iovec entry)."""
+        q = self.shdr_q
+        iovlen = q[e * 8 + 3]
+        if iovlen == 1:
+            total = self._iovecs(e)[0][1]
+            seg = self.sctl16[e * 12 + 8] if q[e * 8 + 5] else 0
+            return (-(-total // seg) if seg else 1), total
+        return iovlen, 0
+
+    def count_segmented(self, total: int) -> tuple[int, int]:
+        """(segmented entries, their datagrams) among the first `total` entries."""
+        q = self.shdr_q
+        entries = datagrams = 0
+        for e in range(total):
+            if q[e * 8 + 5]:
+                entries += 1
+                datagrams += self.entry_size(e)[0]
+        return entries, datagrams
+
+    def flush(self, total: int) -> tuple[int, int, list[tuple[int, list[bytes]]]]:
         """Send the first `total` prepared entries (iovecs point into the receive buffer).
 
-        Returns (sent, failed, leftovers) — leftovers are (entry index, copy of the datagram)
-        when the socket buffer is full, for the caller to queue in order.
+        Returns (entries sent, datagrams failed, leftovers) — leftovers are (entry index,
+        copies of its datagrams) for the caller to send or queue in order: the socket buffer
+        was full, or the kernel refused segmentation (then GSO is off for this socket).
         """
+        self.gen += 1
         done = 0
         failed = 0
         while done < total:
-            n = self._sendmmsg(self.fd, self.shdr_addr + done * HDR_SIZE, total - done, MSG_DONTWAIT)
+            ptr = self._shdr_ptr if done == 0 else ctypes.c_void_p(self.shdr_addr + done * HDR_SIZE)
+            n = self._sendmmsg(self.fd, ptr, total - done, MSG_DONTWAIT)
             if n > 0:
                 done += n
                 continue
             e = ctypes.get_errno()
             if n < 0 and e in _AGAIN:
-                rest = []
-                for k in range(done, total):
-                    ptr, ln = IOV.unpack_from(self.siov, k * 16)
-                    off = ptr - self.rbuf_addr
-                    rest.append((k, bytes(self.mv[off : off + ln])))
-                return done - failed, failed, rest
-            done += 1  # this destination failed (e.g. unreachable); skip it
-            failed += 1
-        return done - failed, failed, []
+                return done, failed, [(k, self.entry_datagrams(k)) for k in range(done, total)]
+            if self.shdr_q[done * 8 + 5]:  # a segmented entry was refused
+                if e in GSO_REFUSED:
+                    self.disable_gso()
+                if e in GSO_REFUSED or e == errno.EMSGSIZE:
+                    return done, failed, [(k, self.entry_datagrams(k)) for k in range(done, total)]
+            failed += self.entry_size(done)[0]  # this destination failed (e.g. unreachable); skip it
+            done += 1
+        return done, failed, []
+
+    def disable_gso(self) -> None:
+        if self.gso:
+            self.gso = False
+            self.max_segments = 1
+        self.gso_fallbacks += 1

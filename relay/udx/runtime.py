@@ -1,23 +1,28 @@
 """The asyncio runtime: one non-blocking UDP socket per `UDXSocket`, timers, and the relay fast path.
 
-The socket is read with `loop.add_reader` and drained in batches (`recvfrom_into` a reused
-buffer until EAGAIN) instead of one `datagram_received` call per packet: one event-loop wake
-serves a burst, and a forwarded packet is rewritten in place and sent on without any
-allocation. That forwarding path (`_on_readable`) is the relay's hot path; keep it flat.
+The socket is read with `loop.add_reader` and drained in batches instead of one
+`datagram_received` call per packet: one event-loop wake serves a burst. On Linux the batch is
+one `recvmmsg` and forwarded packets leave with one `sendmmsg`, runs of one stream's packets as
+UDP_SEGMENT entries (`relay.udx.mmsg`); `_batch_by_runs` is the relay's hot path and works per
+run, not per packet. Elsewhere `_on_readable` reads one datagram at a time into a reused buffer.
+A relayed stream forwards only what comes from its peer's address. Time is the event loop's
+clock (`loop.time()`), the one timers are scheduled on.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import socket as _socket
 import struct
-import time
+from array import array
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from itertools import groupby
 from typing import Any
 
 from . import mmsg
@@ -59,6 +64,21 @@ class SocketStats:
     foreign_packets: int = 0
     send_errors: int = 0
     callback_errors: int = 0
+    #: `dropped_packets` by cause: garbage, unknown_stream, firewalled, wrong_address,
+    #: invalid (the stream refused it), reorder_limit, relay_unconnected, error
+    dropped_by_cause: dict[str, int] = field(default_factory=dict)
+    #: times the kernel refused a segmented send and GSO was switched off for the socket
+    gso_fallbacks: int = 0
+    #: datagrams sent inside segmented (GSO) sends, and those sends
+    gso_segments: int = 0
+    gso_sends: int = 0
+    #: datagrams that arrived coalesced by GRO, and the buffers that carried them
+    gro_segments: int = 0
+    gro_buffers: int = 0
+
+    def drop(self, cause: str, count: int = 1) -> None:
+        self.dropped_packets += count
+        self.dropped_by_cause[cause] = self.dropped_by_cause.get(cause, 0) + count
 
 
 class UDX:
@@ -81,11 +101,14 @@ class UDX:
         firewall: Firewall | None = None,
         framed: bool = False,
         seq: int = 0,
+        max_reorder_bytes: int | None = None,
     ) -> UDXStream:
+        """`max_reorder_bytes` bounds what the stream holds out of order (default: its window;
+        a relay's control streams, which carry tiny messages, can pass far less)."""
         sid = self.random_id() if id is None else id & U32
         if sid in self.streams and not self.streams[sid].closed:
             raise UDXError(f"stream id {sid:#010x} is in use", "EADDRINUSE")
-        s = UDXStream(self, sid, firewall=firewall, framed=framed, seq=seq)
+        s = UDXStream(self, sid, firewall=firewall, framed=framed, seq=seq, max_reorder_bytes=max_reorder_bytes)
         self.streams[sid] = s
         return s
 
@@ -97,9 +120,14 @@ class UDX:
         on_datagram: DatagramHandler | None = None,
         reuse_port: bool = False,
         use_mmsg: bool | None = None,
+        use_gso: bool | None = None,
     ) -> UDXSocket:
-        """Bind a UDP socket; `use_mmsg` None = batch syscalls on Linux unless UDX_NO_MMSG=1."""
-        sock = UDXSocket(self, host, port, on_datagram=on_datagram, reuse_port=reuse_port, use_mmsg=use_mmsg)
+        """Bind a UDP socket; `use_mmsg` None = batch syscalls on Linux unless UDX_NO_MMSG=1,
+        `use_gso` None = UDP GSO/GRO on the batched path where the kernel has them, unless
+        UDX_NO_GSO=1 (False turns them off, True asks for them where supported)."""
+        sock = UDXSocket(
+            self, host, port, on_datagram=on_datagram, reuse_port=reuse_port, use_mmsg=use_mmsg, use_gso=use_gso
+        )
         self.sockets.append(sock)
         return sock
 
@@ -126,6 +154,7 @@ class UDXSocket:
         on_datagram: DatagramHandler | None = None,
         reuse_port: bool = False,
         use_mmsg: bool | None = None,
+        use_gso: bool | None = None,
     ) -> None:
         self.udx = udx
         self.loop = asyncio.get_running_loop()
@@ -162,7 +191,13 @@ class UDXSocket:
         if use_mmsg is None:
             use_mmsg = mmsg.available() and os.environ.get("UDX_NO_MMSG") != "1"
         if use_mmsg:
-            self._mmsg = mmsg.BatchIO(sock.fileno(), family, RECV_BATCH_MMSG, BUFFER_SIZE)
+            gso, gro = mmsg.offload_support() if use_gso is not False else (False, False)
+            if gro:
+                try:
+                    sock.setsockopt(mmsg.SOL_UDP, mmsg.UDP_GRO, 1)
+                except OSError:
+                    gro = False
+            self._mmsg = mmsg.BatchIO(sock.fileno(), family, RECV_BATCH_MMSG, BUFFER_SIZE, gso=gso, gro=gro)
             self.loop.add_reader(sock.fileno(), self._on_readable_mmsg)
         else:
             self.loop.add_reader(sock.fileno(), self._on_readable)
@@ -178,6 +213,24 @@ class UDXSocket:
 
     def fileno(self) -> int:
         return self._sock.fileno()
+
+    @property
+    def gso(self) -> bool:
+        """Forwarded runs go out as one segmented send (UDP_SEGMENT) right now."""
+        return self._mmsg is not None and self._mmsg.gso
+
+    @property
+    def gro(self) -> bool:
+        """The kernel may hand this socket coalesced runs (UDP_GRO)."""
+        return self._mmsg is not None and self._mmsg.gro
+
+    def offload(self) -> dict[str, Any]:
+        """The `/stats` `udx` group for this socket: {gso, gro, gso_fallbacks}."""
+        return {"gso": self.gso, "gro": self.gro, "gso_fallbacks": self.stats.gso_fallbacks}
+
+    def count_dropped(self, cause: str) -> None:
+        """For an `on_datagram` handler that could not use a datagram: count it by cause."""
+        self.stats.drop(cause)
 
     def send(self, data: bytes | bytearray | memoryview, addr: Address) -> None:
         """Send a non-UDX datagram (dht-rpc) from this socket."""
@@ -224,6 +277,59 @@ class UDXSocket:
         self.stats.sent_packets += 1
         self.stats.sent_bytes += len(data)
 
+    def _send_many(self, out: list[bytes], addr: Address) -> None:
+        """A stream's datagrams for one destination: runs of equal size (the last may be
+        shorter) go out as one UDP_SEGMENT send when GSO is on, the rest one by one."""
+        io = self._mmsg
+        if io is None or not io.gso or self._sendq or len(out) < 2:
+            for d in out:
+                self._sendto(d, addr)
+            return
+        i = 0
+        n = len(out)
+        while i < n:
+            seg = len(out[i])
+            k = i + 1
+            total = seg
+            limit = min(n, i + mmsg.GSO_MAX_SEGMENTS)
+            while k < limit and total + len(out[k]) <= mmsg.GSO_MAX_BYTES:
+                ln = len(out[k])
+                if ln > seg:
+                    break
+                total += ln
+                k += 1
+                if ln < seg:
+                    break
+            if k - i < 2 or self._sendq or not io.gso:
+                for d in out[i:k]:
+                    self._sendto(d, addr)
+            else:
+                self._send_segmented(out[i:k], seg, addr)
+            i = k
+
+    def _send_segmented(self, run: list[bytes], seg: int, addr: Address) -> None:
+        st = self.stats
+        try:
+            self._sock.sendmsg([b"".join(run)], [(mmsg.SOL_UDP, mmsg.UDP_SEGMENT, struct.pack("=H", seg))], 0, addr)
+        except BlockingIOError:
+            pass
+        except OSError as e:
+            if e.errno in mmsg.GSO_REFUSED and self._mmsg is not None:
+                self._mmsg.disable_gso()
+                st.gso_fallbacks += 1
+                log.warning("udx: the kernel refused a UDP_SEGMENT send; GSO is off for this socket")
+            elif e.errno != errno.EMSGSIZE:
+                st.send_errors += len(run)
+                return
+        else:
+            st.sent_packets += len(run)
+            st.sent_bytes += sum(len(d) for d in run)
+            st.gso_sends += 1
+            st.gso_segments += len(run)
+            return
+        for d in run:  # the socket buffer is full, or segmentation was refused: one by one
+            self._sendto(d, addr)
+
     def _on_writable(self) -> None:
         q = self._sendq
         sendto = self._sock.sendto
@@ -269,7 +375,7 @@ class UDXSocket:
                 # fast path: a connected relay stream whose partner is connected on this socket
                 if n >= 20 and buf[0] == 0xFF and buf[1] == 0x01:
                     s = streams.get(_u32.unpack_from(buf, 4)[0])
-                    if s is not None and s._socket is self and not s.closed:
+                    if s is not None and s._socket is self and not s.closed and addr == s._remote_addr:
                         t = s._relay
                         if t is not None and t._socket is self and not self._sendq and not buf[2] & DESTROY:
                             buf[4:8] = t._remote_id_le
@@ -288,7 +394,7 @@ class UDXSocket:
                 self._handle(mv[:n], n, addr)
             except Exception:
                 st.callback_errors += 1
-                st.dropped_packets += 1
+                st.drop("error")
                 log.exception("udx: error while handling a datagram from %s", addr)
         if self._dirty:
             self._flush_dirty()
@@ -296,83 +402,405 @@ class UDXSocket:
     def _on_readable_mmsg(self) -> None:
         """Linux reader: `recvmmsg` a batch, forward relay packets with one `sendmmsg`.
 
-        Per forwarded packet: one word test (magic, version, no DESTROY), one dict lookup,
-        one in-place id store and three stores into the prepared `sendmmsg` vectors (iovec
-        base and length pointing into the receive buffer, destination sockaddr pointer).
-        Counters are summed per batch.
+        A batch without GRO-coalesced buffers goes to `_batch_by_runs` (work per run of one
+        stream's packets, not per packet); one with them to `_batch_per_slot`.
         """
         io = self._mmsg
         assert io is not None
-        streams = self.udx.streams
         st = self.stats
-        mv = io.mv
-        u32 = io.u32
         lens = io.lens
-        size = io.size
-        words = size >> 2
-        siov_q = io.siov_q
-        shdr_q = io.shdr_q
-        targets = io.targets
-        rbuf_addr = io.rbuf_addr
+        rq = io.rhdr_q
         for _ in range(RECV_ROUNDS):
             count = io.recv()
             if count == 0:
                 break
             if count < 0:
                 continue
-            j = 0
-            rx_bytes = 0
-            fw_bytes = 0
-            for i in range(count):
-                n = lens[i * 16 + 14]
-                rx_bytes += n
-                w = i * words
-                if n >= 20 and u32[w] & 0x10FFFF == 0x01FF:  # ff 01, DESTROY bit clear
-                    s = streams.get(u32[w + 1])
-                    if s is not None:
-                        fast = s._fast
-                        if fast is not None and fast[3] is self:
-                            u32[w + 1] = fast[0]
-                            siov_q[2 * j] = rbuf_addr + i * size
-                            siov_q[2 * j + 1] = n
-                            shdr_q[8 * j] = fast[1]
-                            targets[j] = fast[2]
-                            j += 1
-                            fw_bytes += n
-                            continue
-                try:
-                    self._handle(mv[i * size : i * size + n], n, i)
-                except Exception:
-                    st.callback_errors += 1
-                    st.dropped_packets += 1
-                    log.exception("udx: error while handling a datagram")
             st.received_packets += count
-            st.received_bytes += rx_bytes
-            if j:
-                st.relayed_packets += j
-                st.relayed_bytes += fw_bytes
-                self._flush_batch(io, j, fw_bytes)
+            st.received_bytes += sum(lens[14 : count * 16 : 16])
+            if io.gro and any(rq[5 : count * 8 : 8]):
+                self._batch_per_slot(io, count)
+            else:
+                self._batch_by_runs(io, count)
             if self._dirty:
                 self._flush_dirty()  # ACK what this batch delivered before reading more
             if count < io.batch:
                 break
 
-    def _flush_batch(self, io: mmsg.BatchIO, count: int, nbytes: int) -> None:
+    def _batch_by_runs(self, io: mmsg.BatchIO, count: int) -> None:
+        """Forward a batch of plain datagrams run by run.
+
+        A run is consecutive datagrams with one stream id. For a relayed stream whose route is
+        on this socket, the checks (magic/version, no DESTROY, at least a header, from the
+        stream's peer) and the id rewrite are slice operations over the whole run; the run
+        goes out as segmented entries pointing into the per-slot iovec table (whose lengths
+        were copied in with one slice assignment). Anything else is taken datagram by
+        datagram by `_handle`, after what is already prepared has been sent, so nothing for
+        one destination overtakes what came before it.
+        """
+        streams = self.udx.streams
         st = self.stats
-        sent, failed, rest = io.flush(count)
-        st.sent_packets += sent
-        st.sent_bytes += nbytes
+        u32 = io.u32
+        nq = io.names_q
+        size = io.size
+        words = size >> 2
+        shdr_q = io.shdr_q
+        sctl16 = io.sctl16
+        targets = io.targets
+        fiov_addr = io.fiov_addr
+        cap = io.batch
+        v6 = self.family == _socket.AF_INET6
+        gso = io.gso
+        ctl_len = mmsg.SCTL_LEN
+        lens_v = io.lens[14 : count * 16 : 16]
+        lens_l = lens_v.tolist()
+        io.fiov32[2 : count * 4 : 4] = lens_v
+        ids = u32[1 : count * words : words].tolist()
+        j = 0
+        fw_pkts = 0
+        fw_bytes = 0
+        seg_sends = 0
+        seg_dgrams = 0
+        i = 0
+        for sid, group in groupby(ids):
+            k = len(list(group))
+            end = i + k
+            s = streams.get(sid)
+            r = s._fast if s is not None else None
+            ok = r is not None and r.sock is self
+            if ok:
+                assert r is not None
+                heads = u32[i * words : end * words : words].tolist()
+                h0 = heads[0]
+                run_lens = lens_l[i:end]
+                ok = (
+                    h0 & 0x10FFFF == 0x01FF
+                    and (heads.count(h0) == k or all(h & 0x10FFFF == 0x01FF for h in heads))
+                    and min(run_lens) >= 20
+                    and nq[i * 4 : end * 4 : 4].tolist().count(r.src0) == k
+                    and (
+                        not v6
+                        or (
+                            nq[i * 4 + 1 : end * 4 : 4].tolist().count(r.src1) == k
+                            and nq[i * 4 + 2 : end * 4 : 4].tolist().count(r.src2) == k
+                        )
+                    )
+                )
+            if not ok:
+                if j:
+                    self._flush_batch(io, j, fw_pkts, fw_bytes, seg_sends, seg_dgrams)
+                    j = fw_pkts = fw_bytes = seg_sends = seg_dgrams = 0
+                mv = io.mv
+                for x in range(i, end):
+                    n = lens_l[x]
+                    try:
+                        self._handle(mv[x * size : x * size + n], n, x)
+                    except Exception:
+                        st.callback_errors += 1
+                        st.drop("error")
+                        log.exception("udx: error while handling a datagram")
+                i = end
+                continue
+            assert r is not None
+            u32[i * words + 1 : end * words : words] = array("I", (r.rid,)) * k
+            fw_pkts += k
+            fw_bytes += sum(run_lens)
+            sa = r.sa
+            target = r.target
+            seg = run_lens[0]
+            if gso and k > 1 and (run_lens.count(seg) == k or (run_lens.count(seg) == k - 1 and run_lens[-1] < seg)):
+                per = min(mmsg.GSO_MAX_SEGMENTS, mmsg.GSO_MAX_BYTES // seg)
+                for start in range(i, end, per):
+                    cnt = min(per, end - start)
+                    e8 = j * 8
+                    shdr_q[e8] = sa
+                    shdr_q[e8 + 2] = fiov_addr + start * 16
+                    shdr_q[e8 + 3] = cnt
+                    if cnt > 1:
+                        shdr_q[e8 + 5] = ctl_len
+                        sctl16[j * 12 + 8] = seg
+                        seg_sends += 1
+                        seg_dgrams += cnt
+                    else:
+                        shdr_q[e8 + 5] = 0
+                    targets[j] = target
+                    j += 1
+                    if j >= cap:
+                        self._flush_batch(io, j, fw_pkts, fw_bytes, seg_sends, seg_dgrams)
+                        j = fw_pkts = fw_bytes = seg_sends = seg_dgrams = 0
+            else:  # mixed sizes or no GSO: sub-runs of one size (the last one may be shorter)
+                x = i
+                limit = mmsg.GSO_MAX_SEGMENTS if gso else 1
+                while x < end:
+                    seg = lens_l[x]
+                    y = x + 1
+                    total = seg
+                    while y < end and y - x < limit and total + lens_l[y] <= mmsg.GSO_MAX_BYTES:
+                        ln = lens_l[y]
+                        if ln > seg:
+                            break
+                        total += ln
+                        y += 1
+                        if ln < seg:
+                            break
+                    e8 = j * 8
+                    shdr_q[e8] = sa
+                    shdr_q[e8 + 2] = fiov_addr + x * 16
+                    shdr_q[e8 + 3] = y - x
+                    if y - x > 1:
+                        shdr_q[e8 + 5] = ctl_len
+                        sctl16[j * 12 + 8] = seg
+                        seg_sends += 1
+                        seg_dgrams += y - x
+                    else:
+                        shdr_q[e8 + 5] = 0
+                    targets[j] = target
+                    j += 1
+                    if j >= cap:
+                        self._flush_batch(io, j, fw_pkts, fw_bytes, seg_sends, seg_dgrams)
+                        j = fw_pkts = fw_bytes = seg_sends = seg_dgrams = 0
+                    x = y
+            r.gen = -1  # the per-slot path must not extend an entry of this batch
+            i = end
+        if j:
+            self._flush_batch(io, j, fw_pkts, fw_bytes, seg_sends, seg_dgrams)
+
+    def _batch_per_slot(self, io: mmsg.BatchIO, count: int) -> None:
+        """Forward a batch that holds GRO-coalesced buffers, slot by slot.
+
+        Per forwarded packet: one word test (magic, version, no DESTROY), one dict lookup,
+        one source-address word test, one in-place id store and a few stores into the
+        prepared `sendmmsg` vectors (iovec base and length pointing into the receive buffer).
+        With GSO, a packet of the same size as the open run of its route (one destination)
+        joins that run's entry instead of getting its own. A coalesced buffer goes to
+        `_forward_coalesced`.
+        """
+        streams = self.udx.streams
+        st = self.stats
+        mv = io.mv
+        u32 = io.u32
+        lens = io.lens
+        rq = io.rhdr_q
+        nq = io.names_q
+        size = io.size
+        words = size >> 2
+        siov_q = io.siov_q
+        shdr_q = io.shdr_q
+        sctl16 = io.sctl16
+        targets = io.targets
+        rbuf_addr = io.rbuf_addr
+        siov_addr = io.siov_addr
+        cap = io.batch
+        v6 = self.family == _socket.AF_INET6
+        iov_stride = mmsg.GSO_MAX_SEGMENTS * 2
+        max_bytes = mmsg.GSO_MAX_BYTES
+        ctl_len = mmsg.SCTL_LEN
+        gro = io.gro
+        maxseg = io.max_segments
+        gen = io.gen
+        gro = io.gro
+        maxseg = io.max_segments
+        gen = io.gen
+        j = 0
+        fw_pkts = 0
+        fw_bytes = 0
+        for i in range(count):
+            n = lens[i * 16 + 14]
+            if gro and rq[i * 8 + 5]:
+                g = io.segment_size(i)
+                if 0 < g < n:
+                    j, p, nb = self._forward_coalesced(io, i, n, g, j)
+                    fw_pkts += p
+                    fw_bytes += nb
+                    if j >= cap:
+                        self._flush_batch(io, j, fw_pkts, fw_bytes)
+                        j = fw_pkts = fw_bytes = 0
+                    gen = io.gen
+                    maxseg = io.max_segments
+                    continue
+            w = i * words
+            if n >= 20 and u32[w] & 0x10FFFF == 0x01FF:  # ff 01, DESTROY bit clear
+                s = streams.get(u32[w + 1])
+                if s is not None:
+                    r = s._fast
+                    b = i * 4
+                    if (
+                        r is not None
+                        and r.sock is self
+                        and nq[b] == r.src0
+                        and (not v6 or (nq[b + 1] == r.src1 and nq[b + 2] == r.src2))
+                    ):
+                        u32[w + 1] = r.rid
+                        base = rbuf_addr + i * size
+                        k = r.k
+                        if r.gen == gen and n <= r.seg and k < maxseg and r.nbytes + n <= max_bytes:
+                            e = r.entry
+                            x = e * iov_stride + 2 * k
+                            siov_q[x] = base
+                            siov_q[x + 1] = n
+                            k += 1
+                            shdr_q[e * 8 + 3] = k
+                            if k == 2:
+                                shdr_q[e * 8 + 5] = ctl_len
+                                sctl16[e * 12 + 8] = r.seg
+                            r.k = k
+                            r.nbytes += n
+                            if n < r.seg:
+                                r.seg = 0  # a shorter datagram ends the run
+                        else:
+                            x = j * iov_stride
+                            siov_q[x] = base
+                            siov_q[x + 1] = n
+                            shdr_q[j * 8] = r.sa
+                            shdr_q[j * 8 + 2] = siov_addr + j * iov_stride * 8
+                            shdr_q[j * 8 + 3] = 1
+                            shdr_q[j * 8 + 5] = 0
+                            targets[j] = r.target
+                            r.entry = j
+                            r.seg = n
+                            r.k = 1
+                            r.nbytes = n
+                            r.gen = gen
+                            j += 1
+                        fw_pkts += 1
+                        fw_bytes += n
+                        if j >= cap:
+                            self._flush_batch(io, j, fw_pkts, fw_bytes)
+                            j = fw_pkts = fw_bytes = 0
+                            gen = io.gen
+                            maxseg = io.max_segments
+                        continue
+            try:
+                self._handle(mv[i * size : i * size + n], n, i)
+            except Exception:
+                st.callback_errors += 1
+                st.drop("error")
+                log.exception("udx: error while handling a datagram")
+        if j:
+            self._flush_batch(io, j, fw_pkts, fw_bytes)
+
+    def _forward_coalesced(self, io: mmsg.BatchIO, i: int, n: int, g: int, j: int) -> tuple[int, int, int]:
+        """A GRO buffer: `n` bytes of datagrams of `g` bytes (the last may be shorter) from one source.
+
+        When every segment is a fast-path packet of one stream (the common case: one peer's
+        run of DATA) the ids are rewritten with one strided store and the buffer is forwarded
+        as one segmented entry. Otherwise each segment is taken on its own (at most
+        GSO_MAX_SEGMENTS entries: GRO coalesces no more). Returns the next free entry and
+        the datagrams and bytes it forwarded.
+        """
+        st = self.stats
+        nseg = -(-n // g)
+        st.received_packets += nseg - 1  # the caller counts the buffer as one
+        st.gro_buffers += 1
+        st.gro_segments += nseg
+        size = io.size
+        off0 = i * size
+        u32 = io.u32
+        last = n - (nseg - 1) * g
+        if g & 3 == 0 and g >= 20 and last >= 20 and io.gso and n <= mmsg.GSO_MAX_BYTES:
+            gw = g >> 2
+            w = i * (size >> 2)
+            stop = w + (nseg - 1) * gw + 2
+            heads = u32[w:stop:gw].tolist()
+            ids = u32[w + 1 : stop : gw].tolist()
+            sid = ids[0]
+            s = self.udx.streams.get(sid)
+            r = s._fast if s is not None else None
+            if (
+                r is not None
+                and r.sock is self
+                and ids.count(sid) == nseg
+                and all(h & 0x10FFFF == 0x01FF for h in heads)
+                and self._from_route_source(io, i, r)
+            ):
+                u32[w + 1 : stop : gw] = array("I", [r.rid]) * nseg
+                x = j * mmsg.GSO_MAX_SEGMENTS * 2
+                io.siov_q[x] = io.rbuf_addr + off0
+                io.siov_q[x + 1] = n
+                q = io.shdr_q
+                q[j * 8] = r.sa
+                q[j * 8 + 2] = io.siov_addr + x * 8
+                q[j * 8 + 3] = 1
+                q[j * 8 + 5] = mmsg.SCTL_LEN
+                io.sctl16[j * 12 + 8] = g
+                io.targets[j] = r.target
+                r.gen = -1  # nothing joins a coalesced entry
+                return j + 1, nseg, n
+        mv = io.mv
+        pkts = nbytes = 0
+        for off in range(off0, off0 + n, g):
+            ln = min(g, off0 + n - off)
+            seg = mv[off : off + ln]
+            if ln >= 20 and seg[0] == 0xFF and seg[1] == 0x01 and not seg[2] & DESTROY:
+                s = self.udx.streams.get(_u32.unpack_from(seg, 4)[0])
+                r = s._fast if s is not None else None
+                if r is not None and r.sock is self and self._from_route_source(io, i, r):
+                    seg[4:8] = _u32.pack(r.rid)
+                    x = j * mmsg.GSO_MAX_SEGMENTS * 2
+                    io.siov_q[x] = io.rbuf_addr + off
+                    io.siov_q[x + 1] = ln
+                    q = io.shdr_q
+                    q[j * 8] = r.sa
+                    q[j * 8 + 2] = io.siov_addr + x * 8
+                    q[j * 8 + 3] = 1
+                    q[j * 8 + 5] = 0
+                    io.targets[j] = r.target
+                    r.gen = -1
+                    j += 1
+                    pkts += 1
+                    nbytes += ln
+                    continue
+            try:
+                self._handle(seg, ln, i)
+            except Exception:
+                st.callback_errors += 1
+                st.drop("error")
+                log.exception("udx: error while handling a datagram")
+        return j, pkts, nbytes
+
+    def _from_route_source(self, io: mmsg.BatchIO, i: int, r: _Route) -> bool:
+        nq = io.names_q
+        b = i * 4
+        if nq[b] != r.src0:
+            return False
+        return self.family != _socket.AF_INET6 or (nq[b + 1] == r.src1 and nq[b + 2] == r.src2)
+
+    def _flush_batch(
+        self, io: mmsg.BatchIO, count: int, datagrams: int, nbytes: int, seg_sends: int = -1, seg_datagrams: int = 0
+    ) -> None:
+        """Send `count` prepared entries carrying `datagrams` forwarded datagrams (`nbytes`),
+        `seg_sends` of them segmented with `seg_datagrams` in all (-1: count them here)."""
+        st = self.stats
+        st.relayed_packets += datagrams
+        st.relayed_bytes += nbytes
+        if seg_sends < 0:
+            seg_sends, seg_datagrams = io.count_segmented(count)
+        st.gso_sends += seg_sends
+        st.gso_segments += seg_datagrams
+        fallbacks = io.gso_fallbacks
+        _sent, failed, rest = io.flush(count)
         st.send_errors += failed
-        if rest:  # the socket buffer is full: keep the rest in order in the send queue
-            if not self._sendq:
-                self.loop.add_writer(self._sock.fileno(), self._on_writable)
-            for k, d in rest:
-                t = io.targets[k]
-                st.sent_bytes -= len(d)
-                if len(self._sendq) < SEND_QUEUE_MAX and t is not None and t._send_addr is not None:
-                    self._sendq.append((d, t._send_addr))
+        if io.gso_fallbacks != fallbacks:
+            st.gso_fallbacks += io.gso_fallbacks - fallbacks
+            log.warning("udx: the kernel refused a UDP_SEGMENT send; GSO is off for this socket")
+        if not rest:
+            st.sent_packets += datagrams - failed
+            st.sent_bytes += nbytes
+            return
+        # the socket buffer is full or segmentation was refused: the rest, in order, one by one
+        for _k, datagrams_k in rest:
+            datagrams -= len(datagrams_k)
+            nbytes -= sum(len(d) for d in datagrams_k)
+        st.sent_packets += datagrams - failed
+        st.sent_bytes += nbytes
+        for k, datagrams_k in rest:
+            t = io.targets[k]
+            for d in datagrams_k:
+                if t is not None and t._send_addr is not None:
+                    self._sendto(d, t._send_addr)
                 else:
                     st.send_errors += 1
+        if self._sendq:
             for t in set(io.targets[:count]):
                 if t is not None:
                     t._invalidate_fast()  # back to the queued path until the queue drains
@@ -381,6 +809,8 @@ class UDXSocket:
         """Everything but the relay fast path: firewall, relaying, streams, foreign datagrams.
 
         `addr` is the source, or its index in the recvmmsg batch (decoded only when needed).
+        A relayed stream that knows its peer's address takes packets from that address only:
+        anything else for its id (a forged DESTROY too) is dropped as `wrong_address`.
         """
         st = self.stats
         if n >= 20 and buf[0] == 0xFF and buf[1] == 0x01:
@@ -390,10 +820,15 @@ class UDXSocket:
                     if isinstance(addr, int):
                         addr = self._mmsg.address(addr)  # type: ignore[union-attr]
                     if not self._pass_firewall(s, addr):
-                        st.dropped_packets += 1
+                        st.drop("firewalled")
                         return
                 t = s._relay
                 if t is not None:
+                    if isinstance(addr, int):
+                        addr = self._mmsg.address(addr)  # type: ignore[union-attr]
+                    if addr != s._remote_addr:
+                        st.drop("wrong_address")
+                        return
                     dst = t._send_addr
                     if dst is not None and t._socket is not None:
                         buf[4:8] = t._remote_id_le
@@ -401,26 +836,31 @@ class UDXSocket:
                         st.relayed_packets += 1
                         st.relayed_bytes += n
                         if s._socket is self and t._socket is self and self._mmsg is not None and not self._sendq:
-                            s._fast = (t._core.remote_id, t._sa_addr, t, self)
+                            s._fast = _Route(s, t, self)
                     elif len(t._early) < EARLY_PACKETS:
                         t._early.append((bytes(buf), self))  # partner not connected yet: hold
                     else:
-                        st.dropped_packets += 1
+                        st.drop("relay_unconnected")
                     if buf[2] & DESTROY:
                         s._on_relayed_destroy()
                     return
-                if s._core.receive(bytes(buf), time.monotonic()):
+                if s._core.receive(bytes(buf), self.loop.time()):
                     s._after_input()
                 else:
-                    st.dropped_packets += 1
+                    st.drop(s._core.drop_reason)
                 return
             if s is not None and s._core.lingering:
-                s._core.receive(bytes(buf), time.monotonic())
+                s._core.receive(bytes(buf), self.loop.time())
                 s._after_input()
                 return
+            # UDX-shaped with the id of no live stream. libudx hands such a datagram to the
+            # socket's message callback, where dht-rpc fails to decode it (its messages start
+            # 0x03/0x13): count it here instead of passing it on.
+            st.drop("unknown_stream")
+            return
         cb = self.on_datagram
         if cb is None:
-            st.dropped_packets += 1
+            st.drop("garbage")
             return
         st.foreign_packets += 1
         if isinstance(addr, int):
@@ -458,9 +898,49 @@ class UDXSocket:
         if not dirty:
             return
         self._dirty = set()
-        now = time.monotonic()
+        now = self.loop.time()
         for s in dirty:
             s._flush(now)
+
+
+class _Route:
+    """The fast path's view of one relayed direction while both streams sit on one batching
+    socket: packets for `source` from its peer go to `target`'s peer with `rid` as their id.
+    `entry`/`seg`/`k`/`nbytes`/`gen` describe the open GSO run of the current send batch."""
+
+    __slots__ = (
+        "entry",
+        "gen",
+        "k",
+        "nbytes",
+        "rid",
+        "sa",
+        "sa_buf",
+        "seg",
+        "sock",
+        "src0",
+        "src1",
+        "src2",
+        "target",
+    )
+
+    def __init__(self, source: UDXStream, target: UDXStream, sock: UDXSocket) -> None:
+        self.rid = target._core.remote_id
+        self.sa = target._sa_addr
+        self.sa_buf = target._sa  # keeps the sockaddr `sa` points at alive while entries use it
+        self.target = target
+        self.sock = sock
+        self.src0, self.src1, self.src2 = source._src_key
+        self.entry = 0
+        self.seg = 0
+        self.k = 0
+        self.nbytes = 0
+        self.gen = -1
+
+
+def _now() -> float:
+    """The relay's one clock: the running event loop's (timers are scheduled on it too)."""
+    return asyncio.get_running_loop().time()
 
 
 def _v4(addr: Any) -> Address:
@@ -477,10 +957,22 @@ class UDXStream:
     `on_message`, `on_close` callbacks (data then bypasses the read queue).
     """
 
-    def __init__(self, udx: UDX, id: int, *, firewall: Firewall | None, framed: bool, seq: int) -> None:
+    def __init__(
+        self,
+        udx: UDX,
+        id: int,
+        *,
+        firewall: Firewall | None,
+        framed: bool,
+        seq: int,
+        max_reorder_bytes: int | None = None,
+    ) -> None:
         self.udx = udx
         self.id = id
-        self._core = StreamCore(id, seq=seq)
+        if max_reorder_bytes is None:
+            self._core = StreamCore(id, seq=seq)
+        else:
+            self._core = StreamCore(id, seq=seq, max_reorder_bytes=max_reorder_bytes)
         self._firewall = firewall
         self.framed = framed
         self._socket: UDXSocket | None = None
@@ -493,9 +985,10 @@ class UDXStream:
         self._sa = bytearray()
         self._sa_addr = 0
         self._sa_len = 0
+        self._src_key = (0, 0, 0)
         #: (partner's remote id, its sockaddr pointer, partner, socket) while both relay
         #: streams sit on one batching socket: the forwarding fast path reads only this
-        self._fast: tuple[int, int, UDXStream, UDXSocket] | None = None
+        self._fast: _Route | None = None
         self.closed = False
         self._finished = False
         self.error: UDXError | None = None
@@ -613,6 +1106,7 @@ class UDXStream:
         self._sa = mmsg.sockaddr(sock.family, addr[0], addr[1])
         self._sa_addr = mmsg._address(self._sa)
         self._sa_len = len(self._sa)
+        self._src_key = mmsg.source_key(self._sa)
 
     def relay_to(self, destination: UDXStream) -> None:
         """Forward every packet this stream receives to `destination`'s peer, id rewritten."""
@@ -667,7 +1161,7 @@ class UDXStream:
         self._socket._mark_dirty(self)
 
     def set_keepalive(self, seconds: float) -> None:
-        self._core.set_keepalive(seconds, time.monotonic())
+        self._core.set_keepalive(seconds, _now())
         if self._socket is not None:
             self._socket._mark_dirty(self)
 
@@ -676,7 +1170,7 @@ class UDXStream:
         if self.closed:
             return
         self._core.destroy(error, send=self._relay is None)
-        self._flush(time.monotonic())
+        self._flush(_now())
 
     async def read(self) -> bytes:
         """Next chunk of stream data (a whole frame in framed mode); b"" at EOF."""
@@ -684,7 +1178,7 @@ class UDXStream:
             if self._readq:
                 chunk = self._readq.popleft()
                 self._core.consumed(len(chunk))
-                if self._core._ack_needed and self._socket is not None:
+                if self._core.wants_ack and self._socket is not None:
                     self._socket._mark_dirty(self)
                 return chunk
             if self._eof:
@@ -719,10 +1213,7 @@ class UDXStream:
         core = self._core
         out = core.poll(now)
         if out and self._socket is not None and self._send_addr is not None:
-            sendto = self._socket._sendto
-            dst = self._send_addr
-            for d in out:
-                sendto(d, dst)
+            self._socket._send_many(out, self._send_addr)
         if core.events:
             self._dispatch()
         if self.closed:
@@ -740,14 +1231,12 @@ class UDXStream:
 
     def _on_timer(self) -> None:
         self._timer = None
-        now = time.monotonic()
+        now = _now()
         self._core.handle_timer(now)
         self._flush(now)
 
     def _dispatch(self) -> None:
-        events = self._core.events
-        self._core.events = []
-        for ev in events:
+        for ev in self._core.take_events():
             if isinstance(ev, DataReceived):
                 if self.framed:
                     self._deliver_framed(ev.data)
@@ -784,7 +1273,7 @@ class UDXStream:
                 break
             frame = bytes(fb[:size])
             del fb[:size]
-            self._core.unread += size  # accounted again when the reader takes it
+            self._core.hold_unread(size)  # accounted again when the reader takes it
             self._deliver(frame)
 
     def _wake_reader(self) -> None:
@@ -826,7 +1315,7 @@ class UDXStream:
         if self._closed_fut is not None and not self._closed_fut.done():
             self._closed_fut.set_result(None)
         for _, held_by in self._early:
-            held_by.stats.dropped_packets += 1
+            held_by.stats.drop("relay_unconnected")
         self._early = []
         partners = self._relayed_from
         self._relayed_from = []
@@ -845,6 +1334,6 @@ class UDXStream:
 
     def _unregister(self) -> None:
         self._timer = None
-        self._core.lingering = False
+        self._core.end_linger()
         if self.udx.streams.get(self.id) is self:
             del self.udx.streams[self.id]

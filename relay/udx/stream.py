@@ -6,9 +6,10 @@
 `shared/protocol/udx.md`: per-packet sequence numbers, an ACK for every DATA/END burst with
 SACK blocks while out-of-order data is buffered, RACK loss detection from the peer's SACKs,
 a tail-loss probe, an RTO of at least 1 s, END as a sequenced half-close, DESTROY as an
-unsequenced reset. Congestion control is packet-counting NewReno (slow start, 0.7 decrease
-on a loss episode, conservation in recovery) — libudx runs BBR, but the peer does not care
-which algorithm the other end runs.
+unsequenced reset. Congestion control (`relay.udx.congestion`, packet-counting NewReno —
+libudx runs BBR, but the peer does not care which algorithm the other end runs) and the
+loss-recovery timing (`relay.udx.recovery`: RTT estimator, RACK reordering window, TLP
+timeout) live in modules of their own; this one owns the packets and the sequence space.
 
 Sequence numbers are kept internally as unbounded ints (unwrapped against the current
 cumulative position) so the rest of the code can compare with `<`; only the wire is mod 2³².
@@ -21,6 +22,7 @@ import struct
 from bisect import bisect_right
 from dataclasses import dataclass, field
 
+from .congestion import OPEN, NewReno
 from .packet import (
     DATA,
     DEFAULT_RWND,
@@ -37,28 +39,23 @@ from .packet import (
     UDXError,
     max_payload,
 )
+from .recovery import RttEstimator
+from .recovery import probe_timeout as _probe_timeout
+from .recovery import reo_wnd as _reo_wnd
 
 _HEADER = struct.Struct("<BBBBIIII")
 _BLOCK = struct.Struct("<II")
 _u32 = struct.Struct("<I")
 
-RTO_MIN = 1.0
-RTO_MAX = 30.0
-RTO_INITIAL = 1.0
 MAX_RTO_TIMEOUTS = 6
-INITIAL_CWND = 10.0
-MAX_CWND = 4096.0
-MIN_CWND = 2.0
-TLP_MIN = 0.010
-TLP_MAX_ACK_DELAY = 0.002
-REO_WND_MIN = 0.001
 #: Out-of-order packets buffered above the cumulative ack; Node's window (4 MiB / 1152) fits.
 MAX_REORDER = 4096
+#: Out-of-order bytes buffered per stream by default: our advertised window, which a peer
+#: that follows the protocol never exceeds. Each packet is charged its payload plus
+#: REORDER_OVERHEAD (what holding it costs in Python), so tiny packets cannot park more.
+MAX_REORDER_BYTES = DEFAULT_RWND
+REORDER_OVERHEAD = 128
 HIGH_WATERMARK = 262144
-
-OPEN = 0
-RECOVERY = 1
-LOSS = 2
 
 
 # --- events -----------------------------------------------------------------------------
@@ -129,7 +126,64 @@ class _Sent:
 class StreamCore:
     """One UDX stream endpoint. See the module docstring for the contract."""
 
-    def __init__(self, local_id: int, *, seq: int = 0, rwnd_max: int = DEFAULT_RWND) -> None:
+    __slots__ = (
+        "_ack_before_connect",
+        "_ack_needed",
+        "_adv_rwnd",
+        "_end_seq",
+        "_ending",
+        "_keepalive_at",
+        "_lost",
+        "_ooo",
+        "_outstanding",
+        "_rack_end",
+        "_rack_rtt",
+        "_rack_xmit",
+        "_remote_end",
+        "_reorder_at",
+        "_reordering_seen",
+        "_rto_at",
+        "_run_ends",
+        "_run_starts",
+        "_sacked_hi",
+        "_sendbuf",
+        "_sendoff",
+        "_tlp_at",
+        "_tlp_outstanding",
+        "_tlp_permitted",
+        "_unacked_bytes",
+        "_wl1",
+        "_wl2",
+        "_zwp_at",
+        "ack",
+        "cc",
+        "closed",
+        "connected",
+        "drop_reason",
+        "ended",
+        "ended_remote",
+        "events",
+        "id",
+        "inflight",
+        "keepalive",
+        "lingering",
+        "max_payload",
+        "max_reorder_bytes",
+        "out",
+        "remote_acked",
+        "remote_id",
+        "reorder_bytes",
+        "rtt",
+        "rwnd_max",
+        "send_rwnd",
+        "seq",
+        "stats",
+        "unread",
+    )
+
+    def __init__(
+        self, local_id: int, *, seq: int = 0, rwnd_max: int = DEFAULT_RWND, max_reorder_bytes: int = MAX_REORDER_BYTES
+    ) -> None:
         self.id = local_id & U32
         self.remote_id = 0
         self.connected = False
@@ -153,20 +207,13 @@ class StreamCore:
         self.ended = False
         self._lost: list[int] = []
         self._sacked_hi = seq
-        self.cwnd = INITIAL_CWND
-        self.ssthresh = float("inf")
-        self.ca_state = OPEN
-        self._high_seq = seq
+        self.cc = NewReno(seq)
         self.send_rwnd = DEFAULT_RWND
         self._wl1 = 0
         self._wl2 = 0
 
         # rtt / rack
-        self.srtt = 0.0
-        self.rttvar = 0.0
-        self.min_rtt = float("inf")
-        self.rto = RTO_INITIAL
-        self._have_rtt = False
+        self.rtt = RttEstimator()
         self._rack_xmit = -1.0
         self._rack_end = seq - 1
         self._rack_rtt = 0.0
@@ -185,6 +232,11 @@ class StreamCore:
         # receiver
         self.ack = 0
         self._ooo: dict[int, tuple[int, bytes]] = {}
+        #: bytes held out of order (payload + REORDER_OVERHEAD each), bounded by max_reorder_bytes
+        self.reorder_bytes = 0
+        self.max_reorder_bytes = max_reorder_bytes
+        #: why `receive` last returned False: "invalid" or "reorder_limit" (a socket drop cause)
+        self.drop_reason = "invalid"
         self._run_starts: list[int] = []
         self._run_ends: list[int] = []
         self._remote_end: int | None = None
@@ -194,6 +246,36 @@ class StreamCore:
         self.unread = 0
         self._adv_rwnd = rwnd_max
         self._ack_before_connect = False
+
+    # --- congestion control and RTT (their own modules; read here for callers) -----------
+
+    @property
+    def cwnd(self) -> float:
+        return self.cc.cwnd
+
+    @property
+    def ssthresh(self) -> float:
+        return self.cc.ssthresh
+
+    @property
+    def ca_state(self) -> int:
+        return self.cc.state
+
+    @property
+    def srtt(self) -> float:
+        return self.rtt.srtt
+
+    @property
+    def rttvar(self) -> float:
+        return self.rtt.rttvar
+
+    @property
+    def min_rtt(self) -> float:
+        return self.rtt.min_rtt
+
+    @property
+    def rto(self) -> float:
+        return self.rtt.rto
 
     # --- commands -------------------------------------------------------------------------
 
@@ -244,6 +326,25 @@ class StreamCore:
             self._emit(DESTROY, self.seq, b"")
         self._close(error, linger=False)
 
+    def take_events(self) -> list[Event]:
+        """The events produced since the last call (the runtime dispatches them)."""
+        events = self.events
+        self.events = []
+        return events
+
+    @property
+    def wants_ack(self) -> bool:
+        """An ACK (or window update) is due: the runtime should `poll` soon."""
+        return self._ack_needed
+
+    def hold_unread(self, nbytes: int) -> None:
+        """Bytes handed on whole (a framed stream's frame) count as unread until `consumed`."""
+        self.unread += nbytes
+
+    def end_linger(self) -> None:
+        """The closed stream stops re-ACKing a retransmitted END (its linger time is over)."""
+        self.lingering = False
+
     def consumed(self, nbytes: int) -> None:
         """The application took `nbytes` of delivered data; may reopen the receive window."""
         self.unread = max(0, self.unread - nbytes)
@@ -264,7 +365,7 @@ class StreamCore:
 
     @property
     def high_watermark(self) -> int:
-        return HIGH_WATERMARK + int(self.cwnd) * self.max_payload
+        return HIGH_WATERMARK + int(self.cc.cwnd) * self.max_payload
 
     @property
     def has_pending(self) -> bool:
@@ -284,16 +385,19 @@ class StreamCore:
         n = len(data)
         stats = self.stats
         if n < HEADER_SIZE:
+            self.drop_reason = "invalid"
             stats.dropped += 1
             return False
         magic, version, type_, off, _id, rwnd, wseq, wack = _HEADER.unpack_from(data, 0)
         if magic != MAGIC or version != VERSION or off > n - HEADER_SIZE:
+            self.drop_reason = "invalid"
             stats.dropped += 1
             return False
         if self.closed:
             if self.lingering and type_ & (DATA | END):
                 self._ack_needed = True  # re-ACK a retransmitted END the peer still waits for
                 return True
+            self.drop_reason = "invalid"
             stats.dropped += 1
             return False
         stats.packets_rx += 1
@@ -305,6 +409,7 @@ class StreamCore:
         # The ack field first: a packet acknowledging what we never sent is not from our peer.
         acked = self.remote_acked + (((wack - self.remote_acked) & U32 ^ 0x80000000) - 0x80000000)
         if acked > self.seq:
+            self.drop_reason = "invalid"
             stats.dropped += 1
             return False
 
@@ -314,6 +419,7 @@ class StreamCore:
                 self._close(UDXError("stream was reset by the peer", "ECONNRESET"), linger=False)
                 return True
             if seq - self.ack >= MAX_REORDER:
+                self.drop_reason = "invalid"
                 stats.dropped += 1
                 return False
             payload = bytes(data[HEADER_SIZE + off :])
@@ -330,6 +436,13 @@ class StreamCore:
             elif seq in self._ooo:
                 stats.duplicates += 1
             else:
+                cost = len(payload) + REORDER_OVERHEAD
+                if self.reorder_bytes + cost > self.max_reorder_bytes:
+                    stats.dropped += 1
+                    stats.extra["reorder_limit"] = stats.extra.get("reorder_limit", 0) + 1
+                    self.drop_reason = "reorder_limit"
+                    return False
+                self.reorder_bytes += cost
                 self._ooo[seq] = (type_, payload)
                 self._add_run(seq)
         elif type_ & (DATA | END):
@@ -358,9 +471,12 @@ class StreamCore:
     def _drain_reorder(self) -> None:
         start, end = self._run_starts.pop(0), self._run_ends.pop(0)
         ooo = self._ooo
+        freed = 0
         for s in range(start, end):
             type_, payload = ooo.pop(s)
+            freed += len(payload) + REORDER_OVERHEAD
             self._deliver(type_, payload, s)
+        self.reorder_bytes -= freed
         self.ack = end
 
     def _add_run(self, s: int) -> None:
@@ -402,15 +518,12 @@ class StreamCore:
             if self._sacked_hi < acked:
                 self._sacked_hi = acked
             self._tlp_outstanding = False
-            self._rto_at = now + self.rto if outstanding else None
-            if outstanding and self.ca_state == OPEN and self._sacked_hi <= acked:
+            self._rto_at = now + self.rtt.rto if outstanding else None
+            if outstanding and self.cc.state == OPEN and self._sacked_hi <= acked:
                 self._arm_tlp(now)
             else:
                 self._tlp_at = None
-            if self.ca_state != OPEN and acked >= self._high_seq:
-                if self.ca_state == RECOVERY:
-                    self.cwnd = max(self.ssthresh, MIN_CWND)
-                self.ca_state = OPEN
+            self.cc.on_cumulative_ack(acked)
             if not self.ended and self._end_seq is not None and acked > self._end_seq:
                 self.ended = True
                 if self.ended_remote:
@@ -430,11 +543,8 @@ class StreamCore:
         if outstanding and self._rack_end >= self.remote_acked and self._sacked_hi > self.remote_acked:
             self._rack_detect_loss(now)
 
-        if newly and self.ca_state == OPEN and self.inflight + newly >= self.cwnd / 2:
-            if self.cwnd < self.ssthresh:
-                self.cwnd = min(self.cwnd + newly, MAX_CWND)
-            else:
-                self.cwnd = min(self.cwnd + newly / self.cwnd, MAX_CWND)
+        if newly:
+            self.cc.on_acked(newly, self.inflight)
 
     def _process_sacks(self, data: bytes | bytearray | memoryview, count: int, now: float) -> int:
         newly = 0
@@ -474,7 +584,7 @@ class StreamCore:
         self._unacked_bytes -= len(p.payload)
         rtt = now - p.time_sent
         if p.retransmitted:
-            if rtt < self.min_rtt:
+            if rtt < self.rtt.min_rtt:
                 return  # ambiguous: probably the ACK of the original transmission
         else:
             self._rtt_sample(rtt)
@@ -486,24 +596,11 @@ class StreamCore:
             self._rack_rtt = rtt
 
     def _rtt_sample(self, rtt: float) -> None:
-        if rtt < 0:
-            return
-        if not self._have_rtt:
-            self._have_rtt = True
-            self.srtt = rtt
-            self.rttvar = rtt / 2
-        else:
-            self.rttvar = (3 * self.rttvar + abs(self.srtt - rtt)) / 4
-            self.srtt = (7 * self.srtt + rtt) / 8
-        if rtt < self.min_rtt:
-            self.min_rtt = rtt
-        self.rto = min(max(self.srtt + 4 * self.rttvar, RTO_MIN), RTO_MAX)
-        self._tlp_permitted = True
+        if self.rtt.sample(rtt):
+            self._tlp_permitted = True
 
     def _reo_wnd(self) -> float:
-        if not self._reordering_seen and (self.ca_state != OPEN):
-            return REO_WND_MIN
-        return max(min(self.min_rtt / 4, self.srtt), REO_WND_MIN)
+        return _reo_wnd(self.rtt, self._reordering_seen, self.cc.state != OPEN)
 
     def _rack_detect_loss(self, now: float) -> None:
         """RFC 8985 §6.2: a packet sent before one that was delivered is lost after rtt + reo_wnd."""
@@ -526,11 +623,7 @@ class StreamCore:
                 elif timeout is None or remaining < timeout:
                     timeout = remaining
         self._reorder_at = now + timeout if timeout is not None else None
-        if lost_any and self.ca_state == OPEN:
-            self.ca_state = RECOVERY
-            self._high_seq = self.seq
-            self.ssthresh = max(self.cwnd * 0.7, MIN_CWND)
-            self.cwnd = self.ssthresh
+        if lost_any and self.cc.on_loss_episode(self.seq):
             self.stats.fast_recoveries += 1
             self._tlp_at = None
 
@@ -556,7 +649,7 @@ class StreamCore:
         if self._zwp_at is not None and now >= self._zwp_at:
             if self.send_rwnd == 0 and self._can_send_more():
                 self._emit(HEARTBEAT, self.seq, b"")
-                self._zwp_at = now + 2 * self.rto
+                self._zwp_at = now + 2 * self.rtt.rto
             else:
                 self._zwp_at = None
         if self._keepalive_at is not None and now >= self._keepalive_at:
@@ -585,13 +678,10 @@ class StreamCore:
             self._rto_at = None
             return
         self.stats.rto_count += 1
-        self._rto_at = now + 2 * self.rto
+        self._rto_at = now + 2 * self.rtt.rto
         self._tlp_at = None
         self._reorder_at = None
-        self.ssthresh = max(self.inflight / 2, MIN_CWND)
-        self.cwnd = 1.0
-        self.ca_state = LOSS
-        self._high_seq = self.seq
+        self.cc.on_rto(self.inflight, self.seq)
         for p in self._outstanding.values():
             if p.rto_timeouts >= MAX_RTO_TIMEOUTS:
                 self._close(UDXError("stream timed out: no acknowledgement after 6 retransmissions", "ETIMEDOUT"))
@@ -650,23 +740,20 @@ class StreamCore:
         self.seq += 1
         self._emit(type_, p.seq, payload)
         if self._rto_at is None:
-            self._rto_at = now + self.rto
+            self._rto_at = now + self.rtt.rto
         self._keepalive_at = None
-        if not probe and self.ca_state == OPEN and self._sacked_hi <= self.remote_acked:
+        if not probe and self.cc.state == OPEN and self._sacked_hi <= self.remote_acked:
             self._arm_tlp(now)
 
     def _arm_tlp(self, now: float) -> None:
         """RFC 8985 §7.2: probe after 2·srtt (+ ack delay when one packet is out), not after the RTO."""
-        pto = 2 * self.srtt if self._have_rtt else 1.0
-        if self.inflight == 1:
-            pto += TLP_MAX_ACK_DELAY
-        at = now + max(pto, TLP_MIN)
+        at = now + _probe_timeout(self.rtt, self.inflight)
         self._tlp_at = at if self._rto_at is None or at < self._rto_at else self._rto_at
 
     def poll(self, now: float) -> list[bytes]:
         """Datagrams to send now (retransmissions first, then new data, then a bare ACK)."""
         if self.connected and not self.closed:
-            cwnd = self.cwnd
+            cwnd = self.cc.cwnd
             lost = self._lost
             while lost and self.inflight < cwnd:
                 s = heapq.heappop(lost)
@@ -687,7 +774,7 @@ class StreamCore:
                     self._ack_needed = False  # the ack field of the DATA we just sent says it all
                 if rwnd == 0 and self.inflight == 0 and self._zwp_at is None:
                     self._emit(HEARTBEAT, self.seq, b"")
-                    self._zwp_at = now + self.rto
+                    self._zwp_at = now + self.rtt.rto
         if self._ack_needed and self.connected:
             self._ack_needed = False
             self._send_ack()
@@ -723,6 +810,7 @@ class StreamCore:
         self._outstanding.clear()
         self._lost.clear()
         self._ooo.clear()
+        self.reorder_bytes = 0
         self._run_starts.clear()
         self._run_ends.clear()
         self._sendbuf = bytearray()

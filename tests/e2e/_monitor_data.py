@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
-from cosmictui.ops.metrics import RelayWatch, Scrape, Target
+from cosmictui.ops.metrics import BadData, RelayState, RelayWatch, Scrape, Target, _failure
 
 T0 = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 SECONDS = 120
+END = T0 + SECONDS
 KEY = "rbpmw4ay5x8xaj8p5ehgo1cwasrprdf1gh8w3x8j7g5bwq5zxqfo"
 LOG_LINES = [
     "Using corestore storage at /var/lib/blind-relay",
@@ -31,7 +33,7 @@ def write_log(storage: Path) -> None:
     (storage / "blind-relay.log").write_text("\n".join(LOG_LINES) + "\n")
 
 
-def _scrape(i: int, pid: int, key: str, rss_base: float, load: float) -> Scrape:
+def _scrape(i: int, pid: int, key: str, rss_base: float, load: float, extra: dict[str, Any] | None = None) -> Scrape:
     wave = 1 + 0.5 * math.sin(i / 9) + 0.25 * math.sin(i / 3.7)
     bytes_s = 1.4e6 * load * wave
     pkts_s = bytes_s / 1100
@@ -77,26 +79,58 @@ def _scrape(i: int, pid: int, key: str, rss_base: float, load: float) -> Scrape:
             "nodes": 24,
         },
     }
+    for name, value in (extra or {}).items():
+        if isinstance(value, dict) and isinstance(stats.get(name), dict):
+            stats[name] = {**stats[name], **value}
+        else:
+            stats[name] = value
     t = T0 + i
     return Scrape(at=t, wall=t, values=values, stats=stats)
 
 
 def busy_watch(
-    storage: Path, pid: int = 48211, key: str = KEY, rss: float = 46e6, load: float = 1.0, seconds: int = SECONDS
+    storage: Path,
+    pid: int = 48211,
+    key: str = KEY,
+    rss: float = 46e6,
+    load: float = 1.0,
+    seconds: int = SECONDS,
+    extra: dict[str, Any] | None = None,
 ) -> RelayWatch:
-    """A relay seen for two minutes at 1 Hz, relaying ~1.4 MB/s with three active pairs."""
+    """A relay seen for two minutes at 1 Hz, relaying ~1.4 MB/s with three active pairs;
+    `extra` adds or overrides /stats blocks (e.g. the newer dropped/shed)."""
     w = RelayWatch(Target(storage=storage))
     for i in range(seconds + 1):
-        w.observe(_scrape(i, pid, key, rss, load))
+        w.observe(_scrape(i, pid, key, rss, load, extra))
+    return w
+
+
+NEW_STATS = {
+    "dropped": {"garbage": 1204, "unknown_stream": 37, "wrong_address": 5, "firewalled": 0},
+    "shed": {"idle_session": 12, "heaviest_address": 3},
+}
+"""The /stats blocks the relay added for issue 13 (seam in the brief), as the monitor shows them."""
+
+
+def bad_data_watch(address: str) -> RelayWatch:
+    """A relay that answers with an uptime no relay has (as a hostile endpoint did)."""
+    w = RelayWatch(Target(metrics=address))
+    e = BadData("/stats", "uptime_seconds", "1e+300 is out of range").at("http://" + address)
+    w.observe_failure(e.reason, END, RelayState.BAD_DATA, e.fix)
     return w
 
 
 def down_watch(storage: Path) -> RelayWatch:
     """The same relay, then two refreshes without an answer."""
     w = busy_watch(storage, seconds=SECONDS - 2)
-    w.observe_failure("no answer (Connection refused)", T0 + SECONDS - 1)
-    w.observe_failure("no answer (Connection refused)", T0 + SECONDS)
+    e = _failure("http://127.0.0.1:49738", "/metrics", ConnectionRefusedError(), 2.0)  # the words the scraper uses
+    w.observe_failure(e.reason, T0 + SECONDS - 1, fix=e.fix)
+    w.observe_failure(e.reason, T0 + SECONDS, fix=e.fix)
     return w
 
 
-END = T0 + SECONDS
+def timed_out_watch(address: str) -> RelayWatch:
+    w = RelayWatch(Target(metrics=address))
+    e = _failure("http://" + address, "/metrics", TimeoutError(), 2.0)
+    w.observe_failure(e.reason, END, fix=e.fix)
+    return w

@@ -80,12 +80,43 @@ def test_in_and_out_lines_have_distinct_legend_markers() -> None:
 
 def test_monitor_that_crashes_exits_1_not_0(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from cosmictui.monitor_app import MonitorApp
+    from cosmictui.screens.monitor import MonitorScreen
 
-    async def broken_poll(self: m.RelayWatch, timeout: float = 2.0) -> bool:
-        raise RuntimeError("boom")
+    def broken_draw(self: MonitorScreen, force_plots: bool = True) -> None:
+        raise RuntimeError("boom")  # a bug in drawing (a bug in one relay's poll is only that relay's row)
 
     run = MonitorApp.run
-    monkeypatch.setattr(m.RelayWatch, "poll", broken_poll)
+    monkeypatch.setattr(MonitorScreen, "refresh_view", broken_draw)
     monkeypatch.setattr(MonitorApp, "run", lambda self: run(self, headless=True, size=(80, 24)))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
     assert cli.main(["monitor", "--metrics", "127.0.0.1:9"]) == 1
+
+
+async def test_a_bug_in_one_relays_poll_costs_that_row_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cosmictui.monitor_app import MonitorApp
+    from tests.unit._metrics_server import FakeRelayMetrics
+
+    good = FakeRelayMetrics()
+    real_poll = m.RelayWatch.poll
+
+    async def poll(self: m.RelayWatch, timeout: float = 2.0) -> bool:
+        if self.target.metrics == "127.0.0.1:9":
+            raise RuntimeError("boom")
+        return await real_poll(self, timeout)
+
+    monkeypatch.setattr(m.RelayWatch, "poll", poll)
+    try:
+        app = MonitorApp([m.Target(metrics="127.0.0.1:9"), m.Target(metrics=good.url)], interval=0.25)
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = app.screen
+            for _ in range(1200):
+                if screen.watches[1].state is m.RelayState.UP and screen.watches[0].error:
+                    break
+                await pilot.pause(0.05)
+            assert screen.watches[0].state is m.RelayState.DOWN
+            assert screen.watches[0].error == "monitor error: RuntimeError('boom')"
+            assert screen.watches[1].state is m.RelayState.UP
+            await pilot.press("q")
+        assert app.return_code == 0
+    finally:
+        good.close()

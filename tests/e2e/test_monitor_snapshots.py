@@ -11,9 +11,17 @@ from pathlib import Path
 import pytest
 from textual.app import App
 
-from cosmictui.ops.metrics import LogTail, RelayWatch, Target
+from cosmictui.ops.metrics import LogTail, RelayWatch
 from cosmictui.screens.monitor import MonitorScreen
-from tests.e2e._monitor_data import END, busy_watch, down_watch, write_log
+from tests.e2e._monitor_data import (
+    END,
+    NEW_STATS,
+    bad_data_watch,
+    busy_watch,
+    down_watch,
+    timed_out_watch,
+    write_log,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -66,10 +74,24 @@ def test_monitor_snapshot_80x24_relay_down(snap_compare) -> None:
 
 def test_monitor_snapshot_80x24_three_relays(snap_compare) -> None:
     b = busy_watch(Path("relay-b"), pid=5120, key="x" * 52, rss=61e6, load=0.4)
-    dead = RelayWatch(Target(metrics="10.0.0.9:49738"))
-    dead.observe_failure("no answer (timed out)", END)
-    app = SnapshotApp([busy_watch(Path("relay-a")), b, dead])
+    app = SnapshotApp([busy_watch(Path("relay-a")), b, timed_out_watch("10.0.0.9:49738")])
     assert snap_compare(app, terminal_size=(80, 24), run_before=_draw)
+
+
+def test_monitor_snapshot_80x24_dropped_shed_and_a_relay_with_bad_data(snap_compare) -> None:
+    app = SnapshotApp([busy_watch(Path("relay-a"), extra=NEW_STATS), bad_data_watch("10.0.0.9:49738")])
+    assert snap_compare(app, terminal_size=(80, 24), run_before=_draw)
+
+
+def test_monitor_snapshot_80x24_bad_data_selected(snap_compare) -> None:
+    app = SnapshotApp([bad_data_watch("10.0.0.9:49738"), busy_watch(Path("relay-a"), extra=NEW_STATS)])
+    assert snap_compare(app, terminal_size=(80, 24), run_before=_draw)
+
+
+def test_monitor_snapshot_120x40_not_joined_to_the_dht(snap_compare) -> None:
+    extra = NEW_STATS | {"dht": {"bootstrapped": False, "public_host": None, "public_port": None, "nodes": 0}}
+    app = SnapshotApp([busy_watch(Path("relay-a"), extra=extra)])
+    assert snap_compare(app, terminal_size=(120, 40), run_before=_draw)
 
 
 def test_monitor_snapshot_200x50_uses_the_space(snap_compare) -> None:

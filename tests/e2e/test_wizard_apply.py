@@ -6,9 +6,10 @@ import os
 from pathlib import Path
 
 import pytest
-from textual.widgets import Button, Log
+from textual.widgets import Button
 
 from cosmictui.ops.config import Settings
+from cosmictui.widgets.output_log import OutputLog
 from tests.e2e._wizard_support import (
     KEY,
     make_app,
@@ -49,11 +50,12 @@ async def test_wizard_apply_runs_both_streams_output_and_records_restart(tmp_pat
         await pilot.press("r")
         text = await wait_status(pilot, app, "apply", ("ok",))
         assert "Applied and restarted" in text
-        out = step(app, "apply").query_one("#apply-output", Log).lines
+        out = step(app, "apply").query_one("#apply-output", OutputLog).plain_lines
         assert "ran apply-wrk-server-k8s-nvidia-common-config" in out and "ran restart" in out
         assert app.screen.ctx.restarted_at is not None
         await pilot.press("y")  # the command log, copied for the operator's notes
-        assert app.clipboard.splitlines()[0].startswith("$ task apply-wrk-server-k8s-nvidia-common-config")
+        commands = [line for line in app.clipboard.splitlines() if line.startswith("$ ")]
+        assert commands[0].startswith("$ task apply-wrk-server-k8s-nvidia-common-config")
         assert '$ task restart SERVICES="cosmicac-wrk-server-k8s-nvidia"' in app.clipboard
         await pilot.press("n")
         assert app.screen.index == 4
@@ -84,7 +86,10 @@ async def test_wizard_apply_stops_at_first_failure_with_fix(tmp_path: Path) -> N
         assert "exited 201; stopped here" in text and "fix the cause" in text
         rows = [r.render_text() for r in step(app, "apply").query(".command-row")]
         assert rows[0].startswith("✘ FAILED") and "(exit 201)" in rows[0] and rows[1].startswith("– not run")
-        assert "task: Failed to run task: exit status 2" in step(app, "apply").query_one("#apply-output", Log).lines
+        assert (
+            "task: Failed to run task: exit status 2"
+            in step(app, "apply").query_one("#apply-output", OutputLog).plain_lines
+        )
         assert app.screen.ctx.restarted_at is None
         await pilot.press("n")
         assert app.screen.index == 3
@@ -117,7 +122,9 @@ async def test_wizard_apply_cancel_stops_the_running_command(tmp_path: Path) -> 
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.press("r")
         back = app.screen.query_one("#back", Button)
-        await wait_until(pilot, lambda: "started" in step(app, "apply").query_one("#apply-output", Log).lines, "output")
+        await wait_until(
+            pilot, lambda: "started" in step(app, "apply").query_one("#apply-output", OutputLog).plain_lines, "output"
+        )
         assert str(back.label) == "✕ Cancel" and app.screen.query_one("#next", Button).disabled
         await pilot.click("#back")
         text = await wait_status(pilot, app, "apply", ("warn",))

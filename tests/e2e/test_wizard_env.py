@@ -67,7 +67,7 @@ async def test_wizard_env_merge_shows_diff_writes_backup_and_keeps_other_bytes(t
         assert len(backups) == 1 and backups[0].read_bytes() == original
         summary = str(step(app, "env").query_one("#env-summary").render())
         assert f"Backup: {backups[0].name} (same directory)" in summary  # the full path is in the log
-        assert any(str(backups[0]) in line for line in app.screen.query_one("#command-log-text").lines)
+        assert any(str(backups[0]) in line for line in app.screen.query_one("#command-log-text").plain_lines)
         await pilot.press("n")
         assert app.screen.index == 3
 

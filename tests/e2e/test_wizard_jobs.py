@@ -62,7 +62,13 @@ def _deploy(tmp_path: Path, step_id: str, restarted_ago: float = 30.0) -> tuple[
     )
     bin_dir = install_cosmicac(tmp_path)
     resume_at(str(d), step_id, relay_key=KEY, restarted_at=now - restarted_ago)
-    return d, Settings(deployment=str(d), command_env={"PATH": path_with(bin_dir)}, poll_interval=0.2)
+    return d, Settings(
+        deployment=str(d),
+        command_env={"PATH": path_with(bin_dir)},
+        poll_interval=0.2,
+        create_command="cosmicac jobs create --name {name} --gpu {gpu}",
+        test_job_command="cosmicac jobs create --name relay-check --gpu small",
+    )
 
 
 def _cosmicac_calls(d: Path) -> list[str]:
@@ -83,8 +89,9 @@ async def test_wizard_verify_marks_old_jobs_and_confirms_a_new_job_left_creating
         assert app.screen.index == 4
         await pilot.press("j")
         await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the create confirmation")
-        assert app.screen.commands == ["cosmicac jobs create --name 'llama train' --gpu a100"]
-        assert "fields copied from job" in str(app.screen.query_one("#confirm-body").render())
+        # The test job is the configured small one, never a copy of a stuck production job.
+        assert app.screen.commands == ["cosmicac jobs create --name relay-check --gpu small"]
+        assert "[commands] test_job" in str(app.screen.query_one("#confirm-body").render())
         await pilot.press("y")
         text = await wait_status(pilot, app, "verify", ("ok",), timeout=30)
         assert "job-100 left Creating (Running) and keeps updating" in text
@@ -92,7 +99,7 @@ async def test_wizard_verify_marks_old_jobs_and_confirms_a_new_job_left_creating
         assert notes["job-100"].startswith("NEW") and "old: no relay key" in notes["job-001"]
         await pilot.press("n")
         assert app.screen.index == 5
-    assert _cosmicac_calls(d) == ["jobs create --name llama train --gpu a100"]
+    assert _cosmicac_calls(d) == ["jobs create --name relay-check --gpu small"]
 
 
 async def test_wizard_verify_cosmicac_missing_is_explained(tmp_path: Path) -> None:

@@ -11,7 +11,19 @@ from textual.widgets import Input
 from cosmictui.ops.config import Settings
 from cosmictui.screens.confirm import ConfirmScreen
 from cosmictui.widgets.command_log import CommandLog
-from tests.e2e._wizard_support import ENV_VAR, OTHER_KEY, make_app, resume_at, status, step, wait_status, wait_until
+from tests.e2e._wizard_support import (
+    ENV_VAR,
+    OTHER_KEY,
+    make_app,
+    make_bin,
+    path_with,
+    resume_at,
+    status,
+    step,
+    wait_status,
+    wait_until,
+)
+from tests.e2e.test_wizard_contract import TASK_BIN, TASKFILE
 
 
 @pytest.fixture(autouse=True)
@@ -25,8 +37,17 @@ async def test_wizard_prereqs_port_taken_fails_with_fix_and_rerun_passes(tmp_pat
     squatter = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     squatter.bind(("127.0.0.1", 0))
     port = squatter.getsockname()[1]
+    # The deployment contract holds (a Taskfile with both tasks, the real go-task, a cosmicac):
+    # the one failure is the port.
+    (d / "Taskfile.yml").write_text(TASKFILE)
+    tools = make_bin(tmp_path / "tools", {"cosmicac": "echo 'ID  STATUS'\n"})
+    (tools / "task").symlink_to(TASK_BIN)
     settings = Settings(
-        deployment=str(d), relay_storage=str(tmp_path / "store"), relay_port=port, relay_host="127.0.0.1"
+        deployment=str(d),
+        relay_storage=str(tmp_path / "store"),
+        relay_port=port,
+        relay_host="127.0.0.1",
+        command_env={"PATH": path_with(tools)},
     )
     app = make_app(settings)
     try:
@@ -105,7 +126,7 @@ async def test_wizard_relay_start_failure_shows_why_and_how_to_fix(tmp_path: Pat
             assert "Fix: the UDP port is taken" in text
             await pilot.press("n")
             assert app.screen.index == 1
-            log = app.screen.query_one("#command-log-text").lines
+            log = app.screen.query_one("#command-log-text").plain_lines
             assert any(line.startswith("$ ") and "-m relay --storage" in line for line in log)
     finally:
         squatter.close()

@@ -50,11 +50,11 @@ job-5d2e90  llama-3-8b-test    inference  1      Running    20s     just now
 @pytest.fixture
 def root(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A deployment at a fixed path (it appears on screen), removed afterwards."""
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     monkeypatch.setenv("TZ", "UTC")
     time.tzset()
     base = Path(tempfile.gettempdir()) / "cosmictui-snap" / request.node.name.split("[")[0].removeprefix("test_")
     shutil.rmtree(base, ignore_errors=True)
+    monkeypatch.setenv("XDG_STATE_HOME", str(base / "state"))  # on screen (the recovery folder): fixed
     (base / "deploy").mkdir(parents=True)
     try:
         yield base
@@ -68,6 +68,9 @@ def _app(root: Path, resume: str | None, **settings: object) -> WizardApp:
     deploy = root / "deploy"
     if resume:
         resume_at(str(deploy), resume, relay_key=KEY, relay_storage=str(root / "relay"), restarted_at=T - 60)
+    # Metrics off: a relay another test runs on the default port must not show up in the picture.
+    settings.setdefault("relay_metrics", "off")
+    settings.setdefault("create_command", "cosmicac jobs create --name {name} --type {type} --gpus {gpus}")
     s = Settings(deployment=str(deploy), relay_storage=str(root / "relay"), poll_interval=3600, **settings)  # type: ignore[arg-type]
     return WizardApp(WizardContext(s, clock=lambda: T, relay_check=relay_running))
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import asyncssh
 import pytest
-from textual.widgets import Log
 
 from cosmictui.ops.config import Settings
+from cosmictui.widgets.output_log import OutputLog
 from tests.e2e._wizard_support import (
     ENV_VAR,
     KEY,
@@ -133,7 +133,7 @@ async def test_wizard_ssh_failures_are_explained_and_change_nothing(
         known = d.tmp / "known_wrong"
         known.write_bytes(d.known_hosts.read_bytes().split(b" ", 1)[0] + b" " + other.export_public_key())
         settings = _settings(d, known=known)
-        expect, fix = "does NOT match", "ssh-keygen -R"
+        expect, fix = "does NOT match", f"ssh-keygen -f {known} -R"
     before = snapshot_tree(d.deploy)
     # Step 1 shows the deployment host as a failed prerequisite and will not go on.
     app = make_app(settings)
@@ -166,7 +166,7 @@ async def test_wizard_ssh_apply_streams_remote_output_and_stops_at_failure(ssh_d
         await pilot.press("r")
         text = await wait_status(pilot, app, "apply", ("error",))
         assert 'task restart SERVICES="cosmicac-wrk-server-k8s-nvidia" exited 3; stopped here' in text
-        out = step(app, "apply").query_one("#apply-output", Log).lines
+        out = step(app, "apply").query_one("#apply-output", OutputLog).plain_lines
         assert "rendering apply-wrk-server-k8s-nvidia-common-config" in out
         assert "rollout failed: ImagePullBackOff" in out
         assert app.screen.ctx.restarted_at is None

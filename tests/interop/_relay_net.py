@@ -18,17 +18,19 @@ INTEROP = Path(__file__).resolve().parent
 
 class Testnet:
     __test__ = False  # not a pytest class
-    """`with Testnet(node, size) as tn: tn.bootstrap` -> "127.0.0.1:port"."""
+    """`with Testnet(node, size) as tn: tn.bootstrap` -> "127.0.0.1:port"; `port` fixes the
+    bootstrap node's port (for a relay started before its DHT)."""
 
-    def __init__(self, node: str, size: int = 5) -> None:
+    def __init__(self, node: str, size: int = 5, port: int | None = None) -> None:
         self.node = node
         self.size = size
+        self.port = port
         self.proc: subprocess.Popen[str] | None = None
         self.bootstrap = ""
 
     def start(self) -> Testnet:
         self.proc = subprocess.Popen(
-            [self.node, "js/relay_testnet.js", str(self.size)],
+            [self.node, "js/relay_testnet.js", str(self.size), *([str(self.port)] if self.port else [])],
             cwd=INTEROP,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

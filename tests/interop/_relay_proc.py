@@ -20,6 +20,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT = 60.0
+DEFAULT_METRICS = "default"  # metrics=DEFAULT_METRICS: no --metrics flag, as an operator starts it
 
 
 def free_udp_port(host: str = "127.0.0.1") -> int:
@@ -59,9 +60,9 @@ class RelayProcess:
             str(port),
             "--host",
             host,
-            "--metrics",
-            metrics or "off",
         ]
+        if metrics != DEFAULT_METRICS:
+            self.argv += ["--metrics", metrics or "off"]
         if not bootstrap:
             raise ValueError("tests must give the relay a loopback --bootstrap (never the public DHT)")
         self.argv += ["--bootstrap", bootstrap]

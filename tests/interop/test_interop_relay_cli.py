@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
+import os
 import signal
 import socket
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.interop._relay_net import Testnet
-from tests.interop._relay_proc import RelayProcess
+from tests.interop._relay_proc import DEFAULT_METRICS, RelayProcess
 
 pytestmark = [pytest.mark.interop, pytest.mark.timeout(180)]
 
@@ -113,3 +116,91 @@ async def test_interop_relay_cli_sigterm_unannounces_the_key(node: str, tmp_path
             assert await asyncio.to_thread(r.terminate, signal.SIGTERM) == 0, r.stderr
         gone = await tn.call("findPeer", key=key_hex)
         assert gone["ok"] and gone["found"] == [], gone
+
+
+def test_interop_relay_cli_second_relay_with_default_flags_starts_beside_the_first(
+    tmp_path: Path, testnet: Testnet
+) -> None:
+    """`blind-relay -s a` and `blind-relay -s b` on one host (blind-relay-service runs both): the
+    second finds the default metrics address taken, serves metrics on a free port, says so in
+    one line and records it in its runtime file. (Another engineer's relay may hold 49738 here
+    too; the first then falls back as well, which this test accepts.)"""
+    with (
+        RelayProcess(tmp_path / "a", metrics=DEFAULT_METRICS, bootstrap=testnet.bootstrap) as a,
+        RelayProcess(tmp_path / "b", metrics=DEFAULT_METRICS, bootstrap=testnet.bootstrap) as b,
+    ):
+        a.start()
+        assert a.key is not None, a.stderr
+        b.start()
+        assert b.key is not None and b.proc is not None and b.proc.poll() is None, b.stderr
+        urls = {a.metrics_url, b.metrics_url}
+        assert len(urls) == 2 and all(u.startswith("http://127.0.0.1:") for u in urls)
+        assert b.metrics_url != "http://127.0.0.1:49738"
+        notes = [ln for ln in b.stderr.splitlines() if "metrics address 127.0.0.1:49738 is in use" in ln]
+        assert len(notes) == 1 and b.metrics_url in notes[0], b.stderr
+        assert b.stats()["key"] == b.key and a.stats()["key"] == a.key
+        assert "Traceback" not in a.stderr + b.stderr
+        assert b.terminate() == 0 and a.terminate() == 0
+
+
+def test_interop_relay_cli_explicit_metrics_that_cannot_bind_is_an_error(tmp_path: Path, testnet: Testnet) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with RelayProcess(tmp_path / "s", metrics=f"127.0.0.1:{port}", bootstrap=testnet.bootstrap) as r:
+            r.start()
+            assert r.wait() == 1 and r.key is None
+        assert r.stderr.strip().splitlines()[-1] == (
+            f"blind-relay: error: cannot serve metrics on 127.0.0.1:{port}: address already in use "
+            "(use --metrics HOST:PORT or off)"
+        )
+
+
+def test_interop_relay_cli_scraper_flags_start_the_relay_with_one_warning(tmp_path: Path, testnet: Testnet) -> None:
+    args = ("--scraper-public-key", "ab" * 32, "--scraper-secret", "cd" * 32, "--scraper-alias", "gpu-relay-1")
+    with RelayProcess(tmp_path / "s", *args, bootstrap=testnet.bootstrap) as r:
+        r.start()
+        assert r.key is not None and r.proc is not None and r.proc.poll() is None, r.stderr
+        warnings = [ln for ln in r.stderr.splitlines() if "--scraper-*" in ln]
+        assert len(warnings) == 1 and "not supported" in warnings[0] and "--metrics" in warnings[0]
+        assert r.stats()["key"] == r.key
+        assert r.terminate() == 0
+
+
+@pytest.fixture
+def full_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 256 KiB tmpfs the test mounts (root only) and fills; unmounted whatever happens."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)], check=True, timeout=30)
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False, timeout=30)
+
+
+def _fill(mnt: Path) -> None:
+    with (mnt / "filler").open("wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * 4096)
+        except OSError as e:
+            assert e.errno == errno.ENOSPC
+
+
+@pytest.mark.parametrize("with_key", [False, True])
+def test_interop_relay_cli_full_disk_is_one_error_line(full_disk: Path, testnet: Testnet, with_key: bool) -> None:
+    storage = full_disk / "store"
+    if with_key:  # a relay that ran once: key there, no relay.lock yet
+        storage.mkdir()
+        (storage / "primary-key").write_bytes(os.urandom(32))
+    _fill(full_disk)
+    assert not (storage / "relay.lock").exists()
+    with RelayProcess(storage, bootstrap=testnet.bootstrap) as r:
+        r.start()
+        assert r.wait() == 1 and r.key is None
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert "Traceback" not in r.stderr
+    assert len(lines) == 1 and lines[0].startswith("blind-relay: error: "), r.stderr
+    assert "No space left on device" in lines[0], r.stderr

@@ -33,8 +33,16 @@ async def peer(node: str) -> AsyncIterator[NodePeer]:
     await p.close()
 
 
-async def connect(udx: UDX, peer: NodePeer, via: LossyProxy | None = None) -> tuple[UDXSocket, UDXStream]:
-    sock = await udx.create_socket(LOOP, 0)
+@pytest.fixture(params=[True, False], ids=["gso", "no-gso"])
+def gso(request: pytest.FixtureRequest) -> bool:
+    """UDP GSO/GRO on (where the kernel has them) or off (as UDX_NO_GSO=1): both byte-exact."""
+    return bool(request.param)
+
+
+async def connect(
+    udx: UDX, peer: NodePeer, via: LossyProxy | None = None, *, use_gso: bool | None = None
+) -> tuple[UDXSocket, UDXStream]:
+    sock = await udx.create_socket(LOOP, 0, use_gso=use_gso)
     s = udx.create_stream()
     if via is None:
         s.connect(sock, peer.id, (LOOP, peer.port))
@@ -89,20 +97,23 @@ async def exchange(s: UDXStream, peer: NodePeer, size: int, timeout: float) -> N
     assert (n, digest) == (size, sent["sha256"])
 
 
-async def test_interop_udx_32mb_each_way(udx: UDX, peer: NodePeer) -> None:
-    _, s = await connect(udx, peer)
+async def test_interop_udx_32mb_each_way(udx: UDX, peer: NodePeer, gso: bool) -> None:
+    sock, s = await connect(udx, peer, use_gso=gso)
     await exchange(s, peer, 32 * MB, timeout=90)
     assert await asyncio.wait_for(s.wait_closed(), 20) is None
     close = await peer.expect("close", 20)
     assert not peer.has("error")
     assert close["packetsReceived"] >= 32 * MB // 1152
+    assert sock.gso == gso and (sock.stats.gso_sends > 0) == gso
 
 
-async def test_interop_udx_8mb_through_lossy_reordering_proxy_recovers_by_sack(udx: UDX, peer: NodePeer) -> None:
+async def test_interop_udx_8mb_through_lossy_reordering_proxy_recovers_by_sack(
+    udx: UDX, peer: NodePeer, gso: bool
+) -> None:
     proxy = LossyProxy(loss=0.05, reorder=0.05, seed=3)
     await proxy.start()
     try:
-        _, s = await connect(udx, peer, via=proxy)
+        _, s = await connect(udx, peer, via=proxy, use_gso=gso)
         await exchange(s, peer, 8 * MB, timeout=90)
         assert await asyncio.wait_for(s.wait_closed(), 30) is None
         node = await peer.expect("close", 30)  # carries Node's retransmission counters

@@ -41,10 +41,11 @@ def blind_relay_firewall(peer_stream_id: int, learned: list[tuple[int, tuple[str
     return firewall
 
 
-@pytest.fixture
-async def pair(node: str) -> AsyncIterator[Pair]:
+@pytest.fixture(params=[True, False], ids=["gso", "no-gso"])
+async def pair(node: str, request: pytest.FixtureRequest) -> AsyncIterator[Pair]:
+    """The relay with UDP GSO/GRO on (where the kernel has them) and off (as UDX_NO_GSO=1)."""
     udx = UDX()
-    sock = await udx.create_socket(LOOP, 0)
+    sock = await udx.create_socket(LOOP, 0, use_gso=bool(request.param))
     a = await NodePeer.start(node)
     d = await NodePeer.start(node)
     learned: list[tuple[int, tuple[str, int]]] = []
@@ -83,6 +84,7 @@ async def test_relay_forward_32mb_each_way_between_node_streams(pair: Pair) -> N
     assert st.relayed_bytes >= 2 * size
     assert st.relayed_packets == st.received_packets - st.dropped_packets
     assert st.sent_packets == st.relayed_packets
+    assert (st.gso_sends > 0) == pair.sock.gso
     # a graceful end passes through; the relay streams stay until their owner destroys them
     assert not pair.rb.closed and not pair.rc.closed
     pair.rb.destroy()

@@ -81,12 +81,12 @@ def test_random_bytes_only_raise_blind_relay_error(data: bytes) -> None:
 class Client:
     """A blind-relay client end built on our own Mux, wired to one server session."""
 
-    def __init__(self, server: BlindRelayServer, key: bytes) -> None:
+    def __init__(self, server: BlindRelayServer, key: bytes, owner: object = None, now: float = 0.0) -> None:
         self.mux = Mux()
         chan = self.mux.open_channel(PROTOCOL, key, messages=[PAIR_MESSAGE, UNPAIR_MESSAGE])
         assert chan is not None
         self.channel: Channel = chan
-        self.session = server.accept(id=key)
+        self.session = server.accept(id=key, owner=owner, now=now)
         self.server = server
         self.replies: list[Pair] = []
         self.closed = False
@@ -115,16 +115,16 @@ class Client:
         self.channel.send(0, Pair(initiator, token, id))
         self.flush(now)
 
-    def unpair(self, token: bytes) -> None:
+    def unpair(self, token: bytes, now: float = 0.0) -> None:
         self.channel.send(1, Unpair(token))
-        self.flush()
+        self.flush(now)
 
 
 session_client: dict[BlindRelaySession, Client] = {}
 
 
-def make(server: BlindRelayServer, n: int) -> list[Client]:
-    clients = [Client(server, bytes([i + 1]) * 32) for i in range(n)]
+def make(server: BlindRelayServer, n: int, owners: list[object] | None = None, now: float = 0.0) -> list[Client]:
+    clients = [Client(server, bytes([i + 1]) * 32, owners[i] if owners else None, now) for i in range(n)]
     for c in clients:
         session_client[c.session] = c
     for c in clients:
@@ -327,34 +327,131 @@ def test_default_allocator_gives_distinct_32_bit_ids() -> None:
     assert len(ids) == 100 and all(0 <= x <= 0xFFFFFFFF for x in ids)
 
 
-def test_limits_and_timeout() -> None:
+def tok(i: int) -> bytes:
+    return i.to_bytes(32, "big")
+
+
+def test_pending_caps_shed_the_heaviest_never_the_newcomer() -> None:
     server = BlindRelayServer(
         allocate_stream_id=counter(), max_pending_per_session=2, max_pending_total=3, pairing_timeout=10.0
     )
-    a, b, c = make(server, 3)
-    a.pair(True, b"\x01" * 32, 1, now=0.0)
-    a.pair(True, b"\x02" * 32, 2, now=1.0)
-    a.pair(True, b"\x03" * 32, 3, now=2.0)  # over the per-session cap
-    assert server.stats.pairings_refused_session_limit == 1 and server.stats.pairings_pending == 2
-    b.pair(True, b"\x04" * 32, 4, now=3.0)
-    c.pair(True, b"\x05" * 32, 5, now=4.0)  # over the total cap
-    assert server.stats.pairings_refused_total_limit == 1 and server.stats.pairings_pending == 3
-    c.pair(False, b"\x01" * 32, 6, now=5.0)  # completing a pending token is never refused
-    assert server.stats.pairings_matched == 1 and c.replies == [Pair(False, b"\x01" * 32, 100)]
-    c.pair(False, b"\x06" * 32, 2**32, now=5.0)  # not a UDX stream id
+    a, b, c = make(server, 3, owners=["hog", "hog", "new"])
+    a.pair(True, tok(1), 1, now=0.0)
+    a.pair(True, tok(2), 2, now=1.0)
+    a.pair(True, tok(3), 3, now=2.0)  # over the per-session cap: a's oldest (tok 1) goes, tok 3 stays
+    assert server.shed["pending_per_session"] == 1 and server.stats.pairings_pending == 2
+    assert list(a.session._pairing) == [tok(2), tok(3)]
+    b.pair(True, tok(4), 4, now=3.0)  # total now 3 = the cap
+    c.pair(True, tok(5), 5, now=4.0)  # a newcomer over the total cap: the hog's heaviest session pays
+    assert server.shed["pending_total"] == 1 and server.stats.pairings_pending == 3
+    assert list(a.session._pairing) == [tok(3)] and c.session.pending_tokens == 1
+    c.pair(False, tok(3), 6, now=5.0)  # completing a pending token never sheds anything
+    assert server.stats.pairings_matched == 1 and c.replies == [Pair(False, tok(3), 100)]
+    assert server.shed["pending_total"] == 1
+    c.pair(False, tok(6), 2**32, now=5.0)  # not a UDX stream id
     assert server.stats.pairings_refused_invalid == 1
-    assert server.next_deadline() == 11.0
-    server.expire(10.9)
+    assert server.next_deadline() == 13.0  # tok 4, made at 3.0
+    server.expire(12.9)
     assert server.stats.pairings_pending == 2
-    server.expire(11.0)
+    server.expire(13.0)
     assert server.stats.pairings_pending == 1 and server.stats.pairings_timed_out == 1
-    assert server.next_deadline() == 13.0
     server.expire(100.0)
     s = server.stats
-    assert (s.pairings_pending, s.pairings_timed_out, s.pairings_cancelled) == (0, 2, 2)
-    assert server.next_deadline() is None
-    assert a.session.pending_tokens == 0 and b.session.pending_tokens == 0
-    assert stats(server)["refusals"] == {"session_limit": 1, "total_limit": 1, "invalid": 1, "timed_out": 2}
+    assert (s.pairings_pending, s.pairings_timed_out) == (0, 2)
+    assert server._owners["hog"].pending == 0 and server._owners["new"].pending == 0
+    assert stats(server)["refusals"] == {"session_limit": 0, "total_limit": 0, "invalid": 1, "timed_out": 2}
+    assert dict(server.shed) == {"pending_per_session": 1, "pending_total": 1, "pending_timeout": 2}
+
+
+def test_active_pairs_cap_sheds_the_self_pairing_hog() -> None:
+    server = BlindRelayServer(allocate_stream_id=counter(), max_active_pairs=3)
+    hog, x, y = make(server, 3, owners=["10.0.0.9", "10.0.0.1", "10.0.0.2"])
+    x.pair(True, tok(100), 1)
+    y.pair(False, tok(100), 2)  # the legitimate pair, across two owners
+    server.stream_carried(100)
+    server.stream_carried(101)
+    for i in range(10):  # one session pairs tokens with itself
+        hog.pair(True, tok(i), 10 + i)
+        hog.pair(False, tok(i), 20 + i)
+    assert server.stats.pairings_active == 3 and server.shed["active_pairs"] == 8
+    assert x.session.active_links == 1 and y.session.active_links == 1
+    assert hog.session.active_links == 4 and set(hog.session._links) == {tok(8), tok(9)}
+    destroyed = [e for e in server.poll_events() if isinstance(e, DestroyStream)]
+    assert len(destroyed) == 16 and all(e.session is hog.session for e in destroyed)
+
+
+def test_active_pairs_cap_prefers_a_silent_pair() -> None:
+    server = BlindRelayServer(allocate_stream_id=counter(), max_active_pairs=2)
+    (a,) = make(server, 1, owners=["h"])
+    a.pair(True, tok(1), 1)
+    a.pair(False, tok(1), 2)  # streams 100, 101
+    a.pair(True, tok(2), 3)
+    a.pair(False, tok(2), 4)  # streams 102, 103
+    server.stream_carried(100)
+    server.stream_carried(101)  # tok 1 is carrying traffic both ways, tok 2 not
+    a.pair(True, tok(3), 5)
+    a.pair(False, tok(3), 6)
+    assert set(a.session._links) == {tok(1), tok(3)}
+
+
+def test_silent_pairs_are_reaped_carried_ones_kept() -> None:
+    server = BlindRelayServer(allocate_stream_id=counter(), pair_idle_timeout=5.0)
+    a, b = make(server, 2, owners=["p", "q"])
+    a.pair(True, tok(1), 1, now=0.0)
+    b.pair(False, tok(1), 2, now=0.0)  # streams 100 (b), 101 (a)
+    a.pair(True, tok(2), 3, now=1.0)
+    b.pair(False, tok(2), 4, now=1.0)  # streams 102, 103
+    server.stream_carried(100)
+    server.stream_carried(101)
+    server.stream_carried(102)  # one way only: still silent
+    assert server.next_deadline() == 6.0
+    server.poll_events()
+    server.expire(5.9)
+    assert server.stats.pairings_active == 2
+    server.expire(6.0)
+    assert server.stats.pairings_active == 1 and server.shed["silent_pair"] == 1
+    assert sorted(e.stream_id for e in server.poll_events() if isinstance(e, DestroyStream)) == [102, 103]
+    server.expire(1000.0)
+    assert server.stats.pairings_active == 1 and server.next_deadline() is None
+
+
+def test_idle_sessions_are_closed_busy_ones_kept() -> None:
+    server = BlindRelayServer(allocate_stream_id=counter(), session_idle_timeout=10.0)
+    idle, a, b = make(server, 3, owners=["x", "y", "z"], now=0.0)
+    idle.pair(True, tok(9), 9, now=1.0)  # pending alone is not pairing anything
+    a.pair(True, tok(1), 1, now=2.0)
+    b.pair(False, tok(1), 2, now=2.0)
+    server.expire(9.9)
+    assert server.stats.sessions_closed == 0
+    server.expire(10.0)
+    assert idle.session.closed and server.stats.sessions_closed == 1 and server.shed["idle_session"] == 1
+    assert server.stats.pairings_pending == 0
+    server.expire(50.0)
+    assert server.stats.sessions_closed == 1  # a and b hold a link
+    a.unpair(tok(1), now=50.0)  # links gone at t=50: idle from now
+    server.expire(59.9)
+    assert server.stats.sessions_closed == 1
+    server.expire(60.0)
+    assert a.session.closed and b.session.closed and server.shed["idle_session"] == 3
+
+
+def test_shed_session_takes_the_heaviest_owners_least_busy_session() -> None:
+    server = BlindRelayServer(allocate_stream_id=counter())
+    clients = [Client(server, bytes([i + 1]) * 32, "hog" if i < 3 else "other", now=float(i)) for i in range(4)]
+    for c in clients:
+        session_client[c.session] = c
+    for c in clients:
+        c.flush()
+    h0, h1, h2, other = clients
+    h0.pair(True, tok(1), 1)
+    h0.pair(False, tok(1), 2)  # h0 is relaying: shed last
+    victim = server.shed_session(10.0)
+    assert victim is h1.session and h1.session.closed and server.shed["sessions"] == 1
+    assert server.shed_session(10.0) is h2.session
+    assert server.sessions_of("hog") == 1 and server.sessions_of("other") == 1
+    server.shed_session(10.0)
+    assert server.sessions_of("hog") + server.sessions_of("other") == 1
+    assert not h0.session.closed or not other.session.closed
 
 
 def test_server_close_destroys_everything() -> None:

@@ -120,7 +120,10 @@ def test_jobs_lists_marks_stuck_and_prints_json(deploy: Path, tmp_path: Path) ->
     old = next(ln for ln in lines if ln.startswith("job-old"))
     assert "Creating" in old and "2h" in old and len(old.split()) > 3  # a stuck note
     rc, out = run("--config", str(cfg), "--deployment", str(deploy), "jobs", "--json")
-    jobs = {j["id"]: j for j in json.loads(out)}
+    doc = json.loads(out)
+    jobs = {j["id"]: j for j in doc["jobs"]}
+    # The relay's evidence rides along (no relay runs here: said, not guessed).
+    assert doc["relay"]["reachable"] is False and doc["case"] == "unknown"
     assert rc == 0 and set(jobs) == {"job-old", "job-ok"}
     assert jobs["job-old"]["stuck"] and jobs["job-ok"]["status"] == "Running" and not jobs["job-ok"]["stuck"]
 
@@ -167,7 +170,7 @@ def test_jobs_failures_exit_1_with_the_output(deploy: Path, tmp_path: Path, caps
     bin_dir = make_bin(tmp_path / "t2", {"cosmicac": "echo 'all good, 2 jobs'\n"})
     rc, out = run("--config", str(_jobs_config(tmp_path, bin_dir)), "--deployment", str(deploy), "jobs", "--json")
     doc = json.loads(out)
-    assert rc == 1 and "cannot read the jobs list" in doc["error"] and doc["output"].strip() == "all good, 2 jobs"
+    assert rc == 1 and "Cannot read the jobs list" in doc["error"] and doc["output"].strip() == "all good, 2 jobs"
 
 
 def test_env_set_relay_json_reports_the_plan_and_the_backup(deploy: Path) -> None:
@@ -180,6 +183,7 @@ def test_env_set_relay_json_reports_the_plan_and_the_backup(deploy: Path) -> Non
     rc, out = run("--deployment", str(deploy), "env", "set-relay", KEY_B, "--json", "--replace")
     doc = json.loads(out)
     assert rc == 0 and doc["written"] and doc["new_relays"] == [KEY_B] and doc["mode"] == "replace"
+    assert doc["read_back"] == [KEY_B]  # the file as read back after the write (same use case as step 3)
     assert doc["backup"] and Path(doc["backup"]).read_bytes() == ENV.encode()
     rc, out = run("--deployment", str(deploy), "env", "set-relay", KEY_B, "--json", "--replace")
     doc = json.loads(out)
@@ -208,7 +212,7 @@ def test_jobs_watch_json_on_stdout_is_ndjson_and_before_restart_comes_from_the_w
     argv = ["--config", str(cfg), "--deployment", str(deploy), "jobs", "--json"]
     # no wizard run recorded a restart: unknown, not false
     assert cli.main(argv) == 0  # out=None: the real sys.stdout (pretty when not watching)
-    docs = json.loads(capsys.readouterr().out)
+    docs = json.loads(capsys.readouterr().out)["jobs"]
     assert [d["before_restart"] for d in docs] == [None, None]
     from cosmictui.ops.progress import WizardProgress, save_progress
 
@@ -217,5 +221,7 @@ def test_jobs_watch_json_on_stdout_is_ndjson_and_before_restart_comes_from_the_w
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2  # one JSON object per line
     for line in lines:
-        by_id = {j["id"]: j for j in json.loads(line)["jobs"]}
+        doc = json.loads(line)
+        by_id = {j["id"]: j for j in doc["jobs"]}
         assert by_id["job-old"]["before_restart"] is True and by_id["job-new"]["before_restart"] is False
+        assert by_id["job-new"]["status_class"] == "done" and doc["case"] == "unknown"  # no relay to ask

@@ -112,9 +112,12 @@ def test_relay_status_down_exits_1(fake: FakeRelayMetrics) -> None:
     fake.close()
     rc, out = run("relay", "status", "--metrics", url, "--json")
     doc = json.loads(out)
-    assert rc == 1 and doc["state"] == "down" and "no answer" in doc["error"]
+    hostport = url.removeprefix("http://")
+    assert rc == 1 and doc["state"] == "down" and doc["error"] == f"connection refused by {hostport}"
+    assert "is the relay running?" in doc["fix"]
     rc, out = run("relay", "status", "--metrics", url)
-    assert rc == 1 and "✖ DOWN" in out and "note     " in out
+    assert rc == 1 and "✖ DOWN" in out and f"note     connection refused by {hostport}" in out
+    assert "next     is the relay running?" in out
 
 
 def test_relay_status_by_storage(tmp_path: Path, fake: FakeRelayMetrics) -> None:

@@ -28,6 +28,14 @@ def test_relay_help_lists_the_blind_relay_flags() -> None:
         "--allow-file",
         "--log-format",
         "--systemd-unit",
+        "--scraper-public-key",
+        "--scraper-secret",
+        "--scraper-alias",
+        "--session-idle-timeout",
+        "--silent-pair-timeout",
+        "--max-control-frame",
+        "--busy-address-sessions",
+        "--handshake-budget",
     ):
         assert flag in out
     # the exit codes are documented where operators look
@@ -75,32 +83,30 @@ def test_storage_that_is_not_a_directory_is_one_clear_line(tmp_path: Path) -> No
     assert "Traceback" not in res.stderr
 
 
-def test_unreachable_bootstrap_is_one_clear_line(tmp_path: Path) -> None:
+def test_unreachable_bootstrap_listens_warns_once_and_says_not_bootstrapped(tmp_path: Path) -> None:
+    # as blind-relay-service: no bootstrap node answering is no reason to exit (the network may not
+    # be up yet at boot); the relay prints its key, warns once, keeps trying, and /stats says so
+    from tests.interop._relay_proc import RelayProcess
+
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.bind(("127.0.0.1", 0))
         dead = s.getsockname()[1]  # bound, never answers
-        res = _run(
-            "--storage",
-            str(tmp_path / "s"),
-            "--port",
-            "0",
-            "--host",
-            "127.0.0.1",
-            "--metrics",
-            "off",
-            "--bootstrap",
-            f"127.0.0.1:{dead}",
-        )
-    assert res.returncode == 1
-    assert res.stderr.strip().splitlines()[-1] == (
-        f"blind-relay: error: no bootstrap node answered (127.0.0.1:{dead}); check --bootstrap and the network"
-    )
-    assert "Traceback" not in res.stderr and "Server listening" not in res.stdout
+        with RelayProcess(tmp_path / "s", bootstrap=f"127.0.0.1:{dead}") as relay:
+            relay.start()
+            assert relay.key is not None, relay.stderr
+            assert relay.stdout_lines[0] == f"Using corestore storage at {(tmp_path / 's').resolve()}"
+            stats = relay.stats()
+            assert stats["key"] == relay.key and stats["dht"]["bootstrapped"] is False
+            assert stats["dht"]["nodes"] == 0
+            assert relay.terminate() == 0
+    err = relay.stderr
+    assert "Traceback" not in err and "error" not in err
+    warned = [ln for ln in err.splitlines() if f"127.0.0.1:{dead}" in ln and "WARNING" in ln.upper()]
+    assert len(warned) == 1 and "retrying in the background" in warned[0], err
     # where the key is, said once: path and layout, no repeated "primary-key"
     key_file = (tmp_path / "s" / "primary-key").resolve()
-    (key_line,) = [ln for ln in res.stderr.splitlines() if "key" in ln and "relay:" in ln]
+    (key_line,) = [ln for ln in err.splitlines() if "key" in ln and "relay:" in ln]
     assert key_line.endswith(f"relay: new key created in {key_file} (primary-key file)")
-    assert not (tmp_path / "s" / "relay-runtime.json").exists()
 
 
 def test_signal_while_joining_the_dht_exits_0_without_listening(tmp_path: Path) -> None:
@@ -212,3 +218,21 @@ def test_python_m_relay_and_console_script_are_one_program() -> None:
     assert cli.build_parser().prog == "blind-relay"
     res = _run("--systemd-unit", "--storage", "/var/lib/blind-relay", "--unit-exec", "/usr/bin/python3 -m relay")
     assert res.returncode == 0 and "StateDirectory=blind-relay" in res.stdout
+
+
+def test_scraper_flags_and_fair_share_limits_parse() -> None:
+    from relay.cli import _limits, _unit_extra_args, parse_args
+
+    args = parse_args(["--scraper-public-key", "ab" * 32, "--scraper-secret", "cd" * 32, "--scraper-alias", "r1"])
+    assert (args.scraper_public_key, args.scraper_secret, args.scraper_alias) == ("ab" * 32, "cd" * 32, "r1")
+    assert parse_args(["--scraper-alias"]).scraper_alias == ""  # paparam's `[value]`: the value is optional
+    assert parse_args([]).metrics is None  # no --metrics: the default address, with a fallback if taken
+    flags = ["--session-idle-timeout", "5", "--silent-pair-timeout", "2.5", "--max-control-frame", "4096"]
+    flags += ["--busy-address-sessions", "16", "--handshake-budget", "50"]
+    args = parse_args(flags)
+    lim = _limits(args)
+    assert (lim.session_idle_timeout, lim.silent_pair_timeout, lim.max_control_frame) == (5.0, 2.5, 4096)
+    assert (lim.busy_address_sessions, lim.handshake_budget_per_second) == (16, 50.0)
+    extra = _unit_extra_args(args)  # a systemd unit runs the relay with exactly these limits
+    for flag in flags[::2]:
+        assert flag in extra

@@ -454,8 +454,8 @@ def test_announce_state_rounds_publish_and_unannounce_dropped_nodes() -> None:
     kp = key_pair(bytes.fromhex(INPUTS["serverSeed"]["hex"]))
     st_ = AnnounceState(kp, hash32(kp.public_key))
     replies = [announce_reply(f"10.0.0.{i}") for i in range(1, 6)]
-    # responders without a token or a proven id are never announce targets
-    assert AnnounceState.pick([announce_reply("10.0.0.9", token=None), *replies]) == replies[:2]
+    # responders without a token or a proven id are never announce targets, nor take a slot
+    assert AnnounceState.pick([announce_reply("10.0.0.9", token=None), *replies]) == replies[:3]
     assert AnnounceState.pick([announce_reply("10.0.0.9", with_id=False)]) == []
 
     st_.begin_round(("192.0.2.44", 49737))

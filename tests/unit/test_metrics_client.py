@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -41,9 +42,8 @@ def test_normalize_url_refuses_addresses_http_client_cannot_connect_to():
 
 
 def test_bad_address_is_a_down_relay_not_a_crash():
-    # urllib raises http.client.InvalidURL (not a ValueError, not an OSError) for these
     with pytest.raises(m.BadAddress):
-        m._get("http://bad:addr:x/metrics", 1.0)
+        asyncio.run(m._get("http://bad:addr:x/metrics", 1024))
     with pytest.raises(m.MetricsError, match="bad address"):
         m.fetch("bad:addr:x", timeout=1.0)
 
@@ -73,8 +73,9 @@ def test_fetch_of_a_server_that_does_not_speak_http_is_an_error():
     t = threading.Thread(target=answer, daemon=True)
     t.start()
     try:
-        with pytest.raises(m.MetricsError, match="no answer"):
+        with pytest.raises(m.MetricsError, match="answered, but not with HTTP") as e:
             m.fetch(f"127.0.0.1:{srv.getsockname()[1]}", timeout=5.0)
+        assert "metrics port" in e.value.fix
     finally:
         t.join(10)
         srv.close()
@@ -146,15 +147,16 @@ def test_fetch_garbage_metrics_is_a_clear_error(relay):
         m.fetch(relay.url, timeout=5)
 
 
-def test_fetch_refused_says_no_answer():
+def test_fetch_refused_names_the_address_and_the_next_step():
     import socket
 
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()  # nothing listens there now
-    with pytest.raises(m.MetricsError, match="no answer"):
+    with pytest.raises(m.MetricsError, match=f"connection refused by 127.0.0.1:{port}") as e:
         m.fetch(f"127.0.0.1:{port}", timeout=5)
+    assert "is the relay running?" in e.value.fix and "--metrics" in e.value.fix
 
 
 def _scrape(at, pid=1, **values):
@@ -232,7 +234,8 @@ async def test_watch_sees_a_relay_stop_answering_and_reattaches(relay):
     port = relay.port
     relay.close()
     assert await w.poll(timeout=5) is True  # news on the first failed refresh
-    assert w.state is m.RelayState.DOWN and "no answer" in (w.error or "")
+    assert w.state is m.RelayState.DOWN and f"connection refused by 127.0.0.1:{port}" in (w.error or "")
+    assert w.fix and "is the relay running?" in w.fix
     # the same address answers again (a restarted relay): reattached on the next refresh
     back = FakeRelayMetrics(pid=4343, port=port)
     try:
@@ -249,6 +252,7 @@ async def test_watch_marks_a_hung_relay_down_after_its_timeout(relay):
     relay.hang.set()
     await w.poll(timeout=0.3)
     assert w.state is m.RelayState.DOWN
+    assert w.error == f"timed out after 0.3 s waiting for 127.0.0.1:{relay.port}/metrics"
     relay.hang.clear()
     relay.release.set()
     await w.poll(timeout=5)
@@ -282,6 +286,7 @@ async def test_storage_target_follows_the_runtime_file(tmp_path: Path, relay, re
     (tmp_path / m.RUNTIME_FILE).write_text(json.dumps(rt))
     await w.poll()
     assert w.state is m.RelayState.NOT_RUNNING and "gone" in (w.error or "")
+    assert w.fix == f"start it: blind-relay --storage {tmp_path}"
     assert w.key == relay.key  # known from the runtime file even while not running
     rt["pid"] = relay_named_process.pid
     (tmp_path / m.RUNTIME_FILE).write_text(json.dumps(rt))
@@ -294,7 +299,7 @@ async def test_storage_target_follows_the_runtime_file(tmp_path: Path, relay, re
     # the pid is alive: running, just without numbers (not "NOT RUNNING")
     assert w.state is m.RelayState.METRICS_OFF and w.state in m.RUNNING
     assert w.error == "metrics off — start the relay with --metrics HOST:PORT to see numbers"
-    assert m.STATE_BADGE[w.state] == "▲ RUNNING"
+    assert m.STATE_BADGE[w.state] == "▲ RUNNING" and w.fix is None
     assert w.started_at() == 50.0 and w.uptime(now=100.0) == 50.0  # from the runtime file's started_at
     assert m.summarize([w])["up"] == 1
 

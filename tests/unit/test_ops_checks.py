@@ -93,10 +93,38 @@ async def test_ping_over_ssh(ssh_env: SSHEnv) -> None:  # noqa: F811
     assert result.status == "ok" and result.name.startswith("Relay answers from ops@127.0.0.1")
 
 
-async def test_ping_without_python3_on_the_host(tmp_path: Path) -> None:
+async def test_ping_without_python3_nor_bash_on_the_host_is_a_warning_with_a_manual_way(tmp_path: Path) -> None:
     runner = LocalRunner(str(tmp_path), env={"PATH": "/nonexistent"})
     result = await check_relay_from_deployment(runner, "127.0.0.1", 9, timeout=1)
-    assert result.status == "fail" and "python3 is not available" in result.detail
+    assert result.status == "warn" and "python3 is not on localhost" in result.detail
+    assert "send any UDP datagram" in result.fix
+
+
+def _bin_without_python(tmp_path: Path) -> str:
+    """A PATH with bash and coreutils but no python3: a minimal deployment host."""
+    import shutil
+
+    d = tmp_path / "nopython"
+    d.mkdir()
+    for tool in ("bash", "timeout", "head", "od", "sh"):
+        (d / tool).symlink_to(shutil.which(tool))  # type: ignore[arg-type]
+    return str(d)
+
+
+@pytest.mark.parametrize("mode", ["ok", "silent"])
+async def test_ping_without_python3_falls_back_to_bash_dev_udp(tmp_path: Path, mode: str) -> None:
+    transport, proto, port = await responder(mode)
+    try:
+        runner = LocalRunner(str(tmp_path), env={"PATH": _bin_without_python(tmp_path)})
+        result = await check_relay_from_deployment(runner, "127.0.0.1", port, timeout=2)
+    finally:
+        transport.close()
+    assert proto.requests and proto.requests[0][:2] == b"\x03\x04"  # the same PING bytes, sent by bash
+    if mode == "ok":
+        assert result.status == "warn" and "checked with bash /dev/udp instead" in result.detail
+        assert f"127.0.0.1:{port} answered" in result.detail
+    else:
+        assert result.status == "fail" and "no dht-rpc reply" in result.detail
 
 
 def test_ping_command_is_stdlib_only() -> None:
@@ -185,5 +213,32 @@ async def test_run_checks_local_order(tmp_path: Path) -> None:
         "Storage directory",
         "DHT reachable, port open",
     ]
-    assert names[5] == "Deployment host reachable" and names[6] == "Relay answers from localhost"
-    assert results[6].status == "fail"  # no relay runs on that port
+    assert names[5:] == [
+        "Bootstrap node answers",
+        "Deployment host reachable",
+        "Taskfile tasks",
+        "Jobs can be listed",
+        "Relay answers from localhost",
+    ]
+    assert results[-1].status == "fail"  # no relay runs on that port
+    assert results[7].status == "fail" and results[8].status == "fail"  # no task, no cosmicac here
+
+
+async def test_bootstrap_node_answers_configured_silent_and_public_unreachable() -> None:
+    from cosmictui.ops.checks import check_bootstrap
+
+    transport, proto, port = await responder("ok")
+    silent, _, quiet_port = await responder("silent")
+    try:
+        ok = await check_bootstrap(Settings(relay_bootstrap=(f"127.0.0.1:{quiet_port}", f"127.0.0.1:{port}")))
+        assert ok.status == "ok" and f"1 of 2 answered (127.0.0.1:{port})" in ok.detail, ok
+        assert proto.requests and proto.requests[0][:2] == b"\x03\x04"  # a real dht-rpc PING
+        bad = await check_bootstrap(Settings(relay_bootstrap=(f"127.0.0.1:{quiet_port}",)), timeout=0.5)
+        assert bad.status == "fail" and "[relay] bootstrap" in bad.fix
+        public = await check_bootstrap(Settings(), timeout=0.5)  # the public nodes (loopback in tests)
+        assert public.status == "warn" and "public HyperDHT bootstrap nodes" in public.detail
+        malformed = await check_bootstrap(Settings(relay_bootstrap=("nonsense",)))
+        assert malformed.status == "fail" and "is not HOST:PORT" in malformed.detail
+    finally:
+        transport.close()
+        silent.close()

@@ -16,7 +16,9 @@ def test_defaults_are_the_seed_page(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert s.apply_command == "task apply-wrk-server-k8s-nvidia-common-config"
     assert s.restart_command == 'task restart SERVICES="cosmicac-wrk-server-k8s-nvidia"'
     assert s.list_command == "cosmicac jobs list" and s.delete_command == "cosmicac jobs delete {id}"
-    assert "{fields}" in s.create_command
+    # create is unknown by default: the seed page documents only list and delete
+    assert s.create_command == "" and s.test_job_command == ""
+    assert s.statuses.classify("Creating") == "stuck" and s.statuses.classify("Pulling") == "unknown"
     assert (s.relay_storage, s.relay_port, s.relay_metrics) == ("/var/lib/blind-relay", 49737, "127.0.0.1:49738")
     assert s.metrics_url == "http://127.0.0.1:49738" and s.config_path is None
 

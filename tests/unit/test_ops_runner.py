@@ -299,7 +299,8 @@ async def test_ssh_host_key_mismatch_and_unknown_host(ssh_env: SSHEnv) -> None:
             f"ssh://ops@127.0.0.1:{ssh_env.port}/tmp", known_hosts=str(wrong), client_keys=[str(ssh_env.client_key)]
         )
     assert err.value.kind == "host-key-mismatch" and "does NOT match" in err.value.what
-    assert "ssh-keygen -R" in err.value.fix
+    # The fix names the configured known_hosts file, not the default one.
+    assert f"ssh-keygen -f {wrong} -R '[127.0.0.1]:{ssh_env.port}'" in err.value.fix
     empty = ssh_env.tmp / "known_empty"
     empty.write_text("")
     for known in (empty, ssh_env.tmp / "absent_known_hosts"):

@@ -1,4 +1,5 @@
-"""The demo sandbox: real `.env`, simulated `task`/`cosmicac`, jobs that need a relay answering PING."""
+"""The demo sandbox: real `.env`, simulated `task`/`cosmicac`, jobs that leave Creating only when
+their agent reached the worker through a real relay (a relay that merely answers PING is not enough)."""
 
 from __future__ import annotations
 
@@ -54,8 +55,35 @@ def free_port() -> int:
 
 
 @pytest.fixture
-def sandbox(tmp_path: Path) -> Sandbox:
-    return create_sandbox(tmp_path / "demo", bootstrap=(f"127.0.0.1:{free_port()}",))
+def sandbox(tmp_path: Path) -> Iterator[Sandbox]:
+    sb = create_sandbox(tmp_path / "demo", bootstrap=(f"127.0.0.1:{free_port()}",))
+    try:
+        yield sb
+    finally:
+        sb.close()  # the worker that `task restart` started
+
+
+@pytest.fixture
+def dht_sandbox(tmp_path: Path) -> Iterator[Sandbox]:
+    """A sandbox on its private DHT: the worker's peers find (or fail to find) relays at once."""
+    sb = create_sandbox(tmp_path / "dht-demo")
+    try:
+        yield sb
+    finally:
+        sb.close()
+
+
+async def wait_job(runner: LocalRunner, name: str, ok: Any, timeout: float = 60.0) -> Any:
+    """List jobs until the job named `name` satisfies `ok` (bounded; the worker moves jobs on)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        jobs = parse_jobs((await runner.run("cosmicac jobs list --json")).output)
+        job = next((j for j in jobs if j.fields.get("name") == name), None)
+        if job is not None and ok(job):
+            return job
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"job {name!r} never got there: {job and job.fields}")
+        await asyncio.sleep(0.2)
 
 
 def runner_for(sb: Sandbox) -> LocalRunner:
@@ -63,7 +91,8 @@ def runner_for(sb: Sandbox) -> LocalRunner:
 
 
 @pytest.fixture
-def stand_in(sandbox: Sandbox) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+def stand_in(dht_sandbox: Sandbox) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    sandbox = dht_sandbox
     key = encode_id(key_pair(b"\x07" * 32).public_key)
     proc = subprocess.Popen(
         [sys.executable, "-c", STAND_IN, str(sandbox.relay_storage), key, "relay-stand-in"], stdout=subprocess.PIPE
@@ -102,9 +131,10 @@ async def test_layout_and_seeded_stuck_jobs(sandbox: Sandbox) -> None:
     assert again.settings.relay_port == s.relay_port and again.env_path.read_text() == env
 
 
-async def test_whole_flow_new_job_leaves_creating_old_ones_stay_stuck(
-    sandbox: Sandbox, stand_in: tuple[str, subprocess.Popen[bytes]]
+async def test_whole_flow_a_relay_that_only_answers_ping_moves_no_job(
+    dht_sandbox: Sandbox, stand_in: tuple[str, subprocess.Popen[bytes]]
 ) -> None:
+    sandbox = dht_sandbox
     key, _proc = stand_in
     runner = runner_for(sandbox)
     s = sandbox.settings
@@ -121,9 +151,12 @@ async def test_whole_flow_new_job_leaves_creating_old_ones_stay_stuck(
     created = await runner.run("cosmicac jobs create --name llama --type inference --gpus 2")
     assert created.ok
     new_id = created.output.split()[2]
+    # the stand-in answers PING but carries nothing: the job waits, and says why
+    waiting = await wait_job(runner, "llama", lambda j: j.fields["message"].startswith("waiting: no connection"))
+    assert waiting.status == "Creating" and f"relay {key[:8]}…" in waiting.fields["message"]
     listing = await runner.run(s.list_command + " --json")
     jobs = {j.id: j for j in parse_jobs(listing.output)}
-    assert jobs[new_id].status == "Running" and "connected through relay" in jobs[new_id].fields["message"]
+    assert jobs[new_id].status == "Creating"
     early = next(j for j in jobs.values() if j.fields["name"] == "early")
     assert early.status == "Creating" and "no relay key" in early.fields["message"]
     assert jobs["job-7f3a21"].status == "Creating"
@@ -135,17 +168,18 @@ async def test_whole_flow_new_job_leaves_creating_old_ones_stay_stuck(
     assert gone.exit_code == 1 and "not found" in gone.output
 
 
-async def test_job_waits_when_no_relay_answers(sandbox: Sandbox) -> None:
+async def test_job_waits_when_no_relay_answers(dht_sandbox: Sandbox) -> None:
+    sandbox = dht_sandbox
     runner = runner_for(sandbox)
     key = encode_id(key_pair(b"\x08" * 32).public_key)
     await set_relay_in_env(runner, key)
     assert (await runner.run(sandbox.settings.apply_command)).ok
     assert (await runner.run(sandbox.settings.restart_command)).ok
     assert (await runner.run("cosmicac jobs create --name x")).ok
-    jobs = parse_jobs((await runner.run("cosmicac jobs list")).output)
-    waiting = next(j for j in jobs if j.fields["name"] == "x")
+    waiting = await wait_job(runner, "x", lambda j: j.fields["message"].startswith("waiting: no connection"))
     assert waiting.status == "Creating"
-    assert f"no relay with key {key[:8]}… is running" in waiting.fields["message"]
+    assert f"through relay {key[:8]}…" in waiting.fields["message"]
+    assert sandbox_state(sandbox)["worker"]["pid"]  # the worker the restart started tried it
 
 
 async def test_task_failures(sandbox: Sandbox) -> None:
@@ -219,17 +253,25 @@ async def test_sandbox_with_the_real_python_relay(live_sandbox: tuple[Sandbox, R
     await set_relay_in_env(runner, relay.key)
     assert (await runner.run(s.apply_command)).ok
     assert (await runner.run(s.restart_command)).ok
+    matched = stats["pairings"]["matched"]
     assert (await runner.run("cosmicac jobs create --name real")).ok
-    jobs = parse_jobs((await runner.run("cosmicac jobs list")).output)
-    job = next(j for j in jobs if j.fields["name"] == "real")
-    assert job.status == "Running", job.fields
-    assert next(j for j in jobs if j.id == "job-7f3a21").status == "Creating"
-    # the relay goes away: a Creating job now says why it waits
+    job = await wait_job(runner, "real", lambda j: j.status == "Running")
+    assert "connected through relay" in job.fields["message"], job.fields
+    assert f"relayed at 127.0.0.1:{relay.port}" in job.fields["message"]  # the agent's raw stream ends at the relay
+    # the relay itself saw the job's agent and worker meet: a real pairing, real relayed bytes
+    after = await asyncio.to_thread(_get_json, relay.metrics + "/stats")
+    assert after["pairings"]["matched"] >= matched + 1 and after["traffic"]["relayed_bytes"] > 0, after
+    jobs = parse_jobs((await runner.run("cosmicac jobs list --json")).output)
+    assert next(j for j in jobs if j.id == "job-7f3a21").status == "Creating"  # from before the restart: stuck
+    # it keeps updating over its connection
+    first = job.updated
+    assert first is not None
+    await wait_job(runner, "real", lambda j: j.updated is not None and j.updated > first)
+    # the relay goes away: a new job waits and says why
     await stop_relay(s.relay_storage)
     assert (await runner.run("cosmicac jobs create --name later")).ok
-    jobs = parse_jobs((await runner.run("cosmicac jobs list")).output)
-    later = next(j for j in jobs if j.fields["name"] == "later")
-    assert later.status == "Creating" and f"no relay with key {relay.key[:8]}… is running" in later.fields["message"]
+    later = await wait_job(runner, "later", lambda j: j.fields["message"].startswith("waiting: no connection"))
+    assert later.status == "Creating" and f"relay {relay.key[:8]}…" in later.fields["message"]
 
 
 def _get_json(url: str) -> dict[str, Any]:

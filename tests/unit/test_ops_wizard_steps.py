@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-import pytest
-
+from cosmictui.ops.config import Settings
 from cosmictui.ops.jobs import Job, view_jobs
-from cosmictui.ops.wizard_steps import JobWatch, command_failure_hint, job_command, recoverable, sentences
+from cosmictui.ops.recover import delete_command, draft_create, plan_recovery
+from cosmictui.ops.wizard_steps import JobWatch, command_failure_hint, recoverable, sentences
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 
@@ -27,7 +27,8 @@ def test_old_jobs_never_count_and_new_one_must_leave_creating_then_keep_updating
     assert w.observe([old, new("Running", 10)]).state == "left"
     v = w.observe([old, new("Running", 15)])
     assert v.state == "confirmed" and v.job is not None and v.job.id == "new"
-    assert w.observe([old]).state == "confirmed"  # stays confirmed
+    # Derived again from every list: the confirmed job gone from the list withdraws the verdict.
+    assert w.observe([old]).state == "withdrawn"
 
 
 def test_without_times_new_means_absent_from_first_snapshot() -> None:
@@ -49,13 +50,22 @@ def test_exclude_ignores_jobs_that_existed_before_recreation() -> None:
     assert w.observe([job("x", "Running", T0 + timedelta(seconds=1))]).state == "waiting"
 
 
-def test_job_command_passes_descriptive_fields_quoted_and_not_lifecycle_ones() -> None:
-    j = Job("j-1", "Creating", T0, {"id": "j-1", "name": "my job", "gpu": "a100", "created": "x", "age": "5m"})
-    assert job_command("cosmicac jobs delete {id}", j) == "cosmicac jobs delete j-1"
-    assert job_command("cosmicac jobs create {fields}", j) == "cosmicac jobs create --name 'my job' --gpu a100"
-    assert job_command("cosmicac jobs create --name {name}", j) == "cosmicac jobs create --name 'my job'"
-    with pytest.raises(KeyError, match="has no field 'image'"):
-        job_command("cosmicac jobs create --image {image}", j)
+def test_recovery_commands_from_the_template_and_the_job_fields() -> None:
+    fields = {"id": "j-1", "name": "my job", "gpu": "a100", "created": "x", "age": "5m"}
+    j = Job("j-1", "Creating", T0, fields)
+    s = Settings(create_command="cosmicac jobs create --name {name} --gpu-model {gpu_model}")
+    assert delete_command(j, s) == "cosmicac jobs delete j-1"
+    plan = plan_recovery(j, s)  # gpu_model found under its alias "gpu"
+    assert plan.create == "cosmicac jobs create --name 'my job' --gpu-model a100" and plan.create_source == "config"
+    # A field the list does not show makes the command unknown: delete only.
+    missing = plan_recovery(j, s.with_overrides(create_command="cosmicac jobs create --image {image}"))
+    assert missing.create is None and missing.create_source is None
+    # No template: a draft with every documented field, never run unreviewed.
+    draft = draft_create(j, Settings())
+    assert not draft.known and "{tags}" in draft.command and "--name 'my job'" in draft.command
+    reviewed = plan_recovery(j, Settings(), "cosmicac jobs create --name x --tags a")
+    assert reviewed.create == "cosmicac jobs create --name x --tags a" and reviewed.create_source == "operator"
+    assert plan_recovery(j, Settings(), "cosmicac jobs create --tags {tags}").create is None  # still a gap
 
 
 def test_failure_hints() -> None:

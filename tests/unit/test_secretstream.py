@@ -15,6 +15,7 @@ from relay.secretstream import (
     NS_SEND,
     Closed,
     Ended,
+    FrameTooLarge,
     HandshakeResult,
     Message,
     Opened,
@@ -399,6 +400,27 @@ def test_connection_lost_before_setup_is_an_error() -> None:
     _ini, res = _opened_pair()
     res.connection_lost(ConnectionResetError("reset"))
     assert "reset" in str(res.error)
+
+
+@pytest.mark.parametrize("split", [None, 1, 2, 3, 5])
+def test_frame_over_max_frame_ends_the_stream_before_buffering_it(split: int | None) -> None:
+    ini, res = _opened_pair()
+    res.max_frame = 1024
+    ini.send(b"x" * (1024 - 17))  # exactly at the limit: fine
+    res.receive_data(ini.data_to_send(), 0.0)
+    assert _messages(res) == [b"x" * (1024 - 17)]
+    announce = (16 * 1024 * 1024 - 1).to_bytes(3, "little") + b"\0" * 4096  # 16 MiB announced, never sent
+    if split is None:
+        res.receive_data(announce, 0.0)
+    else:
+        res.receive_data(announce[:split], 0.0)
+        res.receive_data(announce[split:], 0.0)
+    evs = list(res.events())
+    assert len(evs) == 1 and isinstance(evs[0], Closed)
+    assert isinstance(evs[0].error, FrameTooLarge) and "limit of 1024" in str(evs[0].error)
+    assert len(res._partial) <= 8
+    res.receive_data(b"\0" * 65536, 0.0)  # closed: nothing more is kept
+    assert len(res._partial) <= 8
 
 
 def test_oversized_send_is_refused_without_killing_stream() -> None:

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import socket
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from relay.blindrelay import SHED_CAUSES
 from relay.keys import encode_id, key_pair
 from relay.service.app import RelayApp, RelayConfig, RelayStartError
-from relay.service.metrics import MetricsServer, parse_address
+from relay.service.metrics import MetricsError, MetricsServer, parse_address
 
 GAUGES = [
     f"blind_relay_{g}_{n}"
@@ -155,3 +158,80 @@ async def test_metrics_server_alone_renders_limit_counters() -> None:
     text = body.decode()
     assert 'blind_relay_limit_rejections_total{limit="pending_total"} 3.0' in text
     assert "blind_relay_sessions_accepted 2.0" in text
+
+
+async def test_stats_and_metrics_count_sheds_and_drops_by_cause(app: RelayApp, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert app.metrics is not None
+    s = app.snapshot()
+    assert set(s["shed"]) == set(SHED_CAUSES) and all(v == 0 for v in s["shed"].values())
+    assert isinstance(s["dropped"], dict)
+    assert s["handshakes"] == {"accepted": 0, "rejected": 0, "failed": 0, "pending": 0}  # no DHT server yet
+    app.blind.shed["silent_pair"] += 3
+    # the UDX sockets' per-cause counters (helper fastpath's `SocketStats.dropped_by_cause`), summed
+    # over sockets; stand-in sockets give known counts
+    real = app.udx.sockets[0].stats
+    fields = {f.name: getattr(real, f.name) for f in dataclasses.fields(real) if f.name != "dropped_by_cause"}
+    fake = [
+        SimpleNamespace(
+            stats=SimpleNamespace(**fields, dropped_by_cause={"garbage": 5, "unknown_stream": 2}),
+            offload=lambda: {"gso": True, "gro": False, "gso_fallbacks": 1},
+        ),
+        SimpleNamespace(
+            stats=SimpleNamespace(**fields, dropped_by_cause={"garbage": 1}),
+            offload=lambda: {"gso": False, "gro": True, "gso_fallbacks": 2},
+        ),
+    ]
+    with monkeypatch.context() as m:  # the stand-ins go before the app fixture closes the real sockets
+        m.setattr(app.udx, "sockets", fake)
+        s = app.snapshot()
+        assert s["shed"]["silent_pair"] == 3 and s["dropped"] == {"garbage": 6, "unknown_stream": 2}
+        assert s["udx"] == {"gso": True, "gro": True, "gso_fallbacks": 3}
+        text = (await _get("127.0.0.1", app.metrics.port, "/metrics"))[2].decode()
+        assert 'blind_relay_shed_total{cause="silent_pair"} 3.0' in text
+        assert 'blind_relay_shed_total{cause="idle_session"} 0.0' in text
+        assert 'blind_relay_dropped_total{cause="garbage"} 6.0' in text
+        assert 'blind_relay_handshakes_total{result="rejected"} 0.0' in text
+        assert "blind_relay_udx_gso 1.0" in text and "blind_relay_udx_gso_fallbacks_total 3.0" in text
+
+
+async def test_metrics_tolerate_a_snapshot_without_the_new_groups() -> None:
+    m = MetricsServer(lambda: {"shed": "nonsense"}, "127.0.0.1", 0)
+    await m.start()
+    try:
+        status, _, body = await _get("127.0.0.1", m.port, "/metrics")
+    finally:
+        await m.close()
+    assert status == 200 and b"# TYPE blind_relay_shed_total counter" in body
+
+
+async def test_default_metrics_address_taken_falls_back_to_a_free_port(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        kp = key_pair(b"\x07" * 32)
+        explicit = RelayApp(
+            RelayConfig(storage=tmp_path, key_pair=kp, host="127.0.0.1", port=0, metrics=("127.0.0.1", port))
+        )
+        with pytest.raises(MetricsError, match="address already in use"):
+            await explicit.bind()
+        await explicit.close()
+        cfg = RelayConfig(
+            storage=tmp_path, key_pair=kp, host="127.0.0.1", port=0, metrics=("127.0.0.1", port), metrics_fallback=True
+        )
+        a = RelayApp(cfg)
+        with caplog.at_level("WARNING", logger="relay"):
+            await a.bind()
+        try:
+            assert a.metrics is not None and a.metrics.port not in (0, port)
+            assert a.runtime_info()["metrics"] == f"http://127.0.0.1:{a.metrics.port}"
+            notes = [r.getMessage() for r in caplog.records if "is in use" in r.getMessage()]
+            assert notes == [
+                f"metrics address 127.0.0.1:{port} is in use (another relay?); serving metrics on "
+                f"http://127.0.0.1:{a.metrics.port} instead"
+            ]
+            assert (await _get("127.0.0.1", a.metrics.port, "/stats"))[0] == 200
+        finally:
+            await a.close()

@@ -114,6 +114,8 @@ async def test_udx_framed_stream_delivers_whole_frames() -> None:
 
 
 async def test_udx_socket_hands_foreign_datagrams_to_on_datagram(batched: bool) -> None:
+    """Non-UDX datagrams go to on_datagram; a UDX datagram for no live stream is counted as
+    `unknown_stream` instead (libudx passes it on, and dht-rpc can only fail to decode it)."""
     seen: list[tuple[bytes, tuple[str, int]]] = []
     udx = UDX()
     sock = await udx.create_socket(LOOP, 0, on_datagram=lambda d, a: seen.append((d, a)), use_mmsg=batched)
@@ -126,9 +128,9 @@ async def test_udx_socket_hands_foreign_datagrams_to_on_datagram(batched: bool) 
         b"\x13\x00dht-rpc response",
         b"\x01",  # holepunch probe
         b"\xff\x01\x00",  # too short for UDX
-        encode(DATA, s.id ^ 1, DEFAULT_RWND, 0, 0, b"unknown id"),
         b"\xff\x02" + bytes(30),  # wrong version
     ]
+    raw.sendto(encode(DATA, s.id ^ 1, DEFAULT_RWND, 0, 0, b"unknown id"), (LOOP, sock.port))
     for d in foreign:
         raw.sendto(d, (LOOP, sock.port))
     raw.sendto(encode(MESSAGE, s.id, DEFAULT_RWND, 0, 0, b"mine"), (LOOP, sock.port))
@@ -138,6 +140,7 @@ async def test_udx_socket_hands_foreign_datagrams_to_on_datagram(batched: bool) 
     assert [d for d, _ in seen] == foreign
     assert {a for _, a in seen} == {raw.getsockname()}
     assert msgs == [b"mine"]
+    assert sock.stats.dropped_by_cause == {"unknown_stream": 1} and sock.stats.dropped_packets == 1
     sock.send(b"\x13reply", raw.getsockname())
     assert raw.recv(100) == b"\x13reply"
     raw.close()
@@ -341,19 +344,20 @@ async def test_udx_socket_survives_100k_bad_datagrams_and_counts_them(batched: b
     udx_b.close()
 
 
-async def test_udx_batched_relay_keeps_order_when_the_socket_buffer_is_full() -> None:
+@pytest.mark.parametrize("gso", [False, True], ids=["no-gso", "gso"])
+async def test_udx_batched_relay_keeps_order_when_the_socket_buffer_is_full(gso: bool) -> None:
     """sendmmsg reporting EAGAIN part-way: the rest is queued in order and sent when writable."""
     import ctypes
     import errno
 
     udx = UDX()
-    sock = await udx.create_socket(LOOP, 0, use_mmsg=True)
+    sock = await udx.create_socket(LOOP, 0, use_mmsg=True, use_gso=gso)
     io = sock._mmsg
     assert io is not None
     real = io._sendmmsg
     calls: list[int] = []
 
-    def full_after_one(fd: int, hdr: int, n: int, flags: int) -> int:
+    def full_after_one(fd: int, hdr: ctypes.c_void_p, n: int, flags: int) -> int:
         calls.append(n)
         if len(calls) == 1:
             return real(fd, hdr, 1, flags)  # the kernel takes one datagram...
@@ -386,7 +390,8 @@ async def test_udx_batched_relay_keeps_order_when_the_socket_buffer_is_full() ->
     ea.sendto(encode(HEARTBEAT, rb.id, DEFAULT_RWND, 0, 0), relay)
     assert await asyncio.wait_for(loop.sock_recv(ed, 2048), 10) == encode(HEARTBEAT, 0xD, DEFAULT_RWND, 0, 0)
     await wait_for(lambda: rb._fast is not None)
-    burst = [encode(DATA, rb.id, DEFAULT_RWND, seq, 0, bytes([seq]) * 100) for seq in range(5)]
+    # growing sizes: each datagram needs an entry of its own even with GSO (a run is same-size)
+    burst = [encode(DATA, rb.id, DEFAULT_RWND, seq, 0, bytes([seq]) * (100 + seq)) for seq in range(5)]
     for d in burst:
         ea.sendto(d, relay)
     got = [await asyncio.wait_for(loop.sock_recv(ed, 2048), 10) for _ in burst]

@@ -1,0 +1,253 @@
+"""Recovering stuck jobs without ever losing one.
+
+A job is deleted only after its every field and the exact command that recreates it are in a
+file under the state directory. Delete & recreate needs a *known* create command: the
+configured `[commands] create` template with every field it names known, or a command the
+operator reviewed and edited. Otherwise recovery is delete only, and says plainly that the
+operator recreates the job (web UI or CLI) from the saved file. A create that fails after its
+delete is reported as such ("DELETED and NOT recreated"), with the command and the file.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from cosmictui.ops.config import CREATE_FIELDS, Settings
+from cosmictui.ops.jobs import Job
+from cosmictui.ops.progress import state_dir
+from cosmictui.ops.runner import CommandResult, RunnerError
+
+RunCommand = Callable[[str], Awaitable[CommandResult]]
+
+#: Where the documented create fields are found among a list's columns (normalised names).
+FIELD_ALIASES: dict[str, tuple[str, ...]] = {
+    "name": ("name", "job name", "title"),
+    "tags": ("tags", "tag", "labels"),
+    "location": ("location", "region", "zone", "datacenter", "site"),
+    "gpu_model": ("gpu model", "gpu type", "gpu", "model"),
+    "gpu_count": ("gpu count", "gpus", "num gpus", "gpu num", "gpu qty"),
+    "image": ("image", "base os image", "os image", "base image", "os"),
+    "disk_gb": ("disk gb", "disk", "disk size", "disk size gb", "storage gb"),
+}
+_PLACEHOLDER = re.compile(r"\{([A-Za-z0-9_ .-]+)\}")
+
+
+def _key(name: str) -> str:
+    return re.sub(r"[\s_\-.]+", " ", name.strip().lower())
+
+
+def field_value(job: Job, name: str) -> str | None:
+    """`name` (a documented create field or any column) of `job`, if the list showed it."""
+    if _key(name) == "id":
+        return job.id
+    fields = {_key(k): v for k, v in job.fields.items()}
+    for alias in (_key(name), *FIELD_ALIASES.get(name.strip().lower().replace(" ", "_"), ())):
+        value = fields.get(_key(alias))
+        if value is not None and value.strip() and value.strip() not in ("-", "<none>"):
+            return value.strip()
+    return None
+
+
+@dataclass(frozen=True)
+class CreateDraft:
+    """The create command for a job: complete (`known`) or with `{field}` left for the operator."""
+
+    command: str
+    missing: tuple[str, ...]
+    source: Literal["config", "draft"]
+
+    @property
+    def known(self) -> bool:
+        return self.source == "config" and not self.missing
+
+
+def draft_create(job: Job, settings: Settings) -> CreateDraft:
+    """Fill the configured template with the job's fields; without a template, a draft to edit.
+
+    The draft's flags are a guess (the real `create` flags are not documented where we can see
+    them), so a draft is never run without the operator reviewing it.
+    """
+    template = settings.create_command.strip()
+    source: Literal["config", "draft"] = "config"
+    if not template:
+        source = "draft"
+        prog = (shlex.split(settings.list_command) or ["cosmicac"])[0]
+        template = f"{prog} jobs create " + " ".join(f"--{f.replace('_', '-')} {{{f}}}" for f in CREATE_FIELDS)
+    missing: list[str] = []
+
+    def sub(m: re.Match[str]) -> str:
+        name = m.group(1)
+        value = field_value(job, name)
+        if value is None:
+            missing.append(name)
+            return m.group(0)
+        return shlex.quote(value)
+
+    return CreateDraft(_PLACEHOLDER.sub(sub, template).strip(), tuple(missing), source)
+
+
+def unfilled(command: str) -> list[str]:
+    """The `{field}` placeholders still in a command the operator edited."""
+    return _PLACEHOLDER.findall(command)
+
+
+def delete_command(job: Job, settings: Settings) -> str:
+    return _PLACEHOLDER.sub(
+        lambda m: shlex.quote(job.id) if _key(m.group(1)) == "id" else shlex.quote(field_value(job, m.group(1)) or ""),
+        settings.delete_command,
+    ).strip()
+
+
+@dataclass(frozen=True)
+class RecoveryPlan:
+    """What recovering one job runs: the delete, and the create when it is known."""
+
+    job: Job
+    delete: str
+    create: str | None
+    #: "config": the configured template, complete; "operator": reviewed and edited in the dialog.
+    create_source: Literal["config", "operator"] | None
+
+
+def plan_recovery(job: Job, settings: Settings, reviewed_create: str | None = None) -> RecoveryPlan:
+    """Delete & recreate when the create command is known, else delete only (create None)."""
+    if reviewed_create is not None and reviewed_create.strip() and not unfilled(reviewed_create):
+        return RecoveryPlan(job, delete_command(job, settings), reviewed_create.strip(), "operator")
+    draft = draft_create(job, settings)
+    if draft.known:
+        return RecoveryPlan(job, delete_command(job, settings), draft.command, "config")
+    return RecoveryPlan(job, delete_command(job, settings), None, None)
+
+
+def recovery_dir(deployment: str) -> Path:
+    """One folder for every deployment (a short path to show); each file names its deployment."""
+    return state_dir() / "recovered"
+
+
+def save_record(plan: RecoveryPlan, settings: Settings, draft: CreateDraft | None = None) -> Path:
+    """Write the job's every field and the recreate command to a new file; its path.
+
+    Written (and fsynced) before anything is deleted: this file is what it takes to undo.
+    """
+    job = plan.job
+    d = recovery_dir(settings.deployment)
+    d.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", job.id)[:80] or "job"
+    path = d / f"{stamp}-{safe}.json"
+    n = 1
+    while path.exists():
+        n += 1
+        path = d / f"{stamp}-{safe}-{n}.json"
+    record: dict[str, Any] = {
+        "deployment": settings.deployment,
+        "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "job": {
+            "id": job.id,
+            "status": job.status,
+            "created": job.created.isoformat() if job.created else None,
+            "fields": dict(job.fields),
+        },
+        "create_fields": {f: field_value(job, f) for f in CREATE_FIELDS},
+        "delete_command": plan.delete,
+        "recreate_command": plan.create,
+        "recreate_source": plan.create_source,
+        "note": (
+            "Recreate this job with recreate_command."
+            if plan.create
+            else "No known create command: recreate this job yourself (web UI or `cosmicac jobs create`) with "
+            "these fields. create_fields that are null were not shown by the jobs list."
+        ),
+    }
+    if draft is not None and plan.create is None:
+        record["draft_create_command"] = draft.command
+    data = json.dumps(record, indent=2, ensure_ascii=False) + "\n"
+    with open(path, "x", encoding="utf-8") as f:
+        f.write(data)
+        f.flush()
+        import os
+
+        os.fsync(f.fileno())
+    return path
+
+
+Outcome = Literal["recreated", "deleted-only", "delete-failed", "create-failed"]
+
+
+@dataclass(frozen=True)
+class RecoveryResult:
+    job_id: str
+    outcome: Outcome
+    message: str
+    record: Path
+    command: str | None = None
+    output: str = ""
+
+    @property
+    def lost(self) -> bool:
+        """Deleted and not recreated although a recreate was meant: the banner case."""
+        return self.outcome == "create-failed"
+
+
+def lost_message(job_id: str, command: str | None, record: Path) -> str:
+    how = command or "(see the file)"
+    return f"Job {job_id} was DELETED and NOT recreated. Recreate it with: {how} — every field is in {record}"
+
+
+async def recover(run: RunCommand, plan: RecoveryPlan, record: Path) -> RecoveryResult:
+    """Delete the job, then (when known) create it again; the record must already be saved."""
+    from cosmictui.ops.joblist import runner_problem
+    from cosmictui.ops.wizard_steps import command_failure_hint
+
+    jid = plan.job.id
+    try:
+        result = await run(plan.delete)
+    except RunnerError as e:
+        return RecoveryResult(
+            jid, "delete-failed", runner_problem(e, f"delete job {jid}") + " Nothing deleted.", record
+        )
+    if not result.ok:
+        hint = command_failure_hint(plan.delete, result.exit_code, result.output)
+        return RecoveryResult(
+            jid,
+            "delete-failed",
+            f"{plan.delete} exited {result.exit_code}; job {jid} not deleted. {hint}",
+            record,
+            plan.delete,
+            result.output,
+        )
+    if plan.create is None:
+        return RecoveryResult(
+            jid,
+            "deleted-only",
+            f"Job {jid} deleted. Recreate it yourself (web UI or CLI) with the fields saved in {record}.",
+            record,
+        )
+    try:
+        result = await run(plan.create)
+    except RunnerError as e:
+        return RecoveryResult(
+            jid,
+            "create-failed",
+            lost_message(jid, plan.create, record) + " " + runner_problem(e, "recreate it"),
+            record,
+            plan.create,
+        )
+    if not result.ok:
+        hint = command_failure_hint(plan.create, result.exit_code, result.output)
+        return RecoveryResult(
+            jid,
+            "create-failed",
+            f"{lost_message(jid, plan.create, record)} ({plan.create} exited {result.exit_code}. {hint})",
+            record,
+            plan.create,
+            result.output,
+        )
+    return RecoveryResult(jid, "recreated", f"Job {jid} deleted and created again.", record, plan.create)
