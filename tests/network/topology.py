@@ -190,8 +190,8 @@ class Topology:
         wan_delay_ms: float = 0,
         relay_delay_ms: float = 0,
     ) -> None:
-        if nat not in ("random", "consistent"):
-            raise ValueError(f"nat must be 'random' or 'consistent', got {nat!r}")
+        if nat not in ("random", "consistent", "mixed"):
+            raise ValueError(f"nat must be 'random', 'consistent' or 'mixed' (a random, b consistent), got {nat!r}")
         self.nat = nat
         self.udp_timeout = udp_timeout
         self.wan_loss_percent = wan_loss_percent
@@ -278,7 +278,7 @@ class Topology:
             run("ip", "-n", lan, "addr", "add", f"{lan_net}.2/24", "dev", "eth0")
             run("ip", "-n", lan, "route", "add", "default", "via", f"{lan_net}.1")
             run("ip", "netns", "exec", router, "sysctl", "-qw", "net.ipv4.ip_forward=1")
-            self.nft(f"r{side}", self._router_rules())
+            self.nft(f"r{side}", self._router_rules(side))
             if self.udp_timeout is not None:
                 self.set_udp_timeout(self.udp_timeout, side)
 
@@ -289,8 +289,11 @@ class Topology:
             for key in ("nf_conntrack_udp_timeout", "nf_conntrack_udp_timeout_stream"):
                 run("ip", "netns", "exec", self.ns(f"r{side}"), "sysctl", "-qw", f"net.netfilter.{key}={seconds}")
 
-    def _router_rules(self) -> str:
-        masq = "masquerade fully-random" if self.nat == "random" else "masquerade"
+    def nat_of(self, side: str) -> str:
+        return ("random" if side == "a" else "consistent") if self.nat == "mixed" else self.nat
+
+    def _router_rules(self, side: str) -> str:
+        masq = "masquerade fully-random" if self.nat_of(side) == "random" else "masquerade"
         return f"""
 table inet nat_router {{
   chain postrouting {{

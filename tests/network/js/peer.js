@@ -4,7 +4,8 @@
 //   {"op": "info"}                                      -> NAT view: host, port, firewalled, randomized
 //   {"op": "listen", "relayThrough"?, "holepunch"?: bool, "shareLocalAddress"?: bool}
 //                                                       -> {publicKey}; the server echoes every byte
-//   {"op": "connect", "key", "relayThrough"?, "holepunch"?: bool, "bytes", "timeout", "idleMs"?, "upgrade"?: bool}
+//   {"op": "connect", "key", "relayThrough"?, "holepunch"?: bool, "bytes", "timeout", "idleMs"?, "upgrade"?: bool,
+//    "settleMs"?: wait that long for a switch to direct, then echo again on whatever path}
 //                                                       -> {ok, error?, remote, setupMs, echoMs, ...}
 //   {"op": "serverConnections"}                         -> every server-side connection's remotes so far
 // Every raw stream's remote is reported as seen by this peer (rawStream.remoteHost/remotePort), so
@@ -104,6 +105,17 @@ const commands = {
         rec.okAfterIdle = await echoOnce(socket, cmd.bytesAfterIdle || 10000, timeout)
         rec.echoAfterIdleMs = Date.now() - t2
         rec.ok = rec.ok && rec.okAfterIdle
+      }
+      if (cmd.settleMs) {
+        // give the punch its chance (up to settleMs, or until the switch), then the connection
+        // must still carry data, on whichever path it ended up
+        const rs = socket.rawStream
+        await new Promise((resolve) => {
+          const t = setTimeout(resolve, cmd.settleMs)
+          rs.once('remote-changed', () => { clearTimeout(t); resolve() })
+        })
+        rec.okAfterSettle = await echoOnce(socket, 10000, timeout)
+        rec.ok = rec.ok && rec.okAfterSettle
       }
       if (cmd.upgrade) {
         // wait (bounded) for the switch to direct, then echo again on the new path
