@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from tests.unit._hostile_http import HostileHTTP
 
 INTEROP_DIR = Path(__file__).resolve().parent / "interop"
 NODE_MODULES = INTEROP_DIR / "node_modules"
@@ -27,3 +31,18 @@ def _no_public_bootstrap(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tests send no traffic off the machine: the wizard's "Bootstrap node answers" check pings
     the public HyperDHT nodes when none is configured, so here they are a silent loopback port."""
     monkeypatch.setattr("cosmictui.ops.checks.PUBLIC_BOOTSTRAP", ("127.0.0.1:9",))
+
+
+@pytest.fixture
+def hostile() -> Iterator[Callable[..., HostileHTTP]]:
+    """Hostile HTTP endpoints on loopback (drip, silence, huge bodies, bad numbers), closed after the test."""
+    servers: list[HostileHTTP] = []
+
+    def make(**routes: Any) -> HostileHTTP:
+        s = HostileHTTP(**routes)
+        servers.append(s)
+        return s
+
+    yield make
+    for s in servers:
+        s.close()

@@ -37,7 +37,6 @@ from cosmictui.widgets.monitor_relays import RelayTable
 from tests.unit._hostile_http import (
     GOOD_METRICS,
     THREAD_PREFIX,
-    HostileHTTP,
     answer,
     big,
     drip,
@@ -48,20 +47,6 @@ from tests.unit._hostile_http import (
 from tests.unit._metrics_server import FakeRelayMetrics
 
 SAFETY = 60.0
-
-
-@pytest.fixture
-def hostile() -> Iterator[Callable[..., HostileHTTP]]:
-    servers: list[HostileHTTP] = []
-
-    def make(**routes: Any) -> HostileHTTP:
-        s = HostileHTTP(**routes)
-        servers.append(s)
-        return s
-
-    yield make
-    for s in servers:
-        s.close()
 
 
 @pytest.fixture

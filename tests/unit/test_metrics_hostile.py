@@ -13,7 +13,6 @@ import json
 import math
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -22,7 +21,6 @@ from cosmictui import cli
 from cosmictui.ops import metrics as m
 from tests.unit._hostile_http import (
     GOOD_METRICS,
-    HostileHTTP,
     answer,
     big,
     drip,
@@ -33,20 +31,6 @@ from tests.unit._hostile_http import (
 )
 
 SAFETY = 60.0
-
-
-@pytest.fixture
-def hostile() -> Iterator[Callable[..., HostileHTTP]]:
-    servers: list[HostileHTTP] = []
-
-    def make(**routes: Any) -> HostileHTTP:
-        s = HostileHTTP(**routes)
-        servers.append(s)
-        return s
-
-    yield make
-    for s in servers:
-        s.close()
 
 
 def strict_loads(text: str) -> Any:
