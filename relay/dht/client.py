@@ -46,6 +46,7 @@ import ipaddress
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -665,6 +666,31 @@ class _Connector:
 # ---------------------------------------------------------------------- holepunch socket
 
 
+async def sample_nat(
+    node: DHTNode, socket_name: str, state: PunchState, pinged: set[Address], closed: Callable[[], bool]
+) -> None:
+    """PING a few DHT nodes from a puncher socket; their replies say how our NAT maps it.
+
+    Shared by the server's and the client's punchers (hyperdht samples the same way on both sides).
+    """
+    nodes = node.nodes()[::-1]
+    if len(nodes) >= 8:
+        nodes = nodes[5:]  # as hyperdht: skip the most recent ones
+    for _ in range(2):
+        batch = [n for n in nodes if n not in pinged][: max(0, MIN_SAMPLES - state.nat.sampled)]
+        pinged.update(batch)
+        replies = await asyncio.gather(
+            *(node.request(n, Internal.PING, internal=True, socket=socket_name, retries=0) for n in batch),
+            return_exceptions=True,
+        )
+        for r in replies:
+            if not isinstance(r, BaseException):
+                state.nat.add(r.to, r.peer.address)
+        if state.nat.done or closed():
+            break
+    state.nat.give_up()
+
+
 class _ClientPuncher:
     """The client's per-attempt punching socket (hyperdht `Holepuncher` as initiator)."""
 
@@ -687,23 +713,7 @@ class _ClientPuncher:
 
     async def sample_nat(self) -> None:
         """PING a few DHT nodes from this socket: their `to` fields say how our NAT maps it."""
-        nodes = self.node.nodes()[::-1]
-        if len(nodes) >= 8:
-            nodes = nodes[5:]
-        pinged: set[Address] = set()
-        for _ in range(2):
-            batch = [n for n in nodes if n not in pinged][: max(0, MIN_SAMPLES - self.state.nat.sampled)]
-            pinged.update(batch)
-            replies = await asyncio.gather(
-                *(self.node.request(n, Internal.PING, internal=True, socket=self.name, retries=0) for n in batch),
-                return_exceptions=True,
-            )
-            for r in replies:
-                if not isinstance(r, BaseException):
-                    self.state.nat.add(r.to, r.peer.address)
-            if self.state.nat.done or self.closed:
-                break
-        self.state.nat.give_up()
+        await sample_nat(self.node, self.name, self.state, set(), lambda: self.closed)
         self._analyzed.set()
 
     async def analyzed(self, timeout: float) -> None:

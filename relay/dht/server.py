@@ -25,10 +25,10 @@ from relay.keys import KeyPair
 from relay.udx import UDXSocket
 
 from .announcer import Announcer
-from .client import RELAY_TIMEOUT, RelayPairing, pair_through_relay
+from .client import RELAY_TIMEOUT, RelayPairing, pair_through_relay, sample_nat
 from .connection import KEEP_ALIVE, Connection, responder_secret_stream, start_secret_stream
 from .handshake import PASSIVE_CONNECT_TIMEOUT, Attempt, HandshakeResponder, address_token, seal_payload
-from .holepunch import HOLEPUNCH, MIN_SAMPLES, PROBE_INTERVAL, NatAnalyzer, PunchState
+from .holepunch import HOLEPUNCH, PROBE_INTERVAL, NatAnalyzer, PunchState
 from .messages import (
     Address,
     DHTError,
@@ -36,7 +36,6 @@ from .messages import (
     Handshake,
     Holepunch,
     HolepunchPayload,
-    Internal,
     Mode,
     NoisePayload,
     PayloadError,
@@ -439,23 +438,7 @@ class HyperDHTServer:
         self._spawn(self._sample_nat(p))
 
     async def _sample_nat(self, p: _Puncher) -> None:
-        """PING a few DHT nodes from the puncher socket; their replies say how our NAT maps it."""
-        nodes = self.node.nodes()[::-1]
-        if len(nodes) >= 8:
-            nodes = nodes[5:]  # as hyperdht: skip the most recent ones
-        for _ in range(2):
-            batch = [n for n in nodes if n not in p.pinged][: max(0, MIN_SAMPLES - p.state.nat.sampled)]
-            p.pinged.update(batch)
-            replies = await asyncio.gather(
-                *(self.node.request(n, Internal.PING, internal=True, socket=p.name, retries=0) for n in batch),
-                return_exceptions=True,
-            )
-            for r in replies:
-                if not isinstance(r, BaseException):
-                    p.state.nat.add(r.to, r.peer.address)
-            if p.state.nat.done or p.closed:
-                break
-        p.state.nat.give_up()
+        await sample_nat(self.node, p.name, p.state, p.pinged, lambda: p.closed)
         p.wake()
 
     def _on_probe(self, a: Attempt, p: _Puncher, addr: Address) -> None:
