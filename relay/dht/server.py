@@ -63,11 +63,10 @@ class _Queued:
     """A new handshake waiting in the backlog, with every copy of it that reached us (one per
     announce holder that relayed it): each copy gets the reply on its own route."""
 
-    __slots__ = ("copies", "hs")
+    __slots__ = ("copies",)
 
     def __init__(self, inc: IncomingRequest, hs: Handshake) -> None:
-        self.hs = hs
-        self.copies = [inc]
+        self.copies = [(inc, hs)]  # each copy's mode and relay address decide its reply's route
 
 
 def local_addresses(bound: Address) -> list[Address]:
@@ -224,7 +223,7 @@ class HyperDHTServer:
         if queued is not None:
             self.backlog.stats["duplicates"] += 1
             if len(queued.copies) < 4:
-                queued.copies.append(inc)
+                queued.copies.append((inc, hs))
             return
         client = hs.peer_address or inc.peer.address
         if self.admit is not None and not self.admit(client):
@@ -256,7 +255,7 @@ class HyperDHTServer:
 
     def _handshake(self, q: _Queued) -> None:
         """The expensive part: Noise, the UDX stream, the reply to every copy."""
-        inc, hs = q.copies[0], q.hs
+        inc, hs = q.copies[0]
         assert hs.noise is not None
         a = self.responder.lookup(hs.noise)
         if a is None:
@@ -265,8 +264,8 @@ class HyperDHTServer:
                 return
             self.stats["handshakes"] += 1
             self._reply_first(a, inc)
-        for copy in q.copies:
-            self._route_reply(a, copy, hs)
+        for copy, copy_hs in q.copies:
+            self._route_reply(a, copy, copy_hs)
 
     def _route_reply(self, a: Attempt, inc: IncomingRequest, hs: Handshake) -> None:
         if a.reply is None:

@@ -240,6 +240,9 @@ def test_new_handshakes_wait_in_the_backlog_and_a_new_address_is_answered_first(
     relay_sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # plays the announce holder
     relay_sock.bind(("127.0.0.1", 0))
     relay_sock.setblocking(False)
+    second = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # another announce holder
+    second.bind(("127.0.0.1", 0))
+    second.setblocking(False)
     try:
         assert lb.node is not None and lb.server is not None
         node, server = lb.node, lb.server
@@ -263,7 +266,7 @@ def test_new_handshakes_wait_in_the_backlog_and_a_new_address_is_answered_first(
             handshake(tid, busy)
         handshake(50, new)
         handshake(60, refused, garbage=True)
-        node._on_datagram("server", first, relay_sock.getsockname())  # a retransmission: queued once
+        node._on_datagram("server", first, second.getsockname())  # relayed by another holder: queued once
         assert server.responder.stats == {"handshakes": 0, "rejected": 1, "failed": 0, "duplicates": 0}
         assert len(server.backlog) == 13 and server.backlog.stats["duplicates"] == 1
         assert admitted.count("127.0.0.66") == 1  # refused before its (garbage) Noise was read
@@ -281,6 +284,9 @@ def test_new_handshakes_wait_in_the_backlog_and_a_new_address_is_answered_first(
             return out
 
         got = lb.loop.run_until_complete(replies(13))
+        copy = decode_message(lb.loop.run_until_complete(asyncio.wait_for(lb.loop.sock_recv(second, 2048), 10)))
+        assert isinstance(copy, Request) and copy.tid == 1 and copy.value  # the copy got its own reply
+        assert Handshake.decode(copy.value).peer_address == busy
         assert [h.mode for h in got] == [Mode.FROM_SERVER] * 13
         assert got[0].peer_address == new  # queued 13th, answered first
         assert [h.peer_address for h in got[1:]] == [busy] * 12
@@ -289,4 +295,5 @@ def test_new_handshakes_wait_in_the_backlog_and_a_new_address_is_answered_first(
         assert server.backlog.stats["served"] == 13 and len(server.backlog) == 0
     finally:
         relay_sock.close()
+        second.close()
         lb.close()
