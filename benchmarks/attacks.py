@@ -48,8 +48,10 @@ ATTACKS: dict[str, tuple[str, dict[str, Any]]] = {
         {"attack": "bigframe", "sessions": 12, "frame": (1 << 24) - 1, "send": (1 << 24) - 65536},
     ),
     "handshakes": (
-        "64 hosts do valid handshakes at 500/s (legit pairs during the flood)",
-        {"attack": "handshakes", "rate": 500, "seconds": 20, "hosts": 64},
+        "64 hosts do valid handshakes at 500/s (legit pairs during the flood, from its 8th second)",
+        # settle: the legit pairs start once the flood has run that long (the old relay's receive
+        # queue was full by then); seconds: the flood's length at most (it ends with the pairs)
+        {"attack": "handshakes", "rate": 500, "seconds": 60, "hosts": 64, "settle": 8},
     ),
 }
 SCALED = ("sessions", "pairs", "rate")  # bigframe's sizes and the durations stay as they are
@@ -145,6 +147,7 @@ def run_attack(name: str, kind: str, bootstrap: str, tree: Path, scale: float) -
         if k in opts:
             opts[k] = max(1, round(opts[k] * scale))
     nhosts = opts.pop("hosts", 1)
+    settle = float(opts.pop("settle", 0))
     opts["hosts"] = [f"127.0.0.{2 + i}" for i in range(nhosts)]
     with tempfile.TemporaryDirectory(prefix="attacks-") as tmp:
         relay = Relay(kind, bootstrap, Path(tmp), tree)
@@ -165,13 +168,14 @@ def run_attack(name: str, kind: str, bootstrap: str, tree: Path, scale: float) -
             assert attack.stdout is not None
             ready = json.loads(attack.stdout.readline() or "{}")
             in_place = time.monotonic() - t0
+            time.sleep(settle)
             ok, setup, errors = legit_pairs(bootstrap, relay)
             out, _ = attack.communicate(timeout=120)
             done: dict[str, Any] = next((json.loads(ln) for ln in out.splitlines() if ln.startswith("{")), {})
             return {
                 "attack": name,
                 "relay": kind,
-                "options": opts | {"hosts": nhosts},
+                "options": opts | {"hosts": nhosts, "settle": settle},
                 "attack_seconds_to_place": round(in_place, 1),
                 "attacker_opened": ready.get("opened"),
                 "attacker_closed_by_relay": done.get("closed"),
