@@ -132,7 +132,8 @@ class WizardContext:
         self._relay_check = relay_check
         self.progress = progress_mod.load_progress(settings.deployment)
         self.relay_key: str | None = self.progress.relay_key
-        self.relay_external = False  # step 2 attached by key: the relay runs elsewhere, no runtime file here
+        # step 2 attached by key: the relay runs elsewhere, no runtime file here
+        self.relay_external = self.progress.relay_external is True
         self.relay_storage: str = self.progress.relay_storage or settings.relay_storage
         self.restarted_at: float | None = self.progress.restarted_at
         self.env_backup: str | None = self.progress.env_backup
@@ -325,6 +326,7 @@ class WizardContext:
         p.current_step = STEP_IDS[min(step_index, len(STEP_IDS) - 1)]
         p.relay_key = self.relay_key
         p.relay_storage = self.relay_storage
+        p.relay_external = self.relay_external
         p.restarted_at = self.restarted_at
         p.env_backup = self.env_backup
         if self._save:
