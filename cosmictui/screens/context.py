@@ -30,25 +30,13 @@ RelayCheck = Callable[[str, str], "str | None"]
 
 
 def relay_problem(storage: str, key: str) -> str | None:
-    """Is the relay the deployment was set up with still running? (runtime file + live pid)
-
-    A relay killed with -9 leaves its runtime file behind; progress saved earlier still says
-    step 2 is done, so without this a resumed wizard would send jobs to a relay that is gone.
-    """
-    status = relayproc.relay_status(storage)
-    rt = status.runtime
-    if status.running and rt is not None:
-        if rt.key != key:
-            return (
-                f"The relay running with storage {status.storage} has key {rt.key[:12]}…, not the key "
-                f"set up earlier ({key[:12]}…). Go back to step 2 (b) and check the storage directory."
-            )
+    """Is the relay the deployment was set up with still running? (runtime file + live pid)"""
+    problem = relayproc.relay_problem(storage, key)
+    if problem is None:
         return None
-    why = f"pid {rt.pid} is gone; it was stopped or killed" if rt is not None else "no relay-runtime.json"
-    return (
-        f"The relay (storage {status.storage}) is not running ({why}). Go back to step 2 (b) and "
-        "press s to start it again: jobs cannot leave Creating without it."
-    )
+    if "is not running" in problem:
+        return problem + " Go back to step 2 (b) and press s to start it again: jobs cannot leave Creating without it."
+    return problem + " Go back to step 2 (b) and check the storage directory."
 
 
 async def _close_quietly(runner: Runner) -> None:
