@@ -2,7 +2,10 @@
 
 The asyncio side of `hyperdht/lib/server.js`: registers the key's target with the node's
 router, announces it (`Announcer`), answers PEER_HANDSHAKE through the sans-IO
-`HandshakeResponder`, creates the raw UDX stream advertised in the reply and connects it
+`HandshakeResponder` (new ones wait in a `HandshakeBacklog` and are answered in short
+slices between socket reads: Noise in Python is ~1 ms, and done inline a flood let the
+kernel's receive queue grow into a seconds-long FIFO in front of every peer), creates
+the raw UDX stream advertised in the reply and connects it
 when the client's first UDX packet arrives (or at once when the client is reachable or
 the handshake came direct), then hands a `Connection` with a running secret stream to
 `on_connection`. When we cannot claim OPEN, a per-attempt puncher socket answers the
