@@ -13,9 +13,10 @@ it answers from the backlog in short slices between reads, in this order:
   seconds, and the lowest score goes first, so a new address is answered before the backlog
   of busy ones, and busy hosts share what is left;
 - within a host, oldest first;
-- a handshake queued longer than `max_age` is shed: its client's request (dht-rpc, ~1 s per
-  try, 3 retries) has given up or is about to, so answering it would only spend the CPU a
-  fresh one needs (the client retries with a new handshake);
+- a handshake queued longer than `max_age` (2 s) is shed: its client's request (dht-rpc
+  `lib/io.js`: 1 s per send, 3 retries, so ~4 s from the client's first send, which was
+  before the announce holder relayed it to us) has given up or is about to, so answering it
+  would only spend the CPU a fresher one needs (the client's connect tries again);
 - at `max_items`, the newest entry of the host with the highest score is shed to make room.
 
 Entries are keyed by Noise message 1, so the copies relayed by other announce holders and the
@@ -34,7 +35,7 @@ from typing import Generic, TypeVar
 
 T = TypeVar("T")
 
-MAX_AGE = 2.0  # seconds a queued handshake stays worth answering (dht-rpc request ~1 s, retried)
+MAX_AGE = 2.0  # seconds a queued handshake stays worth answering (half the client's ~4 s request)
 MAX_ITEMS = 512  # queued handshakes at most (each ~1 ms of CPU: half a second of work)
 HALF_LIFE = 10.0  # seconds for a host's served score to halve
 MAX_HOSTS = 4096  # hosts whose score is remembered (least recently served forgotten first)
