@@ -120,7 +120,11 @@ class Result:
         return self.cpu / max(self.packets, 1) * 1e6
 
 
-ENVS = {"portable": {"UDX_NO_MMSG": "1"}, "no-gso": {"UDX_NO_GSO": "1"}}
+ENVS = {
+    "portable": {"UDX_NO_MMSG": "1"},
+    "no-gso": {"UDX_NO_GSO": "1"},
+    "no-coalesce": {"UDX_COALESCE_US": "0"},
+}
 
 
 async def start_relay(kind: str, *ids: str, profile: str | None = None) -> Proc:
@@ -140,7 +144,7 @@ async def offload_summary(kind: str, relay: Proc) -> str:
         return f"gso {st['offload']['gso']}, no segmented sends"
     return (
         f"{st['gso_segments'] / st['gso_sends']:.1f} datagrams/GSO send, "
-        f"{100 * st['gso_segments'] / max(st['relayed_packets'], 1):.0f}% segmented"
+        f"{100 * st['gso_segments'] / max(st['relayed_packets'], 1):.0f}% segmented, {st.get('holds', 0)} holds"
     )
 
 
@@ -277,6 +281,7 @@ LABELS = {
     "python": "Python relay.udx relay_to",
     "no-gso": "Python, UDX_NO_GSO=1 (sendmmsg, no GSO/GRO)",
     "portable": "Python, per-datagram reader (no mmsg)",
+    "no-coalesce": "Python, UDX_COALESCE_US=0 (no receive coalescing)",
 }
 
 
@@ -296,9 +301,18 @@ async def main() -> None:
         "--portable", action="store_true", help="also run the Python relay without recvmmsg/sendmmsg (UDX_NO_MMSG=1)"
     )
     ap.add_argument("--no-gso", action="store_true", help="also run the Python relay with UDX_NO_GSO=1")
+    ap.add_argument("--no-coalesce", action="store_true", help="also run the Python relay with UDX_COALESCE_US=0")
+    ap.add_argument("--coalesce-us", type=int, help="UDX_COALESCE_US for the Python relay (default: its own)")
     args = ap.parse_args()
+    if args.coalesce_us is not None:
+        ENVS["python"] = {"UDX_COALESCE_US": str(args.coalesce_us)}
     size = args.mb * MB
-    kinds = ["node", "python"] + (["no-gso"] if args.no_gso else []) + (["portable"] if args.portable else [])
+    kinds = (
+        ["node", "python"]
+        + (["no-coalesce"] if args.no_coalesce else [])
+        + (["no-gso"] if args.no_gso else [])
+        + (["portable"] if args.portable else [])
+    )
     results: dict[str, list[Result]] = {k: [] for k in kinds}
     load0 = os.getloadavg()
     for r in range(args.rounds):

@@ -26,6 +26,7 @@ remains the fallback (and is used when `UDX_NO_MMSG=1`).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import os
@@ -327,3 +328,54 @@ class BatchIO:
             self.gso = False
             self.max_segments = 1
         self.gso_fallbacks += 1
+
+
+CLOCK_MONOTONIC = 1
+TFD_NONBLOCK = os.O_NONBLOCK
+TFD_CLOEXEC = os.O_CLOEXEC
+
+
+class HoldTimer:
+    """A one-shot timerfd with microsecond resolution for receive coalescing
+    (`relay.udx.moderation`): asyncio's own timers round to milliseconds.
+
+    Register `fd` with `loop.add_reader`; the callback calls `clear()` (or re-arms, which
+    resets the expiration count too). Not having timerfd (not Linux) raises OSError.
+    """
+
+    def __init__(self) -> None:
+        if not available():
+            raise OSError(errno.ENOSYS, "timerfd needs 64-bit Linux")
+        libc = ctypes.PyDLL(None, use_errno=True)
+        fd = libc.timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC)
+        if fd < 0:
+            e = ctypes.get_errno()
+            raise OSError(e, os.strerror(e))
+        self.fd: int = fd
+        self._settime = libc.timerfd_settime
+        self._settime.restype = ctypes.c_int
+        self._spec = bytearray(32)  # struct itimerspec {it_interval, it_value}
+        self._spec_ptr = ctypes.c_void_p(_address(self._spec))
+        self._spec_q = memoryview(self._spec).cast("q")
+
+    def arm(self, seconds: float) -> None:
+        """Fire once, `seconds` from now (at least 1 µs: 0 would disarm)."""
+        ns = max(1000, int(seconds * 1e9))
+        q = self._spec_q
+        q[2] = ns // 1_000_000_000
+        q[3] = ns % 1_000_000_000
+        if self._settime(self.fd, 0, self._spec_ptr, None) < 0:
+            e = ctypes.get_errno()
+            raise OSError(e, os.strerror(e))
+
+    def clear(self) -> None:
+        """Consume the expiration so the fd is no longer readable."""
+        if self.fd < 0:
+            return
+        with contextlib.suppress(BlockingIOError, InterruptedError):
+            os.read(self.fd, 8)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1

@@ -26,6 +26,7 @@ from itertools import groupby
 from typing import Any
 
 from . import mmsg
+from .moderation import Moderation, hold_from_env
 from .packet import DESTROY, U32, UDXError
 from .stream import DataReceived, EndReceived, MessageReceived, StreamClosed, StreamCore, StreamStats
 
@@ -75,6 +76,8 @@ class SocketStats:
     #: datagrams that arrived coalesced by GRO, and the buffers that carried them
     gro_segments: int = 0
     gro_buffers: int = 0
+    #: receive-coalescing holds (the reader paused so a batch could gather)
+    holds: int = 0
 
     def drop(self, cause: str, count: int = 1) -> None:
         self.dropped_packets += count
@@ -121,12 +124,22 @@ class UDX:
         reuse_port: bool = False,
         use_mmsg: bool | None = None,
         use_gso: bool | None = None,
+        coalesce_us: int | None = None,
     ) -> UDXSocket:
         """Bind a UDP socket; `use_mmsg` None = batch syscalls on Linux unless UDX_NO_MMSG=1,
         `use_gso` None = UDP GSO/GRO on the batched path where the kernel has them, unless
-        UDX_NO_GSO=1 (False turns them off, True asks for them where supported)."""
+        UDX_NO_GSO=1 (False turns them off, True asks for them where supported);
+        `coalesce_us` None = receive coalescing hold from UDX_COALESCE_US (0 = off;
+        `relay.udx.moderation`)."""
         sock = UDXSocket(
-            self, host, port, on_datagram=on_datagram, reuse_port=reuse_port, use_mmsg=use_mmsg, use_gso=use_gso
+            self,
+            host,
+            port,
+            on_datagram=on_datagram,
+            reuse_port=reuse_port,
+            use_mmsg=use_mmsg,
+            use_gso=use_gso,
+            coalesce_us=coalesce_us,
         )
         self.sockets.append(sock)
         return sock
@@ -155,6 +168,7 @@ class UDXSocket:
         reuse_port: bool = False,
         use_mmsg: bool | None = None,
         use_gso: bool | None = None,
+        coalesce_us: int | None = None,
     ) -> None:
         self.udx = udx
         self.loop = asyncio.get_running_loop()
@@ -188,6 +202,11 @@ class UDXSocket:
         self._flush_scheduled = False
         self.closed = False
         self._mmsg: mmsg.BatchIO | None = None
+        #: receive coalescing (batched reader only): the decision, its timer, and whether the
+        #: socket's reader is registered right now (off during a hold)
+        self._moderation: Moderation | None = None
+        self._hold_timer: mmsg.HoldTimer | None = None
+        self._reading = True
         if use_mmsg is None:
             use_mmsg = mmsg.available() and os.environ.get("UDX_NO_MMSG") != "1"
         if use_mmsg:
@@ -199,6 +218,15 @@ class UDXSocket:
                     gro = False
             self._mmsg = mmsg.BatchIO(sock.fileno(), family, RECV_BATCH_MMSG, BUFFER_SIZE, gso=gso, gro=gro)
             self.loop.add_reader(sock.fileno(), self._on_readable_mmsg)
+            hold = hold_from_env() if coalesce_us is None else max(0, coalesce_us) / 1e6
+            if hold > 0:
+                try:
+                    self._hold_timer = mmsg.HoldTimer()
+                except OSError:
+                    log.debug("udx: no timerfd; receive coalescing is off")
+                else:
+                    self._moderation = Moderation(hold)
+                    self.loop.add_reader(self._hold_timer.fd, self._on_hold_end)
         else:
             self.loop.add_reader(sock.fileno(), self._on_readable)
 
@@ -249,6 +277,11 @@ class UDXSocket:
             s.destroy()
         self.closed = True
         self.loop.remove_reader(self._sock.fileno())
+        if self._hold_timer is not None:
+            self.loop.remove_reader(self._hold_timer.fd)
+            self._hold_timer.close()
+            self._hold_timer = None
+            self._moderation = None
         if self._sendq:
             self.loop.remove_writer(self._sock.fileno())
             self._sendq.clear()
@@ -410,12 +443,14 @@ class UDXSocket:
         st = self.stats
         lens = io.lens
         rq = io.rhdr_q
+        got = 0
         for _ in range(RECV_ROUNDS):
             count = io.recv()
             if count == 0:
                 break
             if count < 0:
                 continue
+            got += count
             st.received_packets += count
             st.received_bytes += sum(lens[14 : count * 16 : 16])
             if io.gro and any(rq[5 : count * 8 : 8]):
@@ -426,6 +461,49 @@ class UDXSocket:
                 self._flush_dirty()  # ACK what this batch delivered before reading more
             if count < io.batch:
                 break
+        mod = self._moderation
+        if mod is not None and not self.closed:
+            self._moderate(mod, got)
+
+    def _moderate(self, mod: Moderation, got: int) -> None:
+        """After a wake that read `got` entries: pause reading for a hold, or read on."""
+        io = self._mmsg
+        timer = self._hold_timer
+        assert io is not None and timer is not None
+        if mod.after_batch(got, io.batch, self.loop.time()) is not None:
+            try:
+                timer.arm(mod.hold)
+            except OSError:
+                log.warning("udx: the hold timer failed; receive coalescing is off for this socket")
+                mod.hold = 0.0
+                mod.release(self.loop.time())
+            else:
+                self.stats.holds += 1
+                if self._reading:
+                    self.loop.remove_reader(self._sock.fileno())
+                    self._reading = False
+                return
+        if not self._reading:
+            self.loop.add_reader(self._sock.fileno(), self._on_readable_mmsg)
+            self._reading = True
+
+    def _on_hold_end(self) -> None:
+        """The hold's timer fired: read what gathered (the read may start the next hold)."""
+        mod = self._moderation
+        timer = self._hold_timer
+        if mod is None or timer is None:
+            return
+        if not mod.release(self.loop.time()):
+            timer.clear()
+            return
+        try:
+            self._on_readable_mmsg()
+        finally:
+            if not mod.holding:
+                timer.clear()
+                if not self._reading and not self.closed:
+                    self.loop.add_reader(self._sock.fileno(), self._on_readable_mmsg)
+                    self._reading = True
 
     def _batch_by_runs(self, io: mmsg.BatchIO, count: int) -> None:
         """Forward a batch of plain datagrams run by run.
@@ -456,6 +534,8 @@ class UDXSocket:
         lens_l = lens_v.tolist()
         io.fiov32[2 : count * 4 : 4] = lens_v
         ids = u32[1 : count * words : words].tolist()
+        if ids.count(ids[0]) != count and self._forward_by_stream(io, count, ids, lens_l):
+            return
         j = 0
         fw_pkts = 0
         fw_bytes = 0
@@ -562,6 +642,121 @@ class UDXSocket:
                     x = y
             r.gen = -1  # the per-slot path must not extend an entry of this batch
             i = end
+        if j:
+            self._flush_batch(io, j, fw_pkts, fw_bytes, seg_sends, seg_dgrams)
+
+    def _forward_by_stream(self, io: mmsg.BatchIO, count: int, ids: list[int], lens_l: list[int]) -> bool:
+        """Forward a batch whose streams interleave (A's data between D's ACKs) stream by stream.
+
+        Each stream's datagrams keep their order; only the interleaving between streams (which
+        go to different peers) is given up, so each stream's run leaves as long segmented
+        entries instead of being cut at every datagram of another stream. Only when every
+        datagram of the batch is a fast-path one (relayed stream, route on this socket, from
+        its peer, no DESTROY): otherwise returns False before touching anything and the
+        caller takes the batch in arrival order.
+        """
+        u32 = io.u32
+        nq = io.names_q
+        size = io.size
+        words = size >> 2
+        streams = self.udx.streams
+        v6 = self.family == _socket.AF_INET6
+        order = sorted(range(count), key=ids.__getitem__)  # stable: arrival order per stream
+        heads_all = u32[0 : count * words : words].tolist()
+        src0 = nq[0 : count * 4 : 4].tolist()
+        src1 = nq[1 : count * 4 : 4].tolist() if v6 else src0
+        src2 = nq[2 : count * 4 : 4].tolist() if v6 else src0
+        plan: list[tuple[_Route, list[int], list[int]]] = []
+        a = 0
+        while a < count:
+            sid = ids[order[a]]
+            k = ids.count(sid)
+            slots = order[a : a + k]
+            a += k
+            s = streams.get(sid)
+            r = s._fast if s is not None else None
+            if r is None or r.sock is not self:
+                return False
+            heads = [heads_all[x] for x in slots]
+            h0 = heads[0]
+            if h0 & 0x10FFFF != 0x01FF or (heads.count(h0) != k and not all(h & 0x10FFFF == 0x01FF for h in heads)):
+                return False
+            glens = [lens_l[x] for x in slots]
+            if min(glens) < 20 or [src0[x] for x in slots].count(r.src0) != k:
+                return False
+            if v6 and ([src1[x] for x in slots].count(r.src1) != k or [src2[x] for x in slots].count(r.src2) != k):
+                return False
+            plan.append((r, slots, glens))
+        self._forward_plan(io, plan)
+        return True
+
+    def _forward_plan(self, io: mmsg.BatchIO, plan: list[tuple[_Route, list[int], list[int]]]) -> None:
+        """Send checked per-stream runs: ids rewritten, equal-size sub-runs as segmented entries
+        (iovecs gathered into the entry's own iovec slots when the run is not contiguous)."""
+        u32 = io.u32
+        size = io.size
+        words = size >> 2
+        shdr_q = io.shdr_q
+        siov_q = io.siov_q
+        sctl16 = io.sctl16
+        targets = io.targets
+        fiov_addr = io.fiov_addr
+        siov_addr = io.siov_addr
+        rbuf_addr = io.rbuf_addr
+        cap = io.batch
+        iov_stride = mmsg.GSO_MAX_SEGMENTS * 2
+        ctl_len = mmsg.SCTL_LEN
+        max_bytes = mmsg.GSO_MAX_BYTES
+        limit = mmsg.GSO_MAX_SEGMENTS if io.gso else 1
+        j = fw_pkts = fw_bytes = seg_sends = seg_dgrams = 0
+        for r, slots, glens in plan:
+            k = len(slots)
+            first = slots[0]
+            contiguous = slots[-1] - first == k - 1
+            if contiguous:
+                u32[first * words + 1 : (first + k) * words : words] = array("I", (r.rid,)) * k
+            else:
+                rid = r.rid
+                for x in slots:
+                    u32[x * words + 1] = rid
+            fw_pkts += k
+            fw_bytes += sum(glens)
+            sa = r.sa
+            target = r.target
+            x = 0
+            while x < k:
+                seg = glens[x]
+                y = min(k, x + limit, x + max_bytes // seg)
+                if glens[x:y].count(seg) != y - x:  # sizes differ: up to the first other size
+                    z = x + 1
+                    while z < y and glens[z] == seg:
+                        z += 1
+                    y = z + 1 if z < y and glens[z] < seg else z  # a shorter one may end it
+                e8 = j * 8
+                shdr_q[e8] = sa
+                n = y - x
+                if contiguous:
+                    shdr_q[e8 + 2] = fiov_addr + (first + x) * 16
+                else:
+                    b = j * iov_stride
+                    siov_q[b : b + 2 * n : 2] = array("Q", [rbuf_addr + q * size for q in slots[x:y]])
+                    siov_q[b + 1 : b + 2 * n : 2] = array("Q", glens[x:y])
+                    shdr_q[e8 + 2] = siov_addr + b * 8
+                shdr_q[e8 + 3] = n
+                if n > 1:
+                    shdr_q[e8 + 5] = ctl_len
+                    sctl16[j * 12 + 8] = seg
+                    seg_sends += 1
+                    seg_dgrams += n
+                else:
+                    shdr_q[e8 + 5] = 0
+                targets[j] = target
+                j += 1
+                if j >= cap:
+                    self._flush_batch(io, j, fw_pkts, fw_bytes, seg_sends, seg_dgrams)
+                    j = fw_pkts = fw_bytes = seg_sends = seg_dgrams = 0
+                x = y
+            r.gen = -1
         if j:
             self._flush_batch(io, j, fw_pkts, fw_bytes, seg_sends, seg_dgrams)
 

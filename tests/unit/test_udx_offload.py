@@ -54,9 +54,9 @@ def _fw(peer_id: int):  # type: ignore[no-untyped-def]
     return fw
 
 
-async def _relay(mode: str) -> Relay:
+async def _relay(mode: str, coalesce_us: int | None = None) -> Relay:
     udx = UDX()
-    sock = await udx.create_socket(LOOP, 0, use_mmsg=mode != "portable", use_gso=mode == "gso")
+    sock = await udx.create_socket(LOOP, 0, use_mmsg=mode != "portable", use_gso=mode == "gso", coalesce_us=coalesce_us)
     rb = udx.create_stream(firewall=_fw(A_ID))
     rc = udx.create_stream(firewall=_fw(D_ID))
     rb.relay_to(rc)
@@ -321,3 +321,57 @@ async def test_udx_relay_keeps_per_destination_order_across_interleaved_runs_and
     assert got_d == [_rewritten(d, D_ID) for d in [*a_sent, destroy]]
     assert await relay.recv(relay.ea, len(d_sent)) == [_rewritten(d, A_ID) for d in d_sent]
     assert relay.rb.closed and relay.rc.closed
+
+
+async def test_udx_relay_forwards_interleaved_streams_one_run_each_in_order(relay: Relay) -> None:
+    """A's data between D's ACKs in one batch: each peer gets the other's datagrams in order,
+    and with GSO each stream's run leaves as one segmented send (not cut at every ACK)."""
+    a_sent = [encode(DATA, relay.rb.id, DEFAULT_RWND, seq, 0, os.urandom(1000)) for seq in range(12)]
+    d_sent = [encode(0, relay.rc.id, DEFAULT_RWND, 0, seq) for seq in range(6)]
+    first = encode(0, relay.rc.id, DEFAULT_RWND, 0, 0)  # D's first relayed packet sets up its route
+    relay.ed.sendto(first, relay.addr)
+    assert await relay.recv(relay.ea, 1) == [_rewritten(first, A_ID)]
+    sends0 = relay.sock.stats.gso_sends
+    for k in range(6):  # no await: one recvmmsg batch on the batched paths
+        for d in a_sent[2 * k : 2 * k + 2]:
+            relay.ea.sendto(d, relay.addr)
+        relay.ed.sendto(d_sent[k], relay.addr)
+    assert await relay.recv(relay.ed, len(a_sent)) == [_rewritten(d, D_ID) for d in a_sent]
+    assert await relay.recv(relay.ea, len(d_sent)) == [_rewritten(d, A_ID) for d in d_sent]
+    if relay.sock.gso:
+        assert relay.sock.stats.gso_sends - sends0 == 2
+    assert not relay.rb.closed and not relay.rc.closed
+
+
+async def test_udx_coalescing_hold_releases_what_arrived_during_it() -> None:
+    """A burst starts a hold (the reader pauses); what arrives during the hold is forwarded
+    when its timer ends it, nothing is stranded when traffic stops mid-hold, and afterwards
+    the reader is armed again for a lone datagram."""
+    r = await _relay("gso", coalesce_us=500_000)
+    try:
+        mod = r.sock._moderation
+        assert mod is not None
+        # let the setup's hold (if any) end: the reader is armed again
+        async with asyncio.timeout(20):
+            while mod.holding or not r.sock._reading:
+                await asyncio.sleep(0.01)
+        burst = [encode(DATA, r.rb.id, DEFAULT_RWND, seq, 0, os.urandom(1000)) for seq in range(8)]
+        holds = r.sock.stats.holds
+        for d in burst:
+            r.ea.sendto(d, r.addr)
+        assert await r.recv(r.ed, len(burst)) == [_rewritten(d, D_ID) for d in burst]  # read at once
+        assert r.sock.stats.holds == holds + 1 and mod.holding and not r.sock._reading
+        later = [encode(DATA, r.rb.id, DEFAULT_RWND, seq, 0, os.urandom(900)) for seq in range(8, 11)]
+        for d in later:  # mid-hold, then the traffic stops
+            r.ea.sendto(d, r.addr)
+        assert await r.recv(r.ed, len(later)) == [_rewritten(d, D_ID) for d in later]
+        async with asyncio.timeout(20):  # the next hold gathers nothing: the reader is re-armed
+            while mod.holding or not r.sock._reading:
+                await asyncio.sleep(0.01)
+        lone = encode(DATA, r.rb.id, DEFAULT_RWND, 11, 0, b"x" * 40)
+        r.ea.sendto(lone, r.addr)
+        assert await r.recv(r.ed, 1) == [_rewritten(lone, D_ID)]
+    finally:
+        r.ea.close()
+        r.ed.close()
+        r.udx.close()
