@@ -20,7 +20,7 @@ import socket as _socket
 import struct
 from array import array
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import groupby
 from typing import Any
@@ -148,9 +148,7 @@ class UDX:
         """Destroy every stream (one DESTROY each when connected) and close the sockets."""
         for s in list(self.streams.values()):
             s.destroy()
-            if s._timer is not None:  # a lingering stream's unregister timer
-                s._timer.cancel()
-                s._unregister()
+            s.unregister_now()
         for sock in list(self.sockets):
             sock.close()
 
@@ -243,6 +241,20 @@ class UDXSocket:
         return self._sock.fileno()
 
     @property
+    def batching(self) -> bool:
+        """Read with recvmmsg and forward with sendmmsg (the relay's fast path can be used)."""
+        return self._mmsg is not None
+
+    @property
+    def backlogged(self) -> bool:
+        """Datagrams wait for the socket buffer (sent one by one, in order, until it drains)."""
+        return bool(self._sendq)
+
+    def note_input(self, s: UDXStream) -> None:
+        """A stream took input during a read: the reader flushes it (ACKs) after the batch."""
+        self._dirty.add(s)
+
+    @property
     def gso(self) -> bool:
         """Forwarded runs go out as one segmented send (UDP_SEGMENT) right now."""
         return self._mmsg is not None and self._mmsg.gso
@@ -262,10 +274,11 @@ class UDXSocket:
 
     def send(self, data: bytes | bytearray | memoryview, addr: Address) -> None:
         """Send a non-UDX datagram (dht-rpc) from this socket."""
-        self._sendto(data, self._wire_addr(addr))
+        self._sendto(data, self.wire_address(addr))
 
-    def _wire_addr(self, addr: Address) -> Address:
-        """IPv4 peers of a dual-stack IPv6 socket are addressed as ::ffff:a.b.c.d."""
+    def wire_address(self, addr: Address) -> Address:
+        """`addr` as this socket sends to it: IPv4 peers of a dual-stack IPv6 socket are
+        addressed as ::ffff:a.b.c.d."""
         if self.family == _socket.AF_INET6 and ":" not in addr[0]:
             return ("::ffff:" + addr[0], addr[1])
         return (addr[0], addr[1])
@@ -273,7 +286,7 @@ class UDXSocket:
     def close(self) -> None:
         if self.closed:
             return
-        for s in [s for s in self.udx.streams.values() if s._socket is self]:
+        for s in [s for s in self.udx.streams.values() if s.socket is self]:
             s.destroy()
         self.closed = True
         self.loop.remove_reader(self._sock.fileno())
@@ -310,8 +323,8 @@ class UDXSocket:
         self.stats.sent_packets += 1
         self.stats.sent_bytes += len(data)
 
-    def _send_many(self, out: list[bytes], addr: Address) -> None:
-        """A stream's datagrams for one destination: runs of equal size (the last may be
+    def send_datagrams(self, out: Sequence[bytes | bytearray | memoryview], addr: Address) -> None:
+        """A stream's datagrams for one destination (in this socket's address form): runs of equal size (the last may be
         shorter) go out as one UDP_SEGMENT send when GSO is on, the rest one by one."""
         io = self._mmsg
         if io is None or not io.gso or self._sendq or len(out) < 2:
@@ -340,7 +353,7 @@ class UDXSocket:
                 self._send_segmented(out[i:k], seg, addr)
             i = k
 
-    def _send_segmented(self, run: list[bytes], seg: int, addr: Address) -> None:
+    def _send_segmented(self, run: Sequence[bytes | bytearray | memoryview], seg: int, addr: Address) -> None:
         st = self.stats
         try:
             self._sock.sendmsg([b"".join(run)], [(mmsg.SOL_UDP, mmsg.UDP_SEGMENT, struct.pack("=H", seg))], 0, addr)
@@ -546,7 +559,7 @@ class UDXSocket:
             k = len(list(group))
             end = i + k
             s = streams.get(sid)
-            r = s._fast if s is not None else None
+            r = s.route if s is not None else None
             ok = r is not None and r.sock is self
             if ok:
                 assert r is not None
@@ -674,7 +687,7 @@ class UDXSocket:
             slots = order[a : a + k]
             a += k
             s = streams.get(sid)
-            r = s._fast if s is not None else None
+            r = s.route if s is not None else None
             if r is None or r.sock is not self:
                 return False
             heads = [heads_all[x] for x in slots]
@@ -817,7 +830,7 @@ class UDXSocket:
             if n >= 20 and u32[w] & 0x10FFFF == 0x01FF:  # ff 01, DESTROY bit clear
                 s = streams.get(u32[w + 1])
                 if s is not None:
-                    r = s._fast
+                    r = s.route
                     b = i * 4
                     if (
                         r is not None
@@ -900,7 +913,7 @@ class UDXSocket:
             ids = u32[w + 1 : stop : gw].tolist()
             sid = ids[0]
             s = self.udx.streams.get(sid)
-            r = s._fast if s is not None else None
+            r = s.route if s is not None else None
             if (
                 r is not None
                 and r.sock is self
@@ -928,7 +941,7 @@ class UDXSocket:
             seg = mv[off : off + ln]
             if ln >= 20 and seg[0] == 0xFF and seg[1] == 0x01 and not seg[2] & DESTROY:
                 s = self.udx.streams.get(_u32.unpack_from(seg, 4)[0])
-                r = s._fast if s is not None else None
+                r = s.route if s is not None else None
                 if r is not None and r.sock is self and self._from_route_source(io, i, r):
                     seg[4:8] = _u32.pack(r.rid)
                     x = j * mmsg.GSO_MAX_SEGMENTS * 2
@@ -991,14 +1004,14 @@ class UDXSocket:
         for k, datagrams_k in rest:
             t = io.targets[k]
             for d in datagrams_k:
-                if t is not None and t._send_addr is not None:
-                    self._sendto(d, t._send_addr)
+                if t is not None and t.send_address is not None:
+                    self._sendto(d, t.send_address)
                 else:
                     st.send_errors += 1
         if self._sendq:
             for t in set(io.targets[:count]):
                 if t is not None:
-                    t._invalidate_fast()  # back to the queued path until the queue drains
+                    t.drop_route()  # back to the queued path until the queue drains
 
     def _handle(self, buf: memoryview, n: int, addr: Address | int) -> None:
         """Everything but the relay fast path: firewall, relaying, streams, foreign datagrams.
@@ -1011,42 +1024,21 @@ class UDXSocket:
         if n >= 20 and buf[0] == 0xFF and buf[1] == 0x01:
             s = self.udx.streams.get(_u32.unpack_from(buf, 4)[0])
             if s is not None and not s.closed:
-                if s._socket is not self:
+                if s.socket is not self:
                     if isinstance(addr, int):
                         addr = self._mmsg.address(addr)  # type: ignore[union-attr]
-                    if not self._pass_firewall(s, addr):
+                    if not s.passes_firewall(self, addr):
                         st.drop("firewalled")
                         return
-                t = s._relay
-                if t is not None:
+                if s.relayed:
                     if isinstance(addr, int):
                         addr = self._mmsg.address(addr)  # type: ignore[union-attr]
-                    if addr != s._remote_addr:
-                        st.drop("wrong_address")
-                        return
-                    dst = t._send_addr
-                    if dst is not None and t._socket is not None:
-                        buf[4:8] = t._remote_id_le
-                        t._socket._sendto(buf, dst)
-                        st.relayed_packets += 1
-                        st.relayed_bytes += n
-                        if s._socket is self and t._socket is self and self._mmsg is not None and not self._sendq:
-                            s._fast = _Route(s, t, self)
-                    elif len(t._early) < EARLY_PACKETS:
-                        t._early.append((bytes(buf), self))  # partner not connected yet: hold
-                    else:
-                        st.drop("relay_unconnected")
-                    if buf[2] & DESTROY:
-                        s._on_relayed_destroy()
+                    s.relay_datagram(buf, addr, self)
                     return
-                if s._core.receive(bytes(buf), self.loop.time()):
-                    s._after_input()
-                else:
-                    st.drop(s._core.drop_reason)
+                s.receive_datagram(bytes(buf), self.loop.time(), self)
                 return
-            if s is not None and s._core.lingering:
-                s._core.receive(bytes(buf), self.loop.time())
-                s._after_input()
+            if s is not None and s.lingering:
+                s.receive_datagram(bytes(buf), self.loop.time(), self)
                 return
             # UDX-shaped with the id of no live stream. libudx hands such a datagram to the
             # socket's message callback, where dht-rpc fails to decode it (its messages start
@@ -1062,26 +1054,8 @@ class UDXSocket:
             addr = self._mmsg.address(addr)  # type: ignore[union-attr]
         cb(bytes(buf), addr)
 
-    def _pass_firewall(self, s: UDXStream, addr: Address) -> bool:
-        fw = s._firewall
-        if fw is None:
-            return False  # udx-native's default firewall drops everything
-        port = addr[1]
-        if not 0 < port < 65536:
-            return False
-        try:
-            drop = fw(s, self, addr)
-        except UDXError as e:  # e.g. a second connect, as blind-relay's firewall throws in libudx
-            self.stats.callback_errors += 1
-            log.debug("udx: firewall refused a packet for stream %#010x from %s: %s", s.id, addr, e)
-            return False
-        except Exception:
-            self.stats.callback_errors += 1
-            log.exception("udx: firewall callback failed")
-            return False
-        return not drop and not s.closed
-
-    def _mark_dirty(self, s: UDXStream) -> None:
+    def schedule_flush(self, s: UDXStream) -> None:
+        """For a stream with something to send (data, an ACK, a close): flush it soon, once."""
         self._dirty.add(s)
         if not self._flush_scheduled:
             self._flush_scheduled = True
@@ -1095,7 +1069,7 @@ class UDXSocket:
         self._dirty = set()
         now = self.loop.time()
         for s in dirty:
-            s._flush(now)
+            s.send_pending(now)
 
 
 class _Route:
@@ -1119,13 +1093,15 @@ class _Route:
         "target",
     )
 
-    def __init__(self, source: UDXStream, target: UDXStream, sock: UDXSocket) -> None:
-        self.rid = target._core.remote_id
-        self.sa = target._sa_addr
-        self.sa_buf = target._sa  # keeps the sockaddr `sa` points at alive while entries use it
+    def __init__(
+        self, rid: int, sa: int, sa_buf: bytearray, target: UDXStream, sock: UDXSocket, src: tuple[int, int, int]
+    ) -> None:
+        self.rid = rid
+        self.sa = sa
+        self.sa_buf = sa_buf  # keeps the sockaddr `sa` points at alive while entries use it
         self.target = target
         self.sock = sock
-        self.src0, self.src1, self.src2 = source._src_key
+        self.src0, self.src1, self.src2 = src
         self.entry = 0
         self.seg = 0
         self.k = 0
@@ -1183,7 +1159,7 @@ class UDXStream:
         self._src_key = (0, 0, 0)
         #: (partner's remote id, its sockaddr pointer, partner, socket) while both relay
         #: streams sit on one batching socket: the forwarding fast path reads only this
-        self._fast: _Route | None = None
+        self.route: _Route | None = None
         self.closed = False
         self._finished = False
         self.error: UDXError | None = None
@@ -1258,11 +1234,11 @@ class UDXStream:
             raise UDXError("socket is closed", "ECLOSED")
         self._socket = socket
         self._remote_addr = (addr[0], addr[1])
-        self._send_addr = socket._wire_addr(self._remote_addr)
+        self._send_addr = socket.wire_address(self._remote_addr)
         self._remote_id_le = _u32.pack(remote_id & U32)
         self._set_sockaddr()
         self._core.connect(remote_id, ipv6=":" in addr[0], ack=ack)
-        socket._mark_dirty(self)
+        socket.schedule_flush(self)
         if self._early:
             self._flush_early()
 
@@ -1273,7 +1249,7 @@ class UDXStream:
         assert sock is not None and self._send_addr is not None
         for d, _ in early:
             out = d[:4] + self._remote_id_le + d[8:]
-            sock._sendto(out, self._send_addr)
+            sock.send_datagrams([out], self._send_addr)
             sock.stats.relayed_packets += 1
             sock.stats.relayed_bytes += len(out)
 
@@ -1282,24 +1258,25 @@ class UDXStream:
             raise UDXError("stream is not connected", "ENOTCONN")
         self._socket = socket
         self._remote_addr = (addr[0], addr[1])
-        self._send_addr = socket._wire_addr(self._remote_addr)
+        self._send_addr = socket.wire_address(self._remote_addr)
         self._remote_id_le = _u32.pack(remote_id & U32)
         self._set_sockaddr()
         self._core.change_remote(remote_id, ipv6=":" in addr[0])
 
-    def _invalidate_fast(self) -> None:
-        self._fast = None
+    def drop_route(self) -> None:
+        """Back to the slow path for both directions until a datagram builds a route again."""
+        self.route = None
         for p in self._relayed_from:
-            p._fast = None
+            p.route = None
 
     def _set_sockaddr(self) -> None:
         """The destination as a C sockaddr, for the batched relay path."""
-        self._invalidate_fast()
+        self.drop_route()
         sock, addr = self._socket, self._remote_addr
-        if sock is None or addr is None or sock._mmsg is None:
+        if sock is None or addr is None or not sock.batching:
             return
         self._sa = mmsg.sockaddr(sock.family, addr[0], addr[1])
-        self._sa_addr = mmsg._address(self._sa)
+        self._sa_addr = mmsg.address_of(self._sa)
         self._sa_len = len(self._sa)
         self._src_key = mmsg.source_key(self._sa)
 
@@ -1319,7 +1296,7 @@ class UDXStream:
         if self.closed:
             raise self.error or UDXError("stream is closed", "EPIPE")
         self._core.write(data)
-        self._socket._mark_dirty(self)
+        self._socket.schedule_flush(self)
         return self._core.write_buffered < self._core.high_watermark
 
     async def drain(self) -> None:
@@ -1346,26 +1323,26 @@ class UDXStream:
         if self._socket is None:
             raise UDXError("ending while not connected is not supported", "ENOTCONN")
         self._core.end(data)
-        self._socket._mark_dirty(self)
+        self._socket.schedule_flush(self)
 
     def send(self, data: bytes) -> None:
         """An unordered, unreliable MESSAGE datagram (udx-native `trySend`)."""
         if self._socket is None or self.closed:
             return
         self._core.send_message(data)
-        self._socket._mark_dirty(self)
+        self._socket.schedule_flush(self)
 
     def set_keepalive(self, seconds: float) -> None:
         self._core.set_keepalive(seconds, _now())
         if self._socket is not None:
-            self._socket._mark_dirty(self)
+            self._socket.schedule_flush(self)
 
     def destroy(self, error: UDXError | None = None) -> None:
         """Abortive close: one DESTROY to the peer (nothing for relayed or unconnected streams)."""
         if self.closed:
             return
         self._core.destroy(error, send=self._relay is None)
-        self._flush(_now())
+        self.send_pending(_now())
 
     async def read(self) -> bytes:
         """Next chunk of stream data (a whole frame in framed mode); b"" at EOF."""
@@ -1374,7 +1351,7 @@ class UDXStream:
                 chunk = self._readq.popleft()
                 self._core.consumed(len(chunk))
                 if self._core.wants_ack and self._socket is not None:
-                    self._socket._mark_dirty(self)
+                    self._socket.schedule_flush(self)
                 return chunk
             if self._eof:
                 return b""
@@ -1393,6 +1370,102 @@ class UDXStream:
             await self._closed_fut
         return self.error
 
+    # --- the socket's seam (called by UDXSocket's reader) -------------------------------------
+
+    @property
+    def lingering(self) -> bool:
+        """Closed gracefully and still re-ACKing a retransmitted END for a while."""
+        return self._core.lingering
+
+    @property
+    def send_address(self) -> Address | None:
+        """The peer's address as this stream's socket sends to it (v4-mapped on IPv6)."""
+        return self._send_addr
+
+    def receive_datagram(self, datagram: bytes, now: float, arrival: UDXSocket) -> None:
+        """A datagram for this stream (not relayed): into the core; what it refuses is counted
+        on `arrival` by cause (a lingering stream only re-ACKs)."""
+        core = self._core
+        if core.receive(datagram, now) or self.closed:
+            self._after_input()
+        else:
+            arrival.stats.drop(core.drop_reason)
+
+    def relay_datagram(self, buf: memoryview, addr: Address, arrival: UDXSocket) -> None:
+        """The slow path of a relayed stream: a datagram from `addr` reached `arrival`.
+
+        Taken only from the peer's address (`wrong_address` otherwise), passed to the relay
+        partner's peer; once both streams sit on one batching socket the fast path gets a
+        route and takes the next ones. A DESTROY passing through closes both streams.
+        """
+        if addr != self._remote_addr:
+            arrival.stats.drop("wrong_address")
+            return
+        t = self._relay
+        assert t is not None
+        if (
+            t.pass_on(buf, arrival)
+            and self._socket is arrival
+            and t.socket is arrival
+            and arrival.batching
+            and not arrival.backlogged
+        ):
+            self.route = t.route_from(self._src_key, arrival)
+        if buf[2] & DESTROY:
+            self._on_relayed_destroy()
+
+    def pass_on(self, buf: memoryview, arrival: UDXSocket) -> bool:
+        """A datagram this stream's relay partner received: to this stream's peer with its id
+        (True), or held until this stream knows its peer (at most EARLY_PACKETS)."""
+        st = arrival.stats
+        dst, sock = self._send_addr, self._socket
+        if dst is not None and sock is not None:
+            buf[4:8] = self._remote_id_le
+            sock.send_datagrams([buf], dst)
+            st.relayed_packets += 1
+            st.relayed_bytes += len(buf)
+            return True
+        if len(self._early) < EARLY_PACKETS:
+            self._early.append((bytes(buf), arrival))
+        else:
+            st.drop("relay_unconnected")
+        return False
+
+    def route_from(self, src_key: tuple[int, int, int], sock: UDXSocket) -> _Route:
+        """The fast path's route to this stream's peer for datagrams from the source `src_key`."""
+        return _Route(self._core.remote_id, self._sa_addr, self._sa, self, sock, src_key)
+
+    def unregister_now(self) -> None:
+        """At UDX.close: a lingering stream stops lingering and leaves the id table now."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._unregister()
+
+    def forget_partner(self, partner: UDXStream) -> None:
+        """`partner` no longer relays to this stream (it closed)."""
+        if partner in self._relayed_from:
+            self._relayed_from.remove(partner)
+
+    def passes_firewall(self, arrival: UDXSocket, addr: Address) -> bool:
+        """For a datagram reaching this stream on a socket it is not connected on: True to take it."""
+        fw = self._firewall
+        if fw is None:
+            return False  # udx-native's default firewall drops everything
+        port = addr[1]
+        if not 0 < port < 65536:
+            return False
+        try:
+            drop = fw(self, arrival, addr)
+        except UDXError as e:  # e.g. a second connect, as blind-relay's firewall throws in libudx
+            arrival.stats.callback_errors += 1
+            log.debug("udx: firewall refused a packet for stream %#010x from %s: %s", self.id, addr, e)
+            return False
+        except Exception:
+            arrival.stats.callback_errors += 1
+            log.exception("udx: firewall callback failed")
+            return False
+        return not drop and not self.closed
+
     # --- runtime internals -------------------------------------------------------------------
 
     def _after_input(self) -> None:
@@ -1400,15 +1473,16 @@ class UDXStream:
             self._dispatch()
         sock = self._socket
         if sock is not None:
-            sock._dirty.add(self)
+            sock.note_input(self)
         elif self.closed:
             self._finish_close()
 
-    def _flush(self, now: float) -> None:
+    def send_pending(self, now: float) -> None:
+        """Send what the core has for the wire now, dispatch its events, re-arm its timer."""
         core = self._core
         out = core.poll(now)
         if out and self._socket is not None and self._send_addr is not None:
-            self._socket._send_many(out, self._send_addr)
+            self._socket.send_datagrams(out, self._send_addr)
         if core.events:
             self._dispatch()
         if self.closed:
@@ -1428,7 +1502,7 @@ class UDXStream:
         self._timer = None
         now = _now()
         self._core.handle_timer(now)
-        self._flush(now)
+        self.send_pending(now)
 
     def _dispatch(self) -> None:
         for ev in self._core.take_events():
@@ -1493,7 +1567,7 @@ class UDXStream:
         if self._finished:
             return
         self._finished = True
-        self._invalidate_fast()
+        self.drop_route()
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -1519,8 +1593,7 @@ class UDXStream:
         if self._relay is not None:
             t = self._relay
             self._relay = None
-            if self in t._relayed_from:
-                t._relayed_from.remove(self)
+            t.forget_partner(self)
             t.destroy()
         cb = self.on_close
         if cb is not None:
