@@ -146,7 +146,8 @@ async def offload_summary(kind: str, relay: Proc) -> str:
         return f"gso {st['offload']['gso']}, no segmented sends"
     return (
         f"{st['gso_segments'] / st['gso_sends']:.1f} datagrams/GSO send, "
-        f"{100 * st['gso_segments'] / max(st['relayed_packets'], 1):.0f}% segmented, {st.get('holds', 0)} holds"
+        f"{100 * st['gso_segments'] / max(st['relayed_packets'], 1):.0f}% segmented, {st.get('holds', 0)} holds, "
+        f"{st['received_packets'] / max(st.get('reads', 0), 1):.1f} datagrams/read"
     )
 
 

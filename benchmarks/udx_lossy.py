@@ -1,6 +1,7 @@
-"""The forwarding fast path across a lossy link: Python relay with GSO/GRO, with UDX_NO_GSO=1, and
-the Node relay, in the namespace topology of benchmarks/blocked_network_bench.py (its `Wan`: two
-NATed LANs, a userspace delay line per uplink, nftables loss on the wan). Issue #12.
+"""The forwarding fast path across a lossy link: Python relay with GSO/GRO, with UDX_NO_GSO=1, with
+UDX_COALESCE_US=0 (no receive coalescing), and the Node relay, in the namespace topology of
+benchmarks/blocked_network_bench.py (its `Wan`: two NATed LANs, a userspace delay line per
+uplink, nftables loss on the wan). Issue #12.
 
     sudo python3 benchmarks/udx_lossy.py [--delay-ms 10] [--loss 0.5] [--mib 12] [--rounds 3] [--gro]
 
@@ -81,11 +82,12 @@ def main() -> None:
                 print(line, flush=True)
         probe = wan.probe_rtt()
         relays = {"node": wan.start_relay("node"), "python": wan.start_relay("python")}
-        os.environ["UDX_NO_GSO"] = "1"  # inherited by the next relay process only
-        try:
-            relays["python UDX_NO_GSO=1"] = wan.start_relay("python")
-        finally:
-            del os.environ["UDX_NO_GSO"]
+        for name, value in (("UDX_NO_GSO", "1"), ("UDX_COALESCE_US", "0")):
+            os.environ[name] = value  # inherited by the next relay process only
+            try:
+                relays[f"python {name}={value}"] = wan.start_relay("python")
+            finally:
+                del os.environ[name]
         for relay in relays.values():
             warm_up(wan, relay, limit_s=120, every_s=5)
         kinds = list(relays)

@@ -60,6 +60,7 @@ async def main(wanted: list[tuple[int, int]]) -> None:
                 "gro_buffers": st.gro_buffers,
                 "gro_segments": st.gro_segments,
                 "holds": st.holds,
+                "reads": st.reads,
                 "offload": sock.offload(),
             }
             print(json.dumps(out), flush=True)

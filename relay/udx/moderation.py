@@ -7,9 +7,8 @@ that traffic is flowing (not a lone datagram) but the reader is ahead (the batch
 full), the reader stops reading that socket for a short hold; the datagrams wait in the
 socket buffer and the next read takes them all at once and forwards them in long runs.
 
-- A datagram after a quiet spell (an ACK, a ping, a control message) never waits: the reader
-  is armed, it is forwarded at once. Holds start only once datagrams come in bursts or
-  faster than one per hold (as a NIC's interrupt throttling: the first one interrupts).
+- A small batch (fewer than `min_batch`: an ACK, a ping, a control message after idle) never
+  waits: it is forwarded at once and the reader stays armed.
 - A full batch means the reader is behind: it reads again at once.
 - A hold always ends by its timer, and the reader takes whatever came in the meantime, so
   nothing is stranded when traffic stops mid-hold.
@@ -45,29 +44,28 @@ def hold_from_env(env: dict[str, str] | None = None) -> float:
 
 
 class Moderation:
-    """When to pause reading a socket after a batch, and until when.
+    """When to pause reading a socket after a wake, and until when.
 
-    `after_batch(count, batch, now)` is told what the last wake read (`count` entries of a
-    `batch`-entry receive vector) and returns the deadline of a hold, or None to keep
-    reading. A wake holds when traffic is flowing and the reader is ahead:
+    `after_batch(count, batch, now)` is told what the wake read (`count` entries, at most
+    `batch` per read) and returns the deadline of a hold, or None to keep reading. A wake
+    holds when it read a burst (`min_batch` or more) that did not fill the batch: traffic is
+    flowing and the reader is ahead. Fewer (a lone ACK, a ping, packets trickling in on a
+    slow path) are forwarded at once and the reader stays armed; a full batch re-reads at
+    once. A hold that gathered less than a burst ends coalescing until the next burst.
 
-    - after a hold: if it gathered anything (and not a full batch), hold again; a hold that
-      gathered nothing means the traffic stopped, and the reader is armed again;
-    - otherwise: if the wake read a burst (`min_batch` or more) or came within `hold` of the
-      previous one (datagrams arrive faster than one per hold), hold. A lone datagram after
-      a quiet spell is read at once and starts nothing.
+    (An earlier version also held after small wakes that came within a hold of each other:
+    across the lossy namespace link that kept the reader pausing for one or two datagrams at
+    a time and cost the peers ~40 % of their throughput; see README, UDX forwarding.)
 
     `release(now)` ends the hold when its timer fires. `holding` says whether one runs.
     """
 
-    __slots__ = ("deadline", "hold", "last", "min_batch", "released")
+    __slots__ = ("deadline", "hold", "min_batch")
 
     def __init__(self, hold: float, min_batch: int = MIN_BATCH) -> None:
         self.hold = hold
         self.min_batch = min_batch
         self.deadline: float | None = None
-        self.last: float | None = None  # when the previous wake read
-        self.released = False  # the current wake is a hold's end
 
     @property
     def holding(self) -> bool:
@@ -75,14 +73,10 @@ class Moderation:
 
     def after_batch(self, count: int, batch: int, now: float) -> float | None:
         """The wake read `count` entries (at most `batch` per read): hold until when?"""
-        released, self.released = self.released, False
-        last, self.last = self.last, now
-        if self.hold <= 0 or count <= 0 or count >= batch:
+        if self.hold <= 0 or count < self.min_batch or count >= batch:
             self.deadline = None
-        elif released or count >= self.min_batch or (last is not None and now - last < self.hold):
-            self.deadline = now + self.hold
         else:
-            self.deadline = None
+            self.deadline = now + self.hold
         return self.deadline
 
     def release(self, now: float) -> bool:
@@ -90,5 +84,4 @@ class Moderation:
         sooner than its deadline, never later: the timer is the one that ends it)."""
         was = self.deadline is not None
         self.deadline = None
-        self.released = was
         return was

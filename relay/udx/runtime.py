@@ -78,6 +78,9 @@ class SocketStats:
     gro_buffers: int = 0
     #: receive-coalescing holds (the reader paused so a batch could gather)
     holds: int = 0
+    #: batched reads (recvmmsg calls that returned datagrams): received_packets / reads is
+    #: the mean batch
+    reads: int = 0
 
     def drop(self, cause: str, count: int = 1) -> None:
         self.dropped_packets += count
@@ -464,6 +467,7 @@ class UDXSocket:
             if count < 0:
                 continue
             got += count
+            st.reads += 1
             st.received_packets += count
             st.received_bytes += sum(lens[14 : count * 16 : 16])
             if io.gro and any(rq[5 : count * 8 : 8]):
