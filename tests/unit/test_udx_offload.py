@@ -375,3 +375,54 @@ async def test_udx_coalescing_hold_releases_what_arrived_during_it() -> None:
         r.ea.close()
         r.ed.close()
         r.udx.close()
+
+
+@pytest.mark.parametrize("mode", ["gso", "mmsg"])
+async def test_udx_relay_many_interleaved_pairs_each_destination_in_order(mode: str) -> None:
+    """Three pairs on one socket, their datagrams (data one way, ACKs the other, runs of 1 to
+    9) interleaved in one batch: every peer gets exactly its partner's datagrams, in order."""
+    udx = UDX()
+    sock = await udx.create_socket(LOOP, 0, use_gso=mode == "gso")
+    addr = (LOOP, sock.port)
+    loop = asyncio.get_running_loop()
+    ends: list[tuple[UDXStream, socket.socket, int]] = []  # relay stream, its peer's socket, peer id
+    try:
+        for p in range(3):
+            pair = []
+            for side in range(2):
+                e = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                e.bind((LOOP, 0))
+                e.setblocking(False)
+                e.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 21)
+                peer_id = 0xB0000000 + 16 * p + side
+                pair.append((udx.create_stream(firewall=_fw(peer_id)), e, peer_id))
+            pair[0][0].relay_to(pair[1][0])
+            pair[1][0].relay_to(pair[0][0])
+            ends += pair
+        for k, (s, e, _) in enumerate(ends):  # each peer speaks first: addresses learned, routes built
+            e.sendto(encode(HEARTBEAT, s.id, DEFAULT_RWND, 0, 0), addr)
+            if k % 2:
+                for x in (k - 1, k):
+                    partner = ends[x ^ 1]
+                    await asyncio.wait_for(loop.sock_recv(partner[1], 2048), 20)
+        for k, (s, e, _) in enumerate(ends):
+            partner = ends[k ^ 1]
+            e.sendto(encode(HEARTBEAT, s.id, DEFAULT_RWND, 1, 0), addr)
+            await asyncio.wait_for(loop.sock_recv(partner[1], 2048), 20)
+        sent: dict[int, list[bytes]] = {k: [] for k in range(len(ends))}
+        order = [0, 0, 1, 2, 2, 2, 3, 4, 5, 0, 1, 4, 4, 4, 4, 4, 4, 4, 4, 4, 2, 3, 4, 0, 0, 0, 0, 0, 1]
+        for seq, k in enumerate(order, start=2):
+            s, e, _ = ends[k]
+            size = 1000 if k % 2 == 0 else 0  # data one way, bare ACKs the other
+            d = encode(DATA if size else 0, s.id, DEFAULT_RWND, seq, 0, os.urandom(size))
+            sent[k].append(d)
+            e.sendto(d, addr)  # no await: one recvmmsg batch
+        for k in range(len(ends)):
+            partner = ends[k ^ 1]
+            got = [await asyncio.wait_for(loop.sock_recv(partner[1], 65536), 20) for _ in sent[k]]
+            assert got == [_rewritten(d, partner[2]) for d in sent[k]]
+        assert sock.stats.dropped_packets == 0
+    finally:
+        for _, e, _ in ends:
+            e.close()
+        udx.close()
