@@ -60,10 +60,12 @@ from relay.service.metrics import MetricsError, MetricsServer
 from relay.service.runtime import remove_runtime, write_runtime
 from relay.udx import UDX, UDXSocket, UDXStream
 
-#: Out-of-order bytes a session's control stream may hold (payload + per-packet overhead). Its
-#: blind-relay messages are tiny, so 256 KiB bounds a session that parks packets out of order at
-#: 1/16 of the UDX default (its 4 MiB window) without slowing an honest peer.
-CONTROL_REORDER_BYTES = 256 * 1024
+#: Out-of-order bytes a session's control stream may hold (payload + 128 B per packet). Its
+#: blind-relay messages are ~40-byte frames, so 4 KiB still parks ~20 of them behind a lost
+#: packet, while 4,096 sessions parking all they may cost 16 MiB (at 256 KiB it was 1 GiB: the
+#: combined attack at the default caps reached 506 MB). A packet over it is dropped and counted
+#: (`dropped{reorder_limit}`); the peer retransmits it.
+CONTROL_REORDER_BYTES = 4 * 1024
 log = logging.getLogger("relay")
 
 PUBLIC_BOOTSTRAP = (
