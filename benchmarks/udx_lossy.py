@@ -1,5 +1,5 @@
 """The forwarding fast path across a lossy link: Python relay with GSO/GRO, with UDX_NO_GSO=1, with
-UDX_COALESCE_US=0 (no receive coalescing), and the Node relay, in the namespace topology of
+UDX_COALESCE_US=100 (receive coalescing), and the Node relay, in the namespace topology of
 benchmarks/blocked_network_bench.py (its `Wan`: two NATed LANs, a userspace delay line per
 uplink, nftables loss on the wan). Issue #12.
 
@@ -163,7 +163,7 @@ def main() -> None:
                 print(line, flush=True)
         probe = wan.probe_rtt()
         relays = {"node": wan.start_relay("node"), "python": wan.start_relay("python")}
-        for name, value in (("UDX_NO_GSO", "1"), ("UDX_COALESCE_US", "0")):
+        for name, value in (("UDX_NO_GSO", "1"), ("UDX_COALESCE_US", "100")):
             os.environ[name] = value  # inherited by the next relay process only
             try:
                 relays[f"python {name}={value}"] = wan.start_relay("python")

@@ -14,8 +14,8 @@ Layers (sans-IO core, one asyncio runtime):
 - `relay.udx.mmsg` — recvmmsg/sendmmsg batches with UDP GSO/GRO for the relay's fast path,
   and the timerfd of receive coalescing.
 - `relay.udx.moderation` — receive coalescing's sans-IO decision: after a burst that did not
-  fill the batch the reader pauses for a short hold (`UDX_COALESCE_US`, default 100 µs, 0 =
-  off), so the next read takes more at once and forwards it in longer GSO runs.
+  fill the batch the reader can pause for a short hold (`UDX_COALESCE_US`, e.g. 100; off by
+  default: it pays only for saturated flows), so the next read takes more at once.
 
 Public asyncio API (names are stable)::
 

@@ -16,17 +16,19 @@ socket buffer and the next read takes them all at once and forwards them in long
 
 `Moderation` is the sans-IO decision (batch sizes and `now` in, a deadline out); the runtime
 arms a timer for it (`relay.udx.mmsg.HoldTimer`, a timerfd: asyncio's timers have 1 ms
-resolution). `UDX_COALESCE_US` sets the hold (0 turns coalescing off).
+resolution). `UDX_COALESCE_US` sets the hold; it is off (0) unless set.
 """
 
 from __future__ import annotations
 
 import os
 
-#: Default hold in microseconds: at loopback rates (~100k datagrams/s) a hold gathers a
-#: batch of 10-20; 100 us saved as much CPU as 200 us in benchmarks/udx_forward.py and added
-#: less to a ping's round trip during a bulk transfer (README, UDX forwarding).
-DEFAULT_HOLD_US = 100
+#: Default hold in microseconds: 0, off. Measured side by side (README, UDX forwarding), a
+#: 100 us hold saved ~10 % of the relay's CPU only while one pair saturated the loopback
+#: forwarding path; across the lossy namespace link and end to end through the real relay
+#: (sender-limited, bursty traffic) it cost more CPU than it saved. UDX_COALESCE_US=100 turns
+#: it on for a relay that forwards saturated flows.
+DEFAULT_HOLD_US = 0
 #: Batches smaller than this are latency-sensitive traffic and never wait.
 MIN_BATCH = 4
 #: Longest hold accepted from the environment (a hold delays the ACKs on the socket too).

@@ -7,8 +7,8 @@ UDP_SEGMENT entries (`relay.udx.mmsg`); `_batch_by_runs` is the relay's hot path
 run, not per packet. Elsewhere `_on_readable` reads one datagram at a time into a reused buffer.
 A batch whose datagrams are all fast-path ones is forwarded stream by stream (order kept per
 stream, not across streams), so one stream's run is not cut at every ACK of the other
-direction. After a burst that did not fill the batch the reader pauses for a short hold
-(`relay.udx.moderation`, a timerfd) so the next read gathers more. A relayed stream forwards
+direction. With UDX_COALESCE_US set, after a burst that did not fill the batch the reader
+pauses for a short hold (`relay.udx.moderation`, a timerfd) so the next read gathers more. A relayed stream forwards
 only what comes from its peer's address. Time is the event loop's clock (`loop.time()`), the
 one timers are scheduled on; the hold's timerfd is armed with a duration, not a time.
 

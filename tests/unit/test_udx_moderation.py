@@ -90,7 +90,7 @@ def test_zero_hold_is_off() -> None:
 
 
 def test_hold_from_env() -> None:
-    assert hold_from_env({}) == DEFAULT_HOLD_US / 1e6
+    assert hold_from_env({}) == DEFAULT_HOLD_US / 1e6 == 0.0  # off unless asked for
     assert hold_from_env({"UDX_COALESCE_US": "0"}) == 0.0
     assert hold_from_env({"UDX_COALESCE_US": "350"}) == 350e-6
     assert hold_from_env({"UDX_COALESCE_US": "junk"}) == 0.0
