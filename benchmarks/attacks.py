@@ -24,6 +24,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +36,10 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.relay_bench import BENCH_JS  # noqa: E402
 from tests.interop._relay_net import INTEROP, Testnet  # noqa: E402
 
+HOLD_KEEP_MS = 20_000  # a held session self-pairs a token this often: never idle, so never reaped
+
 ATTACKS: dict[str, tuple[str, dict[str, Any]]] = {
-    # name: (what the issue saw, relay_attack.js options at scale 1)
+    # name: (what the issue saw, relay_attack.js options at scale 1; "hosts" = how many 127.0.0.x)
     "selfpair": ("one session pairs 10,000 tokens with itself", {"attack": "selfpair", "sessions": 1, "pairs": 10_000}),
     "pending": (
         "130 sessions from one host re-send 64 pending tokens every 2 s",
@@ -47,12 +50,68 @@ ATTACKS: dict[str, tuple[str, dict[str, Any]]] = {
         "12 sessions each send 16 MiB - 64 KiB of a 16 MiB control frame that never completes",
         {"attack": "bigframe", "sessions": 12, "frame": (1 << 24) - 1, "send": (1 << 24) - 65536},
     ),
+    "ooo": (
+        "12 sessions each park 2,000 out-of-order 1,200-byte packets on their control stream",
+        {"attack": "ooo", "sessions": 12, "packets": 2000},
+    ),
+    "early": (
+        "one session self-pairs 8,192 tokens and sends 64 packets to one side of each, never the other",
+        {"attack": "selfpair", "sessions": 1, "pairs": 8192, "early": 64},
+    ),
     "handshakes": (
-        "64 hosts do valid handshakes at 500/s (legit pairs during the flood)",
-        {"attack": "handshakes", "rate": 500, "seconds": 20, "hosts": 64},
+        "64 hosts do valid handshakes at 500/s (legit pairs during the flood, from its 8th second)",
+        # settle: the legit pairs start once the flood has run that long (the old relay's receive
+        # queue was full by then); seconds: the flood's length at most (it ends with the pairs)
+        {"attack": "handshakes", "rate": 500, "seconds": 60, "hosts": 64, "settle": 8},
+    ),
+    "combined": (
+        "all at once, at the default caps, from 71 hosts: self-pairing past the active pairs cap "
+        "(8,192 fresh tokens every 15 s, 8 early packets each), 130 sessions re-sending 8,320 "
+        "pending tokens, 3,942 sessions held to the 4,096-session cap (each self-pairing every "
+        "20 s, parking 200 out-of-order packets and leaving 3 KiB of a 4 KiB frame incomplete), 12 "
+        "never-completing 16 MiB frames, 12 sessions parking 2,000 out-of-order packets",
+        {
+            "attack": "combined",
+            "parts": [
+                {"attack": "selfpair", "sessions": 1, "pairs": 8192, "interval": 15_000, "early": 8, "hosts": 1},
+                {"attack": "pending", "sessions": 130, "pairs": 64, "interval": 2000, "hosts": 2},
+                {"attack": "bigframe", "sessions": 12, "frame": (1 << 24) - 1, "send": (1 << 24) - 65536, "hosts": 2},
+                {"attack": "ooo", "sessions": 12, "packets": 2000, "hosts": 2},
+                {
+                    "attack": "hold",
+                    "sessions": 4096 - 1 - 130 - 12 - 12 + 1,
+                    "keep": HOLD_KEEP_MS,
+                    "ooo": 200,
+                    # our default --max-control-frame (the largest frame it holds), 3 KiB sent: the
+                    # attacker's own keep-alives and pairs would take minutes to complete it
+                    "frame": 4096,
+                    "frameSend": 3072,
+                    "parallel": 256,
+                    "hosts": 64,
+                },
+            ],
+        },
     ),
 }
 SCALED = ("sessions", "pairs", "rate")  # bigframe's sizes and the durations stay as they are
+
+
+def scaled_options(opts: dict[str, Any], scale: float, first_host: int = 2) -> tuple[dict[str, Any], int]:
+    """relay_attack.js options at `scale`, each part on its own 127.0.0.x hosts; (options, hosts used)."""
+    opts = dict(opts)
+    if "parts" in opts:
+        parts, used = [], 0
+        for part in opts["parts"]:
+            p, n = scaled_options(part, scale, first_host + used)
+            parts.append(p)
+            used += n
+        return opts | {"parts": parts}, used
+    for k in SCALED:
+        if k in opts:
+            opts[k] = max(1, round(opts[k] * scale))
+    nhosts = opts.pop("hosts", 1)
+    opts["hosts"] = [f"127.0.0.{first_host + i}" for i in range(nhosts)]
+    return opts, nhosts
 
 
 class Relay:
@@ -60,10 +119,11 @@ class Relay:
 
     def __init__(self, kind: str, bootstrap: str, workdir: Path, tree: Path) -> None:
         self.kind = kind
+        self.stats_url: str | None = None
         if kind in ("python", "baseline"):
             store = workdir / f"{kind}-store"
             argv = [sys.executable, "-m", "relay", "--storage", str(store), "--port", "0", "--host", "127.0.0.1"]
-            argv += ["--bootstrap", bootstrap, "--metrics", "off", "--log-level", "error"]
+            argv += ["--bootstrap", bootstrap, "--metrics", "127.0.0.1:0", "--log-level", "error"]
             cwd = tree
         else:
             dht = {"firewalled": False, "ephemeral": False}
@@ -75,7 +135,9 @@ class Relay:
         for line in self.proc.stdout:
             if kind != "node" and line.startswith("Server listening on "):
                 self.key = line.split()[-1]
-                self.port = int(json.loads((store / "relay-runtime.json").read_text())["port"])
+                runtime = json.loads((store / "relay-runtime.json").read_text())
+                self.port = int(runtime["port"])
+                self.stats_url = f"{runtime['metrics']}/stats" if runtime.get("metrics") else None
                 break
             if kind == "node" and line.startswith("{"):
                 info = json.loads(line)
@@ -85,6 +147,7 @@ class Relay:
             raise RuntimeError(f"{kind} relay exited before listening")
         self.ps = psutil.Process(self.proc.pid)
         self.peak = 0
+        self.held: dict[str, int] = {}  # most of each thing the relay held at once (Python relays' /stats)
         self._stop = threading.Event()
         self._sampler = threading.Thread(target=self._sample, daemon=True)
 
@@ -95,8 +158,34 @@ class Relay:
             return 0
 
     def _sample(self) -> None:
+        n = 0
         while not self._stop.wait(0.25):
             self.peak = max(self.peak, self.rss())
+            n += 1
+            if self.stats_url and n % 4 == 0:
+                self._sample_stats()
+
+    def stats(self) -> dict[str, Any]:
+        """The Python relay's /stats ({} if it does not answer)."""
+        assert self.stats_url is not None
+        try:
+            with urllib.request.urlopen(self.stats_url, timeout=5) as resp:
+                return dict(json.load(resp))
+        except (OSError, ValueError):
+            return {}
+
+    def _sample_stats(self) -> None:
+        st = self.stats()
+        if not st:
+            return
+        now = {
+            "sessions": st["sessions"]["opened"] - st["sessions"]["closed"],
+            "pending": st["pairings"]["pending"],
+            "active_pairs": st["pairings"]["active"],
+            "relay_streams": st["streams"]["opened"] - st["streams"]["closed"],
+        }
+        for k, v in now.items():
+            self.held[k] = max(self.held.get(k, 0), int(v))
 
     def start_sampling(self) -> None:
         self.peak = self.rss()
@@ -140,12 +229,8 @@ def legit_pairs(bootstrap: str, relay: Relay, pairs: int = 4) -> tuple[int, floa
 
 
 def run_attack(name: str, kind: str, bootstrap: str, tree: Path, scale: float) -> dict[str, Any]:
-    opts = dict(ATTACKS[name][1])
-    for k in SCALED:
-        if k in opts:
-            opts[k] = max(1, round(opts[k] * scale))
-    nhosts = opts.pop("hosts", 1)
-    opts["hosts"] = [f"127.0.0.{2 + i}" for i in range(nhosts)]
+    opts, nhosts = scaled_options(ATTACKS[name][1], scale)
+    settle = float(opts.pop("settle", 0))
     with tempfile.TemporaryDirectory(prefix="attacks-") as tmp:
         relay = Relay(kind, bootstrap, Path(tmp), tree)
         try:
@@ -165,13 +250,18 @@ def run_attack(name: str, kind: str, bootstrap: str, tree: Path, scale: float) -
             assert attack.stdout is not None
             ready = json.loads(attack.stdout.readline() or "{}")
             in_place = time.monotonic() - t0
+            time.sleep(settle)
             ok, setup, errors = legit_pairs(bootstrap, relay)
-            out, _ = attack.communicate(timeout=120)
+            out, _ = attack.communicate(timeout=300)
+            last = relay.stats() if relay.stats_url else {}
             done: dict[str, Any] = next((json.loads(ln) for ln in out.splitlines() if ln.startswith("{")), {})
             return {
                 "attack": name,
                 "relay": kind,
-                "options": opts | {"hosts": nhosts},
+                "options": ATTACKS[name][1],
+                "scale": scale,
+                "hosts": nhosts,
+                "settle": settle,
                 "attack_seconds_to_place": round(in_place, 1),
                 "attacker_opened": ready.get("opened"),
                 "attacker_closed_by_relay": done.get("closed"),
@@ -181,6 +271,10 @@ def run_attack(name: str, kind: str, bootstrap: str, tree: Path, scale: float) -
                 "rss_before_mb": round(before / 2**20, 1),
                 "rss_peak_mb": round(relay.peak / 2**20, 1),
                 "survived": relay.alive(),
+                "held_at_most": relay.held,
+                "shed": {k: v for k, v in last.get("shed", {}).items() if v},
+                "dropped": {k: v for k, v in last.get("dropped", {}).items() if v},
+                "rejected": {k: v for k, v in last.get("limits", {}).get("rejected", {}).items() if v},
             }
         finally:
             relay.stop()

@@ -187,6 +187,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="jobs with no known create command are deleted only (you recreate them from the saved file)",
     )
     jr.add_argument("--yes", action="store_true", help="really delete and recreate (default: print the plan)")
+    jr.add_argument(
+        "--no-relay-check",
+        action="store_true",
+        help="recover even though the relay the wizard set up on this machine is not running",
+    )
     jr.add_argument("--json", action="store_true", help="print the plan and each result as one JSON object")
 
     r = sub.add_parser(
@@ -672,6 +677,21 @@ def cmd_jobs(args: argparse.Namespace, out: TextIO) -> int:
         return OK
 
 
+def _recover_relay_problem(settings: Any) -> str | None:
+    """The wizard's guard for step 6, headless: the relay its step 2 set up on this machine must run.
+
+    Known only from the wizard's progress for this deployment; a relay attached by key runs
+    elsewhere (nothing local to check) and a deployment never set up has nothing to compare.
+    """
+    from cosmictui.ops import progress as progress_mod
+    from cosmictui.ops import relayproc
+
+    p = progress_mod.load_progress(settings.deployment)
+    if not p.relay_key or p.relay_external:
+        return None
+    return relayproc.relay_problem(p.relay_storage or settings.relay_storage, p.relay_key)
+
+
 def cmd_jobs_recover(args: argparse.Namespace, out: TextIO) -> int:
     """`jobs recover`: the wizard's step 6 use case (ops/recover), confirmed by --yes instead of a dialog."""
     settings = _settings(args)
@@ -682,6 +702,17 @@ def cmd_jobs_recover(args: argparse.Namespace, out: TextIO) -> int:
     name = "jobs recover"
     if args.create_command is not None and not args.create_command.strip():
         raise UsageError("--create-command is empty")
+    relay_down = _recover_relay_problem(settings)
+    if relay_down and args.yes and not args.no_relay_check:
+        return _fail(
+            args,
+            out,
+            name,
+            f"{relay_down} A recreated job would wait for it and stay in Creating. Nothing deleted.",
+            FAILED,
+            "start the relay again (the wizard's step 2, or blind-relay --storage with the same storage), "
+            "then run this again; --no-relay-check if it now runs elsewhere",
+        )
 
     def plan_doc(p: Any) -> dict[str, Any]:
         return {
@@ -703,6 +734,8 @@ def cmd_jobs_recover(args: argparse.Namespace, out: TextIO) -> int:
                 source = "your --create-command" if p.create_source == "operator" else "[commands] create"
                 out.write(f"  create  {p.create}   ({source})\n")
         out.write(f"record   every field and these commands go to a new file in {folder}/ before the delete\n")
+        if relay_down:
+            out.write(f"relay    {relay_down} --yes will refuse until it runs (or --no-relay-check)\n")
 
     async def go() -> int:
         try:
@@ -720,7 +753,7 @@ def cmd_jobs_recover(args: argparse.Namespace, out: TextIO) -> int:
                 return _fail(args, out, name, e.what, FAILED if e.kind == "unknown-job" else USAGE, e.fix)
             folder = recovery_dir(settings.deployment)
             doc: dict[str, Any] = {"jobs": [plan_doc(p) for p in plans], "record_dir": folder, "confirmed": args.yes}
-            doc |= {"results": [], "error": None, "fix": None}
+            doc |= {"results": [], "error": None, "fix": None, "relay_problem": relay_down}
             if not args.yes:
                 if args.json:
                     _dump(doc | {"exit_code": NOT_CONFIRMED}, out)

@@ -155,6 +155,49 @@ _HANDSHAKE, _HEADER, _OPEN, _CLOSED = range(4)
 class SecretStream:
     """One secret stream end; see the module docstring for the driving protocol."""
 
+    # slots: a relay holds one per session (4,096 at the default cap)
+    __slots__ = (
+        "_counter",
+        "_counter_start",
+        "_events",
+        "_forced_ephemeral",
+        "_forced_header",
+        "_handoff",
+        "_key_pair",
+        "_last_read",
+        "_last_write",
+        "_need",
+        "_noise",
+        "_now",
+        "_out",
+        "_partial",
+        "_pattern",
+        "_pending",
+        "_phase",
+        "_pull_state",
+        "_push_state",
+        "_recv_key",
+        "_rx",
+        "_send_key",
+        "_started",
+        "closed",
+        "eof_pending",
+        "error",
+        "filter_empty",
+        "handshake_hash",
+        "initiator",
+        "keep_alive",
+        "local_ended",
+        "max_frame",
+        "opened",
+        "public_key",
+        "raw_bytes_read",
+        "raw_bytes_written",
+        "remote_ended",
+        "remote_public_key",
+        "timeout",
+    )
+
     def __init__(
         self,
         initiator: bool,
@@ -212,6 +255,7 @@ class SecretStream:
         self._recv_key: bytes | None = None
         self._counter: bytearray | None = None
         self._counter_start = b""
+        self._rx = b""
 
         self._last_write = 0.0
         self._last_read = 0.0

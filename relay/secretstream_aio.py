@@ -43,6 +43,27 @@ _HIGH_WATER = 4 << 20  # queued received bytes before we stop reading the transp
 class SecretStreamProtocol(asyncio.Protocol):
     """Runs one `SecretStream` over one asyncio transport."""
 
+    # slots and a read queue made on first use: a relay holds one per session
+    __slots__ = (
+        "_dispatching",
+        "_drain_waiters",
+        "_ended",
+        "_loop",
+        "_queue",
+        "_queued_bytes",
+        "_reading_paused",
+        "_timer",
+        "_timer_at",
+        "_transport_closed",
+        "_waiter",
+        "_write_paused",
+        "closed",
+        "on_event",
+        "opened",
+        "stream",
+        "transport",
+    )
+
     def __init__(self, stream: SecretStream, *, on_event: Callable[[Event], None] | None = None) -> None:
         self.stream = stream
         self.on_event = on_event
@@ -50,7 +71,7 @@ class SecretStreamProtocol(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self.opened: asyncio.Future[Opened] = self._loop.create_future()
         self.closed: asyncio.Future[SecretStreamError | None] = self._loop.create_future()
-        self._queue: deque[bytes] = deque()
+        self._queue: deque[bytes] | None = None  # recv()'s queue, made when on_event is not set
         self._queued_bytes = 0
         self._reading_paused = False
         self._ended = False
@@ -202,6 +223,8 @@ class SecretStreamProtocol(asyncio.Protocol):
             if self.on_event is not None:
                 self.on_event(ev)
                 return
+            if self._queue is None:
+                self._queue = deque()
             self._queue.append(ev.data)
             self._queued_bytes += len(ev.data)
             if self._queued_bytes > _HIGH_WATER and not self._reading_paused:

@@ -27,6 +27,8 @@ class WizardProgress:
     completed: list[str] = field(default_factory=list)
     relay_storage: str | None = None
     relay_key: str | None = None
+    #: step 2 attached to a relay by its key (it runs elsewhere: no runtime file here to check)
+    relay_external: bool = False
     env_backup: str | None = None
     restarted_at: float | None = None
     data: dict[str, Any] = field(default_factory=dict)

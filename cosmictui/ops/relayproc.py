@@ -141,6 +141,25 @@ def relay_status(storage: str) -> RelayStatus:
     return RelayStatus(_abs(storage), running, runtime, str(log_path(storage)), runtime is not None and not running)
 
 
+def relay_problem(storage: str, key: str) -> str | None:
+    """Why the relay set up with `storage` and `key` cannot serve jobs now; None when it runs.
+
+    A relay killed with -9 leaves its runtime file behind, and saved progress still says the
+    relay step is done: recreating jobs then would send them to a relay that is gone.
+    """
+    status = relay_status(storage)
+    rt = status.runtime
+    if status.running and rt is not None:
+        if rt.key != key:
+            return (
+                f"The relay running with storage {status.storage} has key {rt.key[:12]}…, "
+                f"not the key set up earlier ({key[:12]}…)."
+            )
+        return None
+    why = f"pid {rt.pid} is gone; it was stopped or killed" if rt is not None else "no relay-runtime.json"
+    return f"The relay (storage {status.storage}) is not running ({why})."
+
+
 def attach(storage: str) -> RelayRuntime | None:
     """The running relay of `storage` (runtime file present and its pid alive), else None."""
     status = relay_status(storage)

@@ -30,25 +30,13 @@ RelayCheck = Callable[[str, str], "str | None"]
 
 
 def relay_problem(storage: str, key: str) -> str | None:
-    """Is the relay the deployment was set up with still running? (runtime file + live pid)
-
-    A relay killed with -9 leaves its runtime file behind; progress saved earlier still says
-    step 2 is done, so without this a resumed wizard would send jobs to a relay that is gone.
-    """
-    status = relayproc.relay_status(storage)
-    rt = status.runtime
-    if status.running and rt is not None:
-        if rt.key != key:
-            return (
-                f"The relay running with storage {status.storage} has key {rt.key[:12]}…, not the key "
-                f"set up earlier ({key[:12]}…). Go back to step 2 (b) and check the storage directory."
-            )
+    """Is the relay the deployment was set up with still running? (runtime file + live pid)"""
+    problem = relayproc.relay_problem(storage, key)
+    if problem is None:
         return None
-    why = f"pid {rt.pid} is gone; it was stopped or killed" if rt is not None else "no relay-runtime.json"
-    return (
-        f"The relay (storage {status.storage}) is not running ({why}). Go back to step 2 (b) and "
-        "press s to start it again: jobs cannot leave Creating without it."
-    )
+    if "is not running" in problem:
+        return problem + " Go back to step 2 (b) and press s to start it again: jobs cannot leave Creating without it."
+    return problem + " Go back to step 2 (b) and check the storage directory."
 
 
 async def _close_quietly(runner: Runner) -> None:
@@ -132,7 +120,8 @@ class WizardContext:
         self._relay_check = relay_check
         self.progress = progress_mod.load_progress(settings.deployment)
         self.relay_key: str | None = self.progress.relay_key
-        self.relay_external = False  # step 2 attached by key: the relay runs elsewhere, no runtime file here
+        # step 2 attached by key: the relay runs elsewhere, no runtime file here
+        self.relay_external = self.progress.relay_external is True
         self.relay_storage: str = self.progress.relay_storage or settings.relay_storage
         self.restarted_at: float | None = self.progress.restarted_at
         self.env_backup: str | None = self.progress.env_backup
@@ -325,6 +314,7 @@ class WizardContext:
         p.current_step = STEP_IDS[min(step_index, len(STEP_IDS) - 1)]
         p.relay_key = self.relay_key
         p.relay_storage = self.relay_storage
+        p.relay_external = self.relay_external
         p.restarted_at = self.restarted_at
         p.env_backup = self.env_backup
         if self._save:

@@ -44,7 +44,8 @@ class RelayStep(Step):
         super().__init__(ctx)
         self.runtime: RelayRuntime | None = None
         self.reach: list[CheckResult] = []
-        self.key_attached: str | None = None  # attached by key (runs elsewhere), proven by the probe
+        # attached by key (runs elsewhere), proven by the probe; kept in the progress file
+        self.key_attached: str | None = ctx.relay_key if ctx.relay_external else None
 
     def compose_step(self) -> ComposeResult:
         yield Static("2. Start the relay", classes="step-title")
@@ -67,7 +68,7 @@ class RelayStep(Step):
             yield Input(str(self.ctx.settings.relay_port), id="relay-port", type="integer", compact=True)
         with Horizontal(classes="field-row"):
             yield Static("Or its key", classes="field-label")
-            yield Input("", id="relay-by-key", placeholder="paste a key, Enter", compact=True)
+            yield Input(self.key_attached or "", id="relay-by-key", placeholder="paste a key, Enter", compact=True)
         yield Static("", id="relay-state", markup=False)
         yield Static("", id="relay-key", markup=False)
         yield Vertical(id="relay-checks")
@@ -91,7 +92,7 @@ class RelayStep(Step):
             self.action_attach_key()  # Enter on a pasted key attaches by it (k does too)
 
     def on_input_changed(self, event: Input.Changed) -> None:
-        if event.input.id == "relay-by-key" and self.key_attached is not None:
+        if event.input.id == "relay-by-key" and self.key_attached not in (None, event.value.strip()):
             self.key_attached = None
             self.mark_done(False)
             self._show()
@@ -107,7 +108,13 @@ class RelayStep(Step):
     # -- display ----------------------------------------------------------------------------------
 
     def on_enter(self) -> None:
-        if self.runtime is None and not self.busy:
+        if self.runtime is None and self.key_attached is not None and not self.busy:
+            self._show()  # resumed after attaching by key: there is no local runtime file to look at
+            self.status.set(
+                f"Attached by key {self.key_attached[:12]}… earlier (it runs elsewhere). Press k to probe it again.",
+                "info",
+            )
+        elif self.runtime is None and not self.busy:
             self.look()
 
     @work(exclusive=True, group="relay", exit_on_error=False)

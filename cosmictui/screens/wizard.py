@@ -44,12 +44,17 @@ def _step_bindings() -> list[BindingType]:
     return seen
 
 
+#: Below this width the footer leaves out "b Back" so the step's keys, Monitor, Quit and Log fit.
+NARROW = 70
+
+
 class WizardScreen(Screen[None]):
     """Prerequisites → relay → .env → apply & restart → verify → recover."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("n", "next", "Next"),
         Binding("b", "back", "Back"),
+        Binding("b", "back_narrow", "Back", show=False),  # below NARROW the ◀ Back button says it
         Binding("escape", "cancel", "Cancel"),
         *_step_bindings(),
         # What must fit at 80 columns comes first; the log keys are also on the log's border.
@@ -73,6 +78,8 @@ class WizardScreen(Screen[None]):
         self.reached = 0
         self._journal: CommandJournal | None = None
         self.relay_down: str | None = None
+        self.narrow = False
+        """Below NARROW columns: the footer leaves out keys the nav bar's buttons already show."""
         """Why the relay of step 2 no longer serves jobs (checked on resume and past step 2)."""
 
     # -- layout ---------------------------------------------------------------------------------
@@ -96,6 +103,7 @@ class WizardScreen(Screen[None]):
         self.title = "cosmictui · relay setup"
         self.sub_title = self.ctx.describe_deployment()
         self.query_one(Footer).compact = self.app.size.width < 80
+        self.narrow = self.app.size.width < NARROW
         log = self.query_one(CommandLog)
         log.journal = self._journal = self.ctx.journal()
         self.ctx.attach_log(log, self._on_command, lambda text: self.notify(text, title="Deployment host"))
@@ -113,10 +121,14 @@ class WizardScreen(Screen[None]):
             self.notify(self.relay_down, title="Step 2 needs attention", severity="error", timeout=15)
 
     def on_resize(self, event: events.Resize) -> None:
-        # Below 80 columns the footer drops its padding, so no key falls off the right edge.
+        # Below 80 columns the footer drops its padding, so no key falls off the right edge;
+        # below NARROW it leaves out "b Back" (the nav bar's ◀ Back button shows it; b still works).
         footer = self.query_one(Footer)
         if footer.compact != (event.size.width < 80):
             footer.compact = event.size.width < 80
+        if self.narrow != (event.size.width < NARROW):
+            self.narrow = event.size.width < NARROW
+            self.refresh_bindings()
 
     def on_unmount(self) -> None:
         if self._journal is not None:
@@ -265,6 +277,9 @@ class WizardScreen(Screen[None]):
             lambda ok: self.app.exit() if ok else None,
         )
 
+    async def action_back_narrow(self) -> None:
+        await self.action_back()
+
     async def action_back(self) -> None:
         if self.step.busy or self.index == 0:
             return
@@ -342,8 +357,8 @@ class WizardScreen(Screen[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "step":
             return self.step.has_action(str(parameters[0]))
-        if action == "back":
-            return not self.step.busy and self.index > 0
+        if action in ("back", "back_narrow"):
+            return not self.step.busy and self.index > 0 and self.narrow == (action == "back_narrow")
         if action == "cancel":
             return self.step.busy
         if action == "next":

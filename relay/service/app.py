@@ -60,10 +60,12 @@ from relay.service.metrics import MetricsError, MetricsServer
 from relay.service.runtime import remove_runtime, write_runtime
 from relay.udx import UDX, UDXSocket, UDXStream
 
-#: Out-of-order bytes a session's control stream may hold (payload + per-packet overhead). Its
-#: blind-relay messages are tiny, so 256 KiB bounds a session that parks packets out of order at
-#: 1/16 of the UDX default (its 4 MiB window) without slowing an honest peer.
-CONTROL_REORDER_BYTES = 256 * 1024
+#: Out-of-order bytes a session's control stream may hold (payload + 128 B per packet). Its
+#: blind-relay messages are ~40-byte frames, so 4 KiB still parks ~20 of them behind a lost
+#: packet, while 4,096 sessions parking all they may cost 16 MiB (at 256 KiB it was 1 GiB: the
+#: combined attack at the default caps reached 506 MB). A packet over it is dropped and counted
+#: (`dropped{reorder_limit}`); the peer retransmits it.
+CONTROL_REORDER_BYTES = 4 * 1024
 log = logging.getLogger("relay")
 
 PUBLIC_BOOTSTRAP = (
@@ -203,7 +205,7 @@ class RelayApp:
             self.node,
             cfg.key_pair,
             self._on_connection,
-            firewall=self._on_handshake,
+            admit=self._admit_handshake,
             keep_alive=KEEP_ALIVE,
             max_reorder_bytes=CONTROL_REORDER_BYTES,
         )
@@ -268,16 +270,16 @@ class RelayApp:
 
     # -- connections and sessions ----------------------------------------------------------
 
-    def _on_handshake(self, remote_public_key: bytes, payload: Any, address: Address) -> bool:
-        """HyperDHT firewall hook: True drops the handshake (rate per source host; a host
-        holding many sessions waits behind others while the relay is busy)."""
+    def _admit_handshake(self, address: Address) -> bool:
+        """HyperDHT admit hook, before any crypto: False drops the handshake (rate per source
+        host; a host holding many sessions waits behind others while the relay is busy)."""
         host = address[0]
         refused = self.handshakes.allow(host, self.blind.sessions_of(host), time.monotonic())
         if refused is not None:
             self.limit_counters.hit(refused)
             log.debug("handshake refused", extra={"address": host, "limit": refused})
-            return True
-        return False
+            return False
+        return True
 
     def _on_connection(self, conn: Connection) -> None:
         peer = encode_id(conn.remote_public_key)
@@ -413,8 +415,15 @@ class RelayApp:
 
     def _handshake_stats(self) -> dict[str, int]:
         """The DHT server's Noise responder: handshakes accepted, refused (our gate or its own
-        attempt cap), failed, and attempts it holds now."""
-        out = {"accepted": 0, "rejected": 0, "failed": 0, "pending": 0}
+        attempt cap), failed, and attempts it holds now; and its backlog of new handshakes
+        waiting for the CPU: queued now, shed because they waited too long (their client had
+        given up) or because the backlog was full (from the host served most)."""
+        out = {"accepted": 0, "rejected": 0, "failed": 0, "pending": 0, "backlog": 0, "shed_stale": 0, "shed_full": 0}
+        backlog = getattr(self.server, "backlog", None)
+        if backlog is not None:
+            out["backlog"] = len(backlog)
+            out["shed_stale"] = int(backlog.stats.get("shed_stale", 0))
+            out["shed_full"] = int(backlog.stats.get("shed_full", 0))
         responder = getattr(self.server, "responder", None)
         if responder is not None:
             st = getattr(responder, "stats", {})

@@ -46,7 +46,10 @@ class Limits:
     max_pending_total: int = 8192
     # hyperdht peers give up on a pairing after 15 s; keep a pending one twice that long.
     pending_timeout: float = 30.0
-    max_active_pairs: int = 8192
+    # hyperdht opens one relay connection per relayed connection (connect.js, server.js), so an
+    # honest pair costs two sessions: at most max_sessions / 2 honest pairs; twice that leaves room
+    # for clients that pair many streams on one session. Only self-pairing floods go past it.
+    max_active_pairs: int = 4096
     handshakes_per_address: int = 256  # burst per source address (a cluster behind one NAT shares it)
     handshake_refill_per_second: float = 64.0
     tracked_addresses: int = 4096  # the limiter forgets the least recently seen beyond this
@@ -54,8 +57,9 @@ class Limits:
     session_idle_timeout: float = 30.0
     # a matched pair whose streams have not both carried a packet by then is destroyed
     silent_pair_timeout: float = 20.0
-    # blind-relay messages are ~40 bytes; a bigger control frame ends the session
-    max_control_frame: int = 16384
+    # blind-relay messages are ~40-byte frames; a bigger control frame ends the session. An
+    # incomplete frame is held until it completes, so 4,096 sessions may hold 16 MiB at this size
+    max_control_frame: int = 4096
     # handshakes from an address already holding this many sessions wait behind other addresses:
     # they pass only while the relay-wide handshake budget has room
     busy_address_sessions: int = 8

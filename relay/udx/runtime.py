@@ -55,6 +55,11 @@ LINGER = 3.0
 #: Packets held for a relay partner that has not connected yet. libudx drops them (the
 #: sender's first RTO, ~1 s, repairs it); holding a few is udx.md §11.2's compatible MAY.
 EARLY_PACKETS = 64
+#: ... and at most this many bytes over all streams of one UDX instance: an honest pair's early
+#: packets are its first flight, gone within a round trip, while 64 packets held on each of the
+#: 16,384 relay streams a relay may have would be 1.5 GB. Past it the packet is dropped
+#: (`relay_unconnected`) and its sender's RTO repairs it, as with libudx.
+EARLY_BYTES_TOTAL = 4 * 2**20
 _u32 = struct.Struct("<I")
 _IP_MTU_DISCOVER = getattr(_socket, "IP_MTU_DISCOVER", 10)
 _IP_PMTUDISC_PROBE = getattr(_socket, "IP_PMTUDISC_PROBE", 3)
@@ -102,6 +107,7 @@ class UDX:
     def __init__(self) -> None:
         self.streams: dict[int, UDXStream] = {}
         self.sockets: list[UDXSocket] = []
+        self.early_bytes = 0  # held for relay partners not connected yet, bounded by EARLY_BYTES_TOTAL
 
     def random_id(self) -> int:
         while True:
@@ -1168,6 +1174,44 @@ class UDXStream:
     `on_message`, `on_close` callbacks (data then bypasses the read queue).
     """
 
+    # slots and a read queue made on first use: a relay holds two of these per active pair
+    # (16,384 at the default cap), so their size is the relay's memory under a pairing flood
+    __slots__ = (
+        "_closed_fut",
+        "_core",
+        "_drain_waiter",
+        "_early",
+        "_eof",
+        "_finished",
+        "_firewall",
+        "_frame_buf",
+        "_read_waiter",
+        "_readq",
+        "_relay",
+        "_relayed_from",
+        "_remote_addr",
+        "_remote_id_le",
+        "_sa",
+        "_sa_addr",
+        "_sa_len",
+        "_send_addr",
+        "_socket",
+        "_src_key",
+        "_timer",
+        "_timer_at",
+        "closed",
+        "error",
+        "framed",
+        "id",
+        "on_close",
+        "on_data",
+        "on_end",
+        "on_message",
+        "route",
+        "udx",
+        "user_data",
+    )
+
     def __init__(
         self,
         udx: UDX,
@@ -1207,7 +1251,7 @@ class UDXStream:
         self.on_end: Callable[[], None] | None = None
         self.on_message: Callable[[bytes], None] | None = None
         self.on_close: Callable[[UDXError | None], None] | None = None
-        self._readq: deque[bytes] = deque()
+        self._readq: deque[bytes] | None = None  # made by the first chunk nobody's on_data takes
         self._eof = False
         self._frame_buf = bytearray()
         self._read_waiter: asyncio.Future[None] | None = None
@@ -1288,6 +1332,7 @@ class UDXStream:
         sock = self._socket
         assert sock is not None and self._send_addr is not None
         for d, _ in early:
+            self.udx.early_bytes -= len(d)
             out = d[:4] + self._remote_id_le + d[8:]
             sock.send_datagrams([out], self._send_addr)
             sock.stats.relayed_packets += 1
@@ -1456,7 +1501,8 @@ class UDXStream:
 
     def pass_on(self, buf: memoryview, arrival: UDXSocket) -> bool:
         """A datagram this stream's relay partner received: to this stream's peer with its id
-        (True), or held until this stream knows its peer (at most EARLY_PACKETS)."""
+        (True), or held until this stream knows its peer (at most EARLY_PACKETS, EARLY_BYTES_TOTAL
+        over all streams)."""
         st = arrival.stats
         dst, sock = self._send_addr, self._socket
         if dst is not None and sock is not None:
@@ -1465,8 +1511,9 @@ class UDXStream:
             st.relayed_packets += 1
             st.relayed_bytes += len(buf)
             return True
-        if len(self._early) < EARLY_PACKETS:
+        if len(self._early) < EARLY_PACKETS and self.udx.early_bytes + len(buf) <= EARLY_BYTES_TOTAL:
             self._early.append((bytes(buf), arrival))
+            self.udx.early_bytes += len(buf)
         else:
             st.drop("relay_unconnected")
         return False
@@ -1568,6 +1615,8 @@ class UDXStream:
             self._core.consumed(len(data))
             self._call(self.on_data, data)
         else:
+            if self._readq is None:
+                self._readq = deque()
             self._readq.append(data)
             self._wake_reader()
 
@@ -1623,7 +1672,8 @@ class UDXStream:
             w.set_result(None)
         if self._closed_fut is not None and not self._closed_fut.done():
             self._closed_fut.set_result(None)
-        for _, held_by in self._early:
+        for d, held_by in self._early:
+            self.udx.early_bytes -= len(d)
             held_by.stats.drop("relay_unconnected")
         self._early = []
         partners = self._relayed_from

@@ -82,7 +82,7 @@ async def test_wizard_layout_footer_keeps_quit_monitor_and_step_keys_at_80_colum
             await screen._show(index)
             await wait_until(pilot, lambda s=s: not s.busy, f"step {index + 1} idle")
             width = size[0]
-            wanted = {"q": "Quit", "m": "Monitor", "n": "Next"} | {
+            wanted = {"q": "Quit", "m": "Monitor", "n": "Next", "l": "Log"} | {
                 b.key: b.description for b in s.STEP_BINDINGS if b.show and s.has_action(b.action[6:-2])
             }
 
@@ -97,6 +97,9 @@ async def test_wizard_layout_footer_keeps_quit_monitor_and_step_keys_at_80_colum
                 await wait_until(pilot, lambda: not missing(), "footer settled", timeout=10)
             gone = missing()
             assert not gone, f"step {index + 1} ({s.TITLE}): not in the footer at {width} columns: {gone}"
+        last = screen.index
+        await pilot.press("b")  # shown in the footer or only on the nav bar's button: b goes back
+        await wait_until(pilot, lambda: screen.index == last - 1, "b went back")
 
 
 async def test_wizard_layout_failed_check_below_the_fold_is_scrolled_into_view(

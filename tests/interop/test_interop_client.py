@@ -326,6 +326,22 @@ async def test_interop_client_wizard_attaches_to_the_node_relay_by_key(
             assert app.screen.ctx.relay_key == node_relay.key
             await pilot.press("n")
             assert app.screen.index == 2  # on to the .env step with the key
+        # quit and come back: the relay runs elsewhere, so there is no runtime file to find; the
+        # resumed wizard must remember it was attached by key, not call it "not running"
+        app = WizardApp(WizardContext(sb.settings, demo=sb))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            ctx = app.screen.ctx
+            assert ctx.relay_key == node_relay.key and ctx.relay_external and ctx.relay_problem() is None
+            assert app.screen.index == 2
+            await pilot.press("b")
+            relay_step = step(app, "relay")
+            text = await wait_status(pilot, app, "relay", ("info",), timeout=10)
+            assert "Attached by key" in text and "probe it again" in text, text
+            assert relay_step.query_one("#relay-by-key", Input).value == node_relay.key
+            await pilot.press("k")  # the key is in its field: probe it again
+            text = await wait_status(pilot, app, "relay", ("ok", "error"), timeout=60)
+            assert "Attached by key" in text and ctx.relay_external, text
     finally:
         sb.close()
 

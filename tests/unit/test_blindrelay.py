@@ -363,6 +363,22 @@ def test_pending_caps_shed_the_heaviest_never_the_newcomer() -> None:
     assert dict(server.shed) == {"pending_per_session": 1, "pending_total": 1, "pending_timeout": 2}
 
 
+def test_self_pairs_leave_no_phantom_pending_so_the_total_cap_holds() -> None:
+    """A session pairing tokens with itself held each token once but counted it twice for its
+    host: after many self-pairs that host looked heaviest with nothing pending, the total cap
+    shed nothing there, and pending grew past the cap (seen as 301 > 256 under combined attacks)."""
+    server = BlindRelayServer(allocate_stream_id=counter(), max_pending_total=4)
+    hog, other = make(server, 2, owners=["10.0.0.9", "10.0.0.1"])
+    for i in range(50):
+        hog.pair(True, tok(i), 10 + i)
+        hog.pair(False, tok(i), 100 + i)
+    assert server.stats.pairings_matched == 50 and server._owners["10.0.0.9"].pending == 0
+    for i in range(20):
+        other.pair(True, tok(200 + i), 300 + i)
+        assert server.stats.pairings_pending <= 4
+    assert server.shed["pending_total"] == 16 and server._owners["10.0.0.1"].pending == 4
+
+
 def test_active_pairs_cap_sheds_the_self_pairing_hog() -> None:
     server = BlindRelayServer(allocate_stream_id=counter(), max_active_pairs=3)
     hog, x, y = make(server, 3, owners=["10.0.0.9", "10.0.0.1", "10.0.0.2"])

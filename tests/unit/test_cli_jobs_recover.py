@@ -251,3 +251,49 @@ def test_a_failing_delete_stops_before_any_create(tmp_path: Path, capsys: pytest
     assert "job job-001 not deleted" in err and "Stopped here" in err
     assert calls(d) == [] and job_ids(d) == ["job-001", "job-002"]  # the refused delete never reached the jobs
     assert len(records(d)) == 1  # saved before the attempt, kept
+
+
+def test_a_dead_relay_from_the_wizard_refuses_yes_and_deletes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The wizard's step-6 guard, headless: the relay its step 2 started was killed (-9 leaves its
+    runtime file): a recreated job would stay in Creating, so --yes refuses until it runs again."""
+    from cosmictui.ops import progress as progress_mod
+
+    d, cfg = _deploy(tmp_path, TEMPLATE)
+    storage = tmp_path / "relay"
+    storage.mkdir()
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    key = "ab" * 32
+    runtime = {"pid": gone.pid, "key": key, "host": "127.0.0.1", "port": 49737, "metrics": None, "started_at": 1.0}
+    (storage / "relay-runtime.json").write_text(json.dumps(runtime))
+    p = progress_mod.WizardProgress(deployment=str(d), relay_key=key, relay_storage=str(storage))
+    progress_mod.save_progress(p)
+
+    rc, out = run(cfg, "job-001")  # the plan says so, and how --yes will behave
+    assert rc == cli.NOT_CONFIRMED and f"pid {gone.pid} is gone" in out and "--yes will refuse" in out
+    rc, out = run(cfg, "job-001", "--yes")
+    err = capsys.readouterr().err
+    assert rc == cli.FAILED and "is not running" in err and "Nothing deleted" in err and "--no-relay-check" in err
+    assert calls(d) == [] and job_ids(d) == ["job-001", "job-002"] and records(d) == []
+
+    rc, out = run(cfg, "job-001", "--yes", "--json")  # programs get the same refusal as JSON
+    doc = strict(out)
+    assert rc == cli.FAILED and doc["exit_code"] == 1 and "is not running" in doc["error"]
+    assert calls(d) == []
+
+    p.relay_external = True  # attached by key: it runs elsewhere, nothing local to check
+    progress_mod.save_progress(p)
+    rc, out = run(cfg, "job-001", "--yes")
+    assert rc == 0, out
+    p.relay_external = False
+    progress_mod.save_progress(p)
+    rc, out = run(cfg, "job-002", "--yes", "--no-relay-check")  # the operator knows better
+    assert rc == 0, out
+    assert calls(d) == [
+        "jobs delete job-001",
+        "jobs create --name llama train --gpu a100",
+        "jobs delete job-002",
+        "jobs create --name eval --gpu h100",
+    ]

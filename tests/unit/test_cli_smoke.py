@@ -227,11 +227,11 @@ def test_scraper_flags_and_fair_share_limits_parse() -> None:
     assert (args.scraper_public_key, args.scraper_secret, args.scraper_alias) == ("ab" * 32, "cd" * 32, "r1")
     assert parse_args(["--scraper-alias"]).scraper_alias == ""  # paparam's `[value]`: the value is optional
     assert parse_args([]).metrics is None  # no --metrics: the default address, with a fallback if taken
-    flags = ["--session-idle-timeout", "5", "--silent-pair-timeout", "2.5", "--max-control-frame", "4096"]
+    flags = ["--session-idle-timeout", "5", "--silent-pair-timeout", "2.5", "--max-control-frame", "2048"]
     flags += ["--busy-address-sessions", "16", "--handshake-budget", "50"]
     args = parse_args(flags)
     lim = _limits(args)
-    assert (lim.session_idle_timeout, lim.silent_pair_timeout, lim.max_control_frame) == (5.0, 2.5, 4096)
+    assert (lim.session_idle_timeout, lim.silent_pair_timeout, lim.max_control_frame) == (5.0, 2.5, 2048)
     assert (lim.busy_address_sessions, lim.handshake_budget_per_second) == (16, 50.0)
     extra = _unit_extra_args(args)  # a systemd unit runs the relay with exactly these limits
     for flag in flags[::2]:

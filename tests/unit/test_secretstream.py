@@ -301,7 +301,7 @@ def test_errors_mid_chunk_leave_no_dangling_buffers_for_the_collector() -> None:
             assert _messages(res)[0] == b"ok" * 10
             chunk.release()
             wire += b"x"  # BufferError if anything still views the chunk
-            res.self_ref = res  # type: ignore[attr-defined]  # put the stream in a cycle
+            res._out.append(res)  # type: ignore[arg-type]  # put the stream in a cycle
             del ini, res, wire, chunk
         gc.collect()
 

@@ -259,6 +259,53 @@ async def test_udx_relay_local_destroy_closes_partner_and_sends_nothing() -> Non
     udx.close()
 
 
+async def test_udx_relay_holds_early_packets_within_one_budget_for_all_streams(
+    batched: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Packets for a relay partner that has not connected yet are held per stream (EARLY_PACKETS)
+    and within one byte budget for all streams: a pairing flood whose second sides never speak
+    cannot park 64 packets on each of thousands of streams. Released bytes are given back."""
+    from relay.udx import runtime
+
+    monkeypatch.setattr(runtime, "EARLY_BYTES_TOTAL", 5000)
+    udx = UDX()
+    sock = await udx.create_socket(LOOP, 0, use_mmsg=batched)
+    ea = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    ea.bind((LOOP, 0))
+    relay = (LOOP, sock.port)
+
+    def connect_on_first(stream, s, addr):  # type: ignore[no-untyped-def]
+        stream.connect(s, 7, addr)
+        return False
+
+    pairs = []
+    for _ in range(3):
+        a = udx.create_stream(firewall=connect_on_first)
+        b = udx.create_stream(firewall=connect_on_first)
+        a.relay_to(b)
+        b.relay_to(a)
+        pairs.append((a, b))
+    sent = 0
+    for a, _b in pairs:
+        for seq in range(3):
+            ea.sendto(encode(DATA, a.id, DEFAULT_RWND, seq, 0, b"x" * 1000), relay)
+            sent += 1
+    await wait_for(lambda: sock.stats.received_packets >= sent)
+    # 4 x 1,020 B fit in 5,000 (3 for the first pair, 1 for the second); the rest are dropped
+    assert [len(b._early) for _a, b in pairs] == [3, 1, 0] and udx.early_bytes == 4 * 1020
+    assert sock.stats.dropped_by_cause.get("relay_unconnected") == sent - 4
+    pairs[0][1].destroy()  # a stream closing gives its held bytes back ...
+    assert udx.early_bytes == 1020
+    ed = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    ed.bind((LOOP, 0))
+    for _a, b in pairs[1:]:  # ... and so does one that connects: what it held is forwarded
+        ed.sendto(encode(HEARTBEAT, b.id, DEFAULT_RWND, 0, 0), relay)
+    await wait_for(lambda: udx.early_bytes == 0)
+    ea.close()
+    ed.close()
+    udx.close()
+
+
 async def test_udx_socket_survives_100k_bad_datagrams_and_counts_them(batched: bool) -> None:
     """Random and damaged datagrams never raise out of the loop, are all counted as dropped, and
     memory stays flat; the live stream still works afterwards."""
