@@ -7,7 +7,8 @@ back at the same time). Rounds alternate Node / Python. Reported per relay: forw
 (payload bytes / wall time), the relay process's CPU seconds (user+sys, psutil) per GB of
 payload and per forwarded packet, and the Python/Node ratios.
 
-    python benchmarks/udx_forward.py --mb 256 --rounds 5 [--both] [--portable] [--no-gso] [--profile]
+    python benchmarks/udx_forward.py --mb 256 --rounds 5 [--both] [--portable] [--no-gso] [--coalesce] [--profile]
+    python benchmarks/udx_forward.py --echo 400 [--echo-bulk-mb 128 --echo-gap-ms 2]   # ping round trips
     python benchmarks/udx_forward.py --pairs 8 --mb 256 --rounds 3     # 8 pairs at once, 256 MB in all
     python benchmarks/udx_forward.py --rss-pairs 1000 --rounds 3        # RSS with 1,000 active pairs
 
@@ -15,7 +16,10 @@ payload and per forwarded packet, and the Python/Node ratios.
 one socket per endpoint) and reports aggregate throughput and CPU per GB. `--rss-pairs N`
 sets up N pairs (50 endpoints per socket), has every pair carry 16 KiB each way, and reports
 the relay process's RSS while all of them are live. Rounds alternate which relay goes first.
-`--no-gso` also runs the Python relay with UDX_NO_GSO=1. `--profile` adds one Python round
+`--no-gso` also runs the Python relay with UDX_NO_GSO=1, `--coalesce` with receive coalescing
+(UDX_COALESCE_US, `--coalesce-us`, default 100). `--echo N`: N ping round trips per round
+through the relay (raw UDP sockets as the two peers of one pair; `--echo-bulk-mb`: while two
+udx-native peers move that much on another pair of the same relay). `--profile` adds one Python round
 under cProfile and prints where the relay's time goes.
 """
 
@@ -125,7 +129,7 @@ class Result:
 ENVS = {
     "portable": {"UDX_NO_MMSG": "1"},
     "no-gso": {"UDX_NO_GSO": "1"},
-    "no-coalesce": {"UDX_COALESCE_US": "0"},
+    "coalesce": {"UDX_COALESCE_US": "100"},
 }
 
 
@@ -357,7 +361,7 @@ LABELS = {
     "python": "Python relay.udx relay_to",
     "no-gso": "Python, UDX_NO_GSO=1 (sendmmsg, no GSO/GRO)",
     "portable": "Python, per-datagram reader (no mmsg)",
-    "no-coalesce": "Python, UDX_COALESCE_US=0 (no receive coalescing)",
+    "coalesce": "Python, UDX_COALESCE_US=100 (receive coalescing)",
 }
 
 
@@ -377,20 +381,20 @@ async def main() -> None:
         "--portable", action="store_true", help="also run the Python relay without recvmmsg/sendmmsg (UDX_NO_MMSG=1)"
     )
     ap.add_argument("--no-gso", action="store_true", help="also run the Python relay with UDX_NO_GSO=1")
-    ap.add_argument("--no-coalesce", action="store_true", help="also run the Python relay with UDX_COALESCE_US=0")
+    ap.add_argument("--coalesce", action="store_true", help="also run the Python relay with UDX_COALESCE_US=100")
     ap.add_argument("--echo", type=int, default=0, help="measure this many ping round trips per round instead")
     ap.add_argument("--echo-gap-ms", type=float, default=5.0, help="idle time between pings")
     ap.add_argument(
         "--echo-bulk-mb", type=int, default=0, help="with --echo: a bulk transfer on another pair meanwhile"
     )
-    ap.add_argument("--coalesce-us", type=int, help="UDX_COALESCE_US for the Python relay (default: its own)")
+    ap.add_argument("--coalesce-us", type=int, default=100, help="with --coalesce: the hold (UDX_COALESCE_US)")
     args = ap.parse_args()
-    if args.coalesce_us is not None:
-        ENVS["python"] = {"UDX_COALESCE_US": str(args.coalesce_us)}
+    ENVS["coalesce"] = {"UDX_COALESCE_US": str(args.coalesce_us)}
+    LABELS["coalesce"] = f"Python, UDX_COALESCE_US={args.coalesce_us} (receive coalescing)"
     size = args.mb * MB
     kinds = (
         ["node", "python"]
-        + (["no-coalesce"] if args.no_coalesce else [])
+        + (["coalesce"] if args.coalesce else [])
         + (["no-gso"] if args.no_gso else [])
         + (["portable"] if args.portable else [])
     )

@@ -1,5 +1,5 @@
 """The forwarding fast path across a lossy link: Python relay with GSO/GRO, with UDX_NO_GSO=1, with
-UDX_COALESCE_US=0 (no receive coalescing), and the Node relay, in the namespace topology of
+UDX_COALESCE_US=100 (receive coalescing), and the Node relay, in the namespace topology of
 benchmarks/blocked_network_bench.py (its `Wan`: two NATed LANs, a userspace delay line per
 uplink, nftables loss on the wan). Issue #12.
 
@@ -10,9 +10,14 @@ through the relay, and the relay process's CPU-seconds per GB crossing it (echo 
 Needs root, `ip`, `nft` and the npm packages of tests/interop (as the topology does).
 
 `--gro` turns generic receive offload on for every veth of the topology (the legacy ethtool
-ioctl ETHTOOL_SGRO, so no ethtool binary is needed; on veth it also switches the device to
-NAPI, which is what lets GRO coalesce) and prints what each device reports afterwards. The
-Python relay's socket asks for UDP_GRO, so runs of one peer arrive coalesced; `/stats` shows it.
+ioctls, so no ethtool binary is needed) and prints what each device reports afterwards. On
+this kernel that alone merges nothing: a veth takes the GRO (NAPI) path only for datagrams its
+peer sent without TSO, and each datagram from a userspace sender is polled on its own. So on
+the relay host's uplink `--gro` also turns TSO off on the bridge port facing it and sets a
+GRO flush timeout (`--gro-flush-us`, sysfs `gro_flush_timeout`): the kernel then hands the
+relay's UDP_GRO socket runs of one peer as one buffer. `--probe-gro` shows it on one veth
+pair in namespaces of its own: 800 datagrams of 1,200 bytes from a userspace sender to a
+UDP_GRO socket, for each combination of these settings, and how many buffers they arrived in.
 """
 
 from __future__ import annotations
@@ -28,42 +33,113 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.blocked_network_bench import Wan, cpu_seconds, warm_up
 
-#: Run inside a namespace: turn GRO on (argv[1] = 1) for each device named after it, print the
-#: state read back (ETHTOOL_GGRO) per device, or the errno the kernel answered.
-GRO_SET = """import fcntl, socket, struct, sys
-ETHTOOL_GGRO, ETHTOOL_SGRO, SIOCETHTOOL = 0x2B, 0x2C, 0x8946
+#: Run inside a namespace: `gro|tso 0|1 DEV...` sets the feature with the legacy ethtool ioctl
+#: (ETHTOOL_SGRO / ETHTOOL_STSO) and prints what each device reports back, or the errno.
+ETHTOOL_SET = """import ctypes, fcntl, socket, struct, sys
+CMDS = {"gro": (0x2B, 0x2C), "tso": (0x1E, 0x1F)}
+SIOCETHTOOL = 0x8946
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 def ethtool(dev, cmd, data=0):
     value = bytearray(struct.pack("=II", cmd, data))
-    ifr = struct.pack("16sP16x", dev.encode(), __import__("ctypes").addressof(
-        (__import__("ctypes").c_char * 8).from_buffer(value)))
+    ifr = struct.pack("16sP16x", dev.encode(), ctypes.addressof((ctypes.c_char * 8).from_buffer(value)))
     fcntl.ioctl(s.fileno(), SIOCETHTOOL, ifr)
     return struct.unpack("=II", value)[1]
-for dev in sys.argv[2:]:
+get, put = CMDS[sys.argv[1]]
+for dev in sys.argv[3:]:
     try:
-        ethtool(dev, ETHTOOL_SGRO, int(sys.argv[1]))
-        print(dev, "gro", "on" if ethtool(dev, ETHTOOL_GGRO) else "off")
+        ethtool(dev, put, int(sys.argv[2]))
+        print(dev, sys.argv[1], "on" if ethtool(dev, get) else "off")
     except OSError as e:
-        print(dev, "refused", e.errno)
+        print(dev, sys.argv[1], "refused", e.errno)
 """
 
 
-def enable_gro(wan: Wan) -> list[str]:
-    """GRO on for every interface of every namespace of the topology; what each reports."""
+def _ns_exec(ns: str, *argv: str) -> str:
+    r = subprocess.run(["ip", "netns", "exec", ns, *argv], capture_output=True, text=True)
+    return (r.stdout + r.stderr).strip()
+
+
+def enable_gro(wan: Wan, flush_us: int) -> list[str]:
+    """GRO on for every veth of the topology, and on the relay host's uplink what makes veth
+    GRO actually merge (found on this kernel, 6.18): the sending veth (the bridge port facing
+    the relay) without TSO, so forwarded datagrams take the receiver's NAPI path, and a GRO
+    flush timeout on the receiving one, so datagrams polled one by one still merge. What each
+    device reports afterwards is returned."""
     out = []
     for ns in wan.topo.namespaces:
         links = subprocess.run(["ip", "-n", ns, "-o", "link", "show"], capture_output=True, text=True).stdout
-        devs = [
-            ln.split(":")[1].strip().split("@")[0] for ln in links.splitlines() if "veth" in ln or "link/ether" in ln
-        ]
-        devs = [d for d in devs if d != "lo" and not d.startswith("br")]
-        if not devs:
-            continue
-        r = subprocess.run(
-            ["ip", "netns", "exec", ns, sys.executable, "-c", GRO_SET, "1", *devs], capture_output=True, text=True
-        )
-        out += [f"{ns}: {ln}" for ln in (r.stdout + r.stderr).strip().splitlines()]
+        devs = [ln.split(":")[1].strip().split("@")[0] for ln in links.splitlines() if "link/ether" in ln]
+        devs = [d for d in devs if not d.startswith("br")]
+        if devs:
+            out += [
+                f"{ns}: {ln}" for ln in _ns_exec(ns, sys.executable, "-c", ETHTOOL_SET, "gro", "1", *devs).splitlines()
+            ]
+    wan_ns, relay_ns = wan.topo.ns("wan"), wan.topo.ns("relay")
+    out.append(f"{wan_ns}: " + _ns_exec(wan_ns, sys.executable, "-c", ETHTOOL_SET, "tso", "0", "prelay"))
+    sysfs = (
+        f"echo {flush_us * 1000} > /sys/class/net/wan0/gro_flush_timeout; "
+        "echo 2 > /sys/class/net/wan0/napi_defer_hard_irqs; "
+        "echo gro_flush_timeout $(cat /sys/class/net/wan0/gro_flush_timeout) ns"
+    )
+    out.append(f"{relay_ns}: wan0 " + _ns_exec(relay_ns, "sh", "-c", sysfs))
     return out
+
+
+PROBE_RECEIVER = """import socket, struct
+r = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+r.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+r.bind(("10.9.0.2", 9000)); r.setsockopt(17, 104, 1); r.settimeout(1)
+print("ready", flush=True)
+got = []
+try:
+    while True:
+        d, anc, _, _ = r.recvmsg(65536, 64)
+        seg = [struct.unpack("=H", c[2][:2])[0] for c in anc if c[0] == 17 and c[1] == 104]
+        got.append((len(d), seg[0] if seg else 0))
+except socket.timeout:
+    pass
+print(len(got), sum(-(-n // g) if g else 1 for n, g in got), max((n for n, _ in got), default=0))
+"""
+PROBE_SENDER = """import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for _ in range(800):
+    s.sendto(b"x" * 1200, ("10.9.0.2", 9000))
+"""
+
+
+def probe_gro(flush_us: int) -> None:
+    """One veth pair (namespaces named after this pid): which settings make GRO merge."""
+    a, b = f"gsoprobe{os.getpid()}a", f"gsoprobe{os.getpid()}b"
+    for ns in (a, b):
+        subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        subprocess.run(
+            ["ip", "link", "add", "v0", "netns", a, "type", "veth", "peer", "name", "v1", "netns", b], check=True
+        )
+        for ns, dev, addr in ((a, "v0", "10.9.0.1/24"), (b, "v1", "10.9.0.2/24")):
+            subprocess.run(["ip", "-n", ns, "link", "set", dev, "up"], check=True)
+            subprocess.run(["ip", "-n", ns, "addr", "add", addr, "dev", dev], check=True)
+        print("| receiving veth GRO | sending veth TSO | GRO flush timeout | buffers for 800 datagrams | largest |")
+        print("|---|---|---:|---:|---:|")
+        for gro, tso, flush in ((0, 1, 0), (1, 1, 0), (1, 1, flush_us), (1, 0, 0), (1, 0, flush_us)):
+            _ns_exec(b, sys.executable, "-c", ETHTOOL_SET, "gro", str(gro), "v1")
+            _ns_exec(a, sys.executable, "-c", ETHTOOL_SET, "tso", str(tso), "v0")
+            _ns_exec(b, "sh", "-c", f"echo {flush * 1000} > /sys/class/net/v1/gro_flush_timeout")
+            rx = subprocess.Popen(
+                ["ip", "netns", "exec", b, sys.executable, "-c", PROBE_RECEIVER], stdout=subprocess.PIPE, text=True
+            )
+            assert rx.stdout is not None
+            rx.stdout.readline()
+            _ns_exec(a, sys.executable, "-c", PROBE_SENDER)
+            buffers, datagrams, largest = rx.stdout.read().split()
+            rx.wait()
+            print(
+                f"| {'on' if gro else 'off'} | {'on' if tso else 'off'} | {flush} µs | {buffers} "
+                f"({datagrams} datagrams) | {largest} B |"
+            )
+    finally:
+        for ns in (a, b):
+            subprocess.run(["ip", "netns", "del", ns])
 
 
 def main() -> None:
@@ -73,16 +149,21 @@ def main() -> None:
     ap.add_argument("--mib", type=int, default=12, help="echoed per round (the peer writes it at once: < 16)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--gro", action="store_true", help="turn GRO on for the topology's veths first")
+    ap.add_argument("--gro-flush-us", type=int, default=100, help="with --gro: the relay uplink's GRO flush timeout")
+    ap.add_argument("--probe-gro", action="store_true", help="only probe which veth settings make GRO merge")
     args = ap.parse_args()
+    if args.probe_gro:
+        probe_gro(args.gro_flush_us)
+        return
     nbytes = args.mib << 20
     results: dict[str, list[tuple[float, float]]] = {}
     with Wan(delay_ms=args.delay_ms, loss_percent=args.loss) as wan:
         if args.gro:
-            for line in enable_gro(wan):
+            for line in enable_gro(wan, args.gro_flush_us):
                 print(line, flush=True)
         probe = wan.probe_rtt()
         relays = {"node": wan.start_relay("node"), "python": wan.start_relay("python")}
-        for name, value in (("UDX_NO_GSO", "1"), ("UDX_COALESCE_US", "0")):
+        for name, value in (("UDX_NO_GSO", "1"), ("UDX_COALESCE_US", "100")):
             os.environ[name] = value  # inherited by the next relay process only
             try:
                 relays[f"python {name}={value}"] = wan.start_relay("python")

@@ -11,15 +11,20 @@ Layers (sans-IO core, one asyncio runtime):
   (`relay.udx.congestion.NewReno`) and loss-recovery timing (`relay.udx.recovery`) are
   modules of their own.
 - `relay.udx.runtime` — `UDX`, `UDXSocket`, `UDXStream` below; one clock, the event loop's.
-- `relay.udx.mmsg` — recvmmsg/sendmmsg batches with UDP GSO/GRO for the relay's fast path.
+- `relay.udx.mmsg` — recvmmsg/sendmmsg batches with UDP GSO/GRO for the relay's fast path,
+  and the timerfd of receive coalescing.
+- `relay.udx.moderation` — receive coalescing's sans-IO decision: after a burst that did not
+  fill the batch the reader can pause for a short hold (`UDX_COALESCE_US`, e.g. 100; off by
+  default: it pays only for saturated flows), so the next read takes more at once.
 
 Public asyncio API (names are stable)::
 
     udx = UDX()                                   # one stream-id table (a libudx instance)
-    sock = await udx.create_socket("0.0.0.0", 49737, on_datagram=handler, use_mmsg=None)
+    sock = await udx.create_socket("0.0.0.0", 49737, on_datagram=handler, use_mmsg=None, coalesce_us=None)
     #   use_mmsg None: recvmmsg/sendmmsg batches on Linux (UDX_NO_MMSG=1 turns them off);
     #   use_gso None: UDP GSO/GRO with them where the kernel has them (UDX_NO_GSO=1 turns them
-    #   off); sock.gso, sock.gro, sock.offload() -> {gso, gro, gso_fallbacks} for /stats
+    #   off); sock.gso, sock.gro, sock.offload() -> {gso, gro, gso_fallbacks} for /stats;
+    #   coalesce_us None: receive-coalescing hold from UDX_COALESCE_US (0 = off)
     #   handler(data: bytes, addr: (host, port)) gets every datagram that is not a UDX packet
     #   for a live stream of `udx` (dht-rpc shares the socket this way); send yours with
     #   sock.send(data, addr). sock.address, sock.port, sock.stats (SocketStats counters:

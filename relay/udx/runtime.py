@@ -5,8 +5,17 @@ The socket is read with `loop.add_reader` and drained in batches instead of one
 one `recvmmsg` and forwarded packets leave with one `sendmmsg`, runs of one stream's packets as
 UDP_SEGMENT entries (`relay.udx.mmsg`); `_batch_by_runs` is the relay's hot path and works per
 run, not per packet. Elsewhere `_on_readable` reads one datagram at a time into a reused buffer.
-A relayed stream forwards only what comes from its peer's address. Time is the event loop's
-clock (`loop.time()`), the one timers are scheduled on.
+A batch whose datagrams are all fast-path ones is forwarded stream by stream (order kept per
+stream, not across streams), so one stream's run is not cut at every ACK of the other
+direction. With UDX_COALESCE_US set, after a burst that did not fill the batch the reader
+pauses for a short hold (`relay.udx.moderation`, a timerfd) so the next read gathers more. A relayed stream forwards
+only what comes from its peer's address. Time is the event loop's clock (`loop.time()`), the
+one timers are scheduled on; the hold's timerfd is armed with a duration, not a time.
+
+Socket and stream talk through small public methods (UDXSocket.schedule_flush, note_input,
+send_datagrams, wire_address, batching, backlogged; UDXStream.relay_datagram, pass_on,
+receive_datagram, passes_firewall, route_from, send_pending, `route`); the portable reader's
+per-datagram fast path still reads stream fields directly, where a property per packet costs.
 """
 
 from __future__ import annotations
@@ -466,6 +475,7 @@ class UDXSocket:
         lens = io.lens
         rq = io.rhdr_q
         got = 0
+        merged = False
         for _ in range(RECV_ROUNDS):
             count = io.recv()
             if count == 0:
@@ -477,6 +487,7 @@ class UDXSocket:
             st.received_packets += count
             st.received_bytes += sum(lens[14 : count * 16 : 16])
             if io.gro and any(rq[5 : count * 8 : 8]):
+                merged = True
                 self._batch_per_slot(io, count)
             else:
                 self._batch_by_runs(io, count)
@@ -486,14 +497,15 @@ class UDXSocket:
                 break
         mod = self._moderation
         if mod is not None and not self.closed:
-            self._moderate(mod, got)
+            self._moderate(mod, got, merged)
 
-    def _moderate(self, mod: Moderation, got: int) -> None:
-        """After a wake that read `got` entries: pause reading for a hold, or read on."""
+    def _moderate(self, mod: Moderation, got: int, merged: bool) -> None:
+        """After a wake that read `got` entries (`merged`: some were GRO runs): pause reading
+        for a hold, or read on."""
         io = self._mmsg
         timer = self._hold_timer
         assert io is not None and timer is not None
-        if mod.after_batch(got, io.batch, self.loop.time()) is not None:
+        if mod.after_batch(got, io.batch, self.loop.time(), coalesced=merged) is not None:
             try:
                 timer.arm(mod.hold)
             except OSError:

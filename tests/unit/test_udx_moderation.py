@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from relay.udx.moderation import DEFAULT_HOLD_US, MAX_HOLD_US, MIN_BATCH, Moderation, hold_from_env
+from relay.udx.moderation import DEFAULT_HOLD_US, MAX_HOLD_US, MIN_BATCH, RETRY_AFTER, Moderation, hold_from_env
 
 BATCH = 64
 HOLD = 200e-6
@@ -62,6 +62,27 @@ def test_release_without_a_hold_is_a_no_op_and_an_early_timer_still_releases() -
     assert m.release(deadline - HOLD / 2)  # a hold ends no later than its timer
 
 
+def test_a_hold_that_gathered_too_little_pauses_holding_for_a_while() -> None:
+    """A slow path: bursts come, but little arrives during a hold. After such a hold, bursts
+    are read without holding until RETRY_AFTER has passed, then a hold is tried again."""
+    m = Moderation(HOLD)
+    now = 1.0
+    assert m.after_batch(8, BATCH, now) is not None
+    now += HOLD
+    assert m.release(now)
+    assert m.after_batch(1, BATCH, now) is None  # the hold gathered one datagram
+    assert m.after_batch(8, BATCH, now + RETRY_AFTER / 2) is None  # a burst, but not worth it now
+    assert not m.holding
+    assert m.after_batch(8, BATCH, now + RETRY_AFTER) is not None  # tried again
+
+
+def test_runs_the_kernel_already_merged_are_not_held() -> None:
+    """GRO buffers in the wake: the kernel moderates already (its flush timeout), no hold."""
+    m = Moderation(HOLD)
+    assert m.after_batch(10, BATCH, 1.0, coalesced=True) is None
+    assert m.after_batch(10, BATCH, 1.0) is not None
+
+
 def test_zero_hold_is_off() -> None:
     m = Moderation(0.0)
     for count in (1, MIN_BATCH, 10, BATCH - 1):
@@ -69,7 +90,7 @@ def test_zero_hold_is_off() -> None:
 
 
 def test_hold_from_env() -> None:
-    assert hold_from_env({}) == DEFAULT_HOLD_US / 1e6
+    assert hold_from_env({}) == DEFAULT_HOLD_US / 1e6 == 0.0  # off unless asked for
     assert hold_from_env({"UDX_COALESCE_US": "0"}) == 0.0
     assert hold_from_env({"UDX_COALESCE_US": "350"}) == 350e-6
     assert hold_from_env({"UDX_COALESCE_US": "junk"}) == 0.0
