@@ -624,8 +624,9 @@ class BlindRelayServer:
             self.stats.pairings_pending += 1
         elif pair.links[side] is not None:
             return
-        session._pairing[key] = None
-        self._owner(session.owner).pending += 1
+        if key not in session._pairing:  # a session pairing with itself holds the token once
+            session._pairing[key] = None
+            self._owner(session.owner).pending += 1
         self.stats.pairings_requested += 1
         pair.links[side] = _Link(session, m.is_initiator, m.id, key)
         a, b = pair.links
@@ -671,9 +672,12 @@ class BlindRelayServer:
         """Total pending cap: the heaviest owner's heaviest session loses its oldest pending token."""
         owner = max(self._owners.values(), key=lambda o: o.pending)
         victim = max(owner.sessions, key=lambda s: len(s._pairing))
-        if not victim._pairing:
+        if victim._pairing:
+            oldest = next(iter(victim._pairing))
+        elif self._pairing:  # counts out of step (never expected): the cap still holds, the oldest goes
+            oldest = next(iter(self._pairing))
+        else:
             return
-        oldest = next(iter(victim._pairing))
         self.shed[SHED_PENDING_TOTAL] += 1
         self._cancel_pending(oldest, self._pairing[oldest])
 
