@@ -59,8 +59,10 @@ ATTACKS: dict[str, tuple[str, dict[str, Any]]] = {
         {"attack": "selfpair", "sessions": 1, "pairs": 8192, "early": 64},
     ),
     "handshakes": (
-        "64 hosts do valid handshakes at 500/s (legit pairs during the flood)",
-        {"attack": "handshakes", "rate": 500, "seconds": 20, "hosts": 64},
+        "64 hosts do valid handshakes at 500/s (legit pairs during the flood, from its 8th second)",
+        # settle: the legit pairs start once the flood has run that long (the old relay's receive
+        # queue was full by then); seconds: the flood's length at most (it ends with the pairs)
+        {"attack": "handshakes", "rate": 500, "seconds": 60, "hosts": 64, "settle": 8},
     ),
     "combined": (
         # self-pairing past the active-pairs cap (8,192 fresh tokens every 15 s, 8 early packets
@@ -229,6 +231,7 @@ def legit_pairs(bootstrap: str, relay: Relay, pairs: int = 4) -> tuple[int, floa
 
 def run_attack(name: str, kind: str, bootstrap: str, tree: Path, scale: float) -> dict[str, Any]:
     opts, nhosts = scaled_options(ATTACKS[name][1], scale)
+    settle = float(opts.pop("settle", 0))
     with tempfile.TemporaryDirectory(prefix="attacks-") as tmp:
         relay = Relay(kind, bootstrap, Path(tmp), tree)
         try:
@@ -248,6 +251,7 @@ def run_attack(name: str, kind: str, bootstrap: str, tree: Path, scale: float) -
             assert attack.stdout is not None
             ready = json.loads(attack.stdout.readline() or "{}")
             in_place = time.monotonic() - t0
+            time.sleep(settle)
             ok, setup, errors = legit_pairs(bootstrap, relay)
             out, err = attack.communicate(timeout=300)
             last = relay.stats() if relay.stats_url else {}
@@ -258,6 +262,7 @@ def run_attack(name: str, kind: str, bootstrap: str, tree: Path, scale: float) -
                 "options": ATTACKS[name][1],
                 "scale": scale,
                 "hosts": nhosts,
+                "settle": settle,
                 "attack_seconds_to_place": round(in_place, 1),
                 "attacker_opened": ready.get("opened"),
                 "attacker_closed_by_relay": done.get("closed"),

@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import pstats
+import socket
 import statistics
 import sys
 import tempfile
@@ -120,7 +122,11 @@ class Result:
         return self.cpu / max(self.packets, 1) * 1e6
 
 
-ENVS = {"portable": {"UDX_NO_MMSG": "1"}, "no-gso": {"UDX_NO_GSO": "1"}}
+ENVS = {
+    "portable": {"UDX_NO_MMSG": "1"},
+    "no-gso": {"UDX_NO_GSO": "1"},
+    "no-coalesce": {"UDX_COALESCE_US": "0"},
+}
 
 
 async def start_relay(kind: str, *ids: str, profile: str | None = None) -> Proc:
@@ -140,7 +146,8 @@ async def offload_summary(kind: str, relay: Proc) -> str:
         return f"gso {st['offload']['gso']}, no segmented sends"
     return (
         f"{st['gso_segments'] / st['gso_sends']:.1f} datagrams/GSO send, "
-        f"{100 * st['gso_segments'] / max(st['relayed_packets'], 1):.0f}% segmented"
+        f"{100 * st['gso_segments'] / max(st['relayed_packets'], 1):.0f}% segmented, {st.get('holds', 0)} holds, "
+        f"{st['received_packets'] / max(st.get('reads', 0), 1):.1f} datagrams/read"
     )
 
 
@@ -195,6 +202,79 @@ async def one_round(kind: str, size: int, both: bool, profile: str | None = None
     finally:
         for p in (a, d, relay):
             await p.stop()
+
+
+async def echo_round(kind: str, samples: int, gap: float, bulk: int) -> list[float]:
+    """Round trips (seconds) of one small datagram through the relay and straight back: raw
+    UDP sockets as two peers of one relayed pair, one ping every `gap` seconds. With `bulk`,
+    two udx-native peers on a second pair of the same relay move that many bytes meanwhile."""
+    from relay.udx.packet import DEFAULT_RWND, HEARTBEAT, encode
+
+    loop = asyncio.get_running_loop()
+    pa_id, pd_id = 0xE0000001, 0xE0000002
+    ea, ed = (socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(2))
+    for e in (ea, ed):
+        e.bind(("127.0.0.1", 0))
+        e.setblocking(False)
+    peers: list[Proc] = []
+    wanted = [[pa_id, pd_id]]
+    if bulk:
+        a = await Proc.start("node", str(PEER_JS))
+        d = await Proc.start("node", str(PEER_JS))
+        peers = [a, d]
+        ra, rd = await a.expect("ready"), await d.expect("ready")
+        wanted.append([ra["id"], rd["id"]])
+    relay = await start_relay(kind, json.dumps(wanted))
+    try:
+        info = await relay.expect("ready")
+        (rb, rc) = info["pairs"][0]
+        dst = ("127.0.0.1", info["port"])
+        # both ends speak first so the relay learns both addresses (the first may be dropped)
+        while True:
+            ed.sendto(encode(HEARTBEAT, rc, DEFAULT_RWND, 0, 0), dst)
+            ea.sendto(encode(HEARTBEAT, rb, DEFAULT_RWND, 0, 0), dst)
+            try:
+                await asyncio.wait_for(loop.sock_recv(ed, 2048), 0.2)
+                break
+            except TimeoutError:
+                continue
+        with contextlib.suppress(BlockingIOError):
+            while True:
+                ea.recv(2048)
+        bulk_task = None
+        if bulk:
+            a, d = peers
+            a.cmd(cmd="connect", remote_id=info["pairs"][1][0], port=info["port"])
+            d.cmd(cmd="connect", remote_id=info["pairs"][1][1], port=info["port"])
+            await a.expect("connected")
+            await d.expect("connected")
+            got_a = asyncio.ensure_future(a.expect("message"))
+            got_d = asyncio.ensure_future(d.expect("message"))
+            while not (got_a.done() and got_d.done()):
+                a.cmd(cmd="message", hex="00")
+                d.cmd(cmd="message", hex="00")
+                await asyncio.wait([got_a, got_d], timeout=0.05, return_when=asyncio.ALL_COMPLETED)
+            a.cmd(cmd="send", bytes=bulk, end=True)
+            bulk_task = asyncio.ensure_future(d.expect("data_end", 300))
+        rtts: list[float] = []
+        for seq in range(samples):
+            if bulk_task is not None and bulk_task.done():
+                break
+            t0 = time.perf_counter()
+            ea.sendto(encode(HEARTBEAT, rb, DEFAULT_RWND, seq, 0), dst)
+            await asyncio.wait_for(loop.sock_recv(ed, 2048), 10)
+            ed.sendto(encode(HEARTBEAT, rc, DEFAULT_RWND, seq, 0), dst)
+            await asyncio.wait_for(loop.sock_recv(ea, 2048), 10)
+            rtts.append(time.perf_counter() - t0)
+            await asyncio.sleep(gap)
+        if bulk_task is not None:
+            await bulk_task
+        return rtts
+    finally:
+        for p in (*peers, relay):
+            await p.stop()
+        ea.close()
+        ed.close()
 
 
 async def pairs_round(kind: str, npairs: int, size: int, per_socket: int = 1, rss_only: bool = False) -> Result:
@@ -277,6 +357,7 @@ LABELS = {
     "python": "Python relay.udx relay_to",
     "no-gso": "Python, UDX_NO_GSO=1 (sendmmsg, no GSO/GRO)",
     "portable": "Python, per-datagram reader (no mmsg)",
+    "no-coalesce": "Python, UDX_COALESCE_US=0 (no receive coalescing)",
 }
 
 
@@ -296,13 +377,38 @@ async def main() -> None:
         "--portable", action="store_true", help="also run the Python relay without recvmmsg/sendmmsg (UDX_NO_MMSG=1)"
     )
     ap.add_argument("--no-gso", action="store_true", help="also run the Python relay with UDX_NO_GSO=1")
+    ap.add_argument("--no-coalesce", action="store_true", help="also run the Python relay with UDX_COALESCE_US=0")
+    ap.add_argument("--echo", type=int, default=0, help="measure this many ping round trips per round instead")
+    ap.add_argument("--echo-gap-ms", type=float, default=5.0, help="idle time between pings")
+    ap.add_argument(
+        "--echo-bulk-mb", type=int, default=0, help="with --echo: a bulk transfer on another pair meanwhile"
+    )
+    ap.add_argument("--coalesce-us", type=int, help="UDX_COALESCE_US for the Python relay (default: its own)")
     args = ap.parse_args()
+    if args.coalesce_us is not None:
+        ENVS["python"] = {"UDX_COALESCE_US": str(args.coalesce_us)}
     size = args.mb * MB
-    kinds = ["node", "python"] + (["no-gso"] if args.no_gso else []) + (["portable"] if args.portable else [])
+    kinds = (
+        ["node", "python"]
+        + (["no-coalesce"] if args.no_coalesce else [])
+        + (["no-gso"] if args.no_gso else [])
+        + (["portable"] if args.portable else [])
+    )
     results: dict[str, list[Result]] = {k: [] for k in kinds}
     load0 = os.getloadavg()
+    echoes: dict[str, list[float]] = {k: [] for k in kinds}
     for r in range(args.rounds):
         for kind in kinds if r % 2 == 0 else kinds[::-1]:  # alternate who goes first
+            if args.echo:
+                rtts = await echo_round(kind, args.echo, args.echo_gap_ms / 1000, args.echo_bulk_mb * MB)
+                echoes[kind].extend(rtts)
+                q = statistics.quantiles(rtts, n=100)
+                print(
+                    f"round {r + 1} {kind:8}: {len(rtts)} round trips, median {1e6 * statistics.median(rtts):.0f} us, "
+                    f"p90 {1e6 * q[89]:.0f} us, p99 {1e6 * q[98]:.0f} us",
+                    flush=True,
+                )
+                continue
             if args.rss_pairs:
                 res = await pairs_round(kind, args.rss_pairs, args.rss_pairs * 16384, per_socket=50, rss_only=True)
                 results[kind].append(res)
@@ -321,6 +427,18 @@ async def main() -> None:
             )
     load1 = os.getloadavg()
     where = f"relay on 127.0.0.1, {os.cpu_count()} cores, load average {load0[0]:.1f} → {load1[0]:.1f}"
+    if args.echo:
+        during = f", during a {args.echo_bulk_mb} MB transfer on another pair" if args.echo_bulk_mb else ""
+        print(f"\nping round trips through the relay, one every {args.echo_gap_ms:g} ms{during}, {where}")
+        print("| forwarder | median µs | p90 µs | p99 µs | samples |")
+        print("|---|---:|---:|---:|---:|")
+        for k in kinds:
+            v = echoes[k]
+            q = statistics.quantiles(v, n=100)
+            print(
+                f"| {LABELS[k]} | {1e6 * statistics.median(v):.0f} | {1e6 * q[89]:.0f} | {1e6 * q[98]:.0f} | {len(v)} |"
+            )
+        return
     if args.rss_pairs:
         print(f"\nRSS with {args.rss_pairs} active relayed pairs, median of {args.rounds} rounds, {where}")
         print("| forwarder | RSS (MB) | rounds (min–max) |")

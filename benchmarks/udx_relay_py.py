@@ -59,6 +59,8 @@ async def main(wanted: list[tuple[int, int]]) -> None:
                 "gso_segments": st.gso_segments,
                 "gro_buffers": st.gro_buffers,
                 "gro_segments": st.gro_segments,
+                "holds": st.holds,
+                "reads": st.reads,
                 "offload": sock.offload(),
             }
             print(json.dumps(out), flush=True)

@@ -624,7 +624,7 @@ class BlindRelayServer:
             self.stats.pairings_pending += 1
         elif pair.links[side] is not None:
             return
-        if key not in session._pairing:  # a session pairing with itself holds the token once
+        if key not in session._pairing:  # a session pairing a token with itself holds it once
             session._pairing[key] = None
             self._owner(session.owner).pending += 1
         self.stats.pairings_requested += 1
@@ -672,11 +672,9 @@ class BlindRelayServer:
         """Total pending cap: the heaviest owner's heaviest session loses its oldest pending token."""
         owner = max(self._owners.values(), key=lambda o: o.pending)
         victim = max(owner.sessions, key=lambda s: len(s._pairing))
-        if victim._pairing:
-            oldest = next(iter(victim._pairing))
-        elif self._pairing:  # counts out of step (never expected): the cap still holds, the oldest goes
-            oldest = next(iter(self._pairing))
-        else:
+        # the cap holds whatever the books say: with nothing to take there, the oldest token goes
+        oldest = next(iter(victim._pairing or self._pairing), None)
+        if oldest is None:
             return
         self.shed[SHED_PENDING_TOTAL] += 1
         self._cancel_pending(oldest, self._pairing[oldest])

@@ -11,7 +11,8 @@ Layers (sans-IO cores, one asyncio runtime):
   `REQUEST_TIMEOUT`, `BIND_FAILED`, ...).
 - `relay.dht.table` — `RoutingTable` (kademlia-routing-table), `NatSampler` (nat-sampler).
 - `relay.dht.address` — `OwnAddress`: our public address, voted from replies to our own
-  requests (one vote per host) and rechecked with its witnesses before it moves.
+  requests (one vote per host; the first needs 3 agreeing hosts until our first walk ends)
+  and rechecked with its witnesses before it moves.
 - `relay.dht.core` — `DHTCore`: the node's state and decisions (table upkeep, the tick,
   reachability verdicts, rejoining, every command handler, handshake routing); bytes,
   ticks and `now` in, datagrams, one deadline and events out.
@@ -19,6 +20,8 @@ Layers (sans-IO cores, one asyncio runtime):
   tokens; datagrams and `now` in, datagrams and events out.
 - `relay.dht.query` — `Query`: the iterative walk (dht-rpc `lib/query.js`).
 - `relay.dht.handshake` — `HandshakeResponder`: Noise IK responder + dedup by message 1.
+- `relay.dht.backlog` — `HandshakeBacklog`: new handshakes waiting for the CPU (the least
+  served host first, stale ones shed, bounded), so a flood never stalls the socket reads.
 - `relay.dht.persistent` — `Persistent`: what a persistent node stores for others
   (announce records, forwards, mutable/immutable values; xache-style expiry).
 - `relay.dht.announcer` — `AnnounceState` (sans-IO decisions) + `Announcer` (driver).

@@ -7,8 +7,11 @@ Here a vote is only the `to` of a *reply to one of our own requests* (the driver
 those), one vote per reporting host (its latest claim), and:
 
 - the first address is adopted once a strict majority of the hosts heard from agree on it,
-  at least `MIN_HOSTS` of them (or all of them while fewer hosts answered: a loopback testnet
-  is a single host);
+  at least `MIN_HOSTS` of them. Until our first walk has ended (`settle()`), nothing less
+  will do: the first reply used to decide alone, so whichever node answered first (a hostile
+  one our bootstrap node named, say) set the address every later move had to be checked
+  against. After the walk, a majority of every host that answered is enough (a loopback
+  testnet is a single host, and nobody else can be asked);
 - a different address that wins the vote later is only a *candidate*: the hosts that
   confirmed the current address (its witnesses) are asked again (`take_rechecks()`, the
   driver PINGs them), and the address moves only if most witnesses that answer now see the
@@ -42,6 +45,7 @@ class OwnAddress:
         self._refused: Address | None = None  # last candidate the witnesses did not confirm
         self._rechecks: dict[str, Address | None] = {}  # witness host -> fresh claim (None: waiting)
         self._to_ask: list[Address] = []
+        self.settled = False  # our first walk has ended: the hosts heard from are all we will get soon
 
     @property
     def address(self) -> Address | None:
@@ -51,6 +55,7 @@ class OwnAddress:
     def adopted(cls, address: Address, witnesses: dict[str, Address]) -> OwnAddress:
         """An address just proven by a reachability check; `witnesses`: host -> node that saw it."""
         own = cls()
+        own.settled = True
         own.host, own.port = address
         for host, reporter in witnesses.items():
             own._votes[host] = address
@@ -72,6 +77,13 @@ class OwnAddress:
             self._witnesses.discard(old)
         self._evaluate()
 
+    def settle(self) -> None:
+        """Our first walk ended: from now on the first address may come from fewer than
+        MIN_HOSTS hosts, if they are all that answered."""
+        if not self.settled:
+            self.settled = True
+            self._evaluate()
+
     def recheck_failed(self, reporter: Address) -> None:
         """A witness did not answer the recheck PING."""
         if self._rechecks.get(reporter[0], False) is None:
@@ -90,7 +102,7 @@ class OwnAddress:
             return None
         (best, n), *_ = Counter(self._votes.values()).most_common(1)
         hosts = len(self._votes)
-        if n < min(MIN_HOSTS, hosts) or 2 * n <= hosts:
+        if n < (min(MIN_HOSTS, hosts) if self.settled else MIN_HOSTS) or 2 * n <= hosts:
             return None
         return best
 

@@ -428,6 +428,7 @@ class DHTCore:
         was_ready = self.ready
         self.ready = True
         self.rejoining = False
+        self.nat.settle()
         if answered and len(self.table) > 0:
             self.silent_ticks = 0
             if not self.joined:
@@ -613,6 +614,7 @@ class DHTCore:
             self.down_hint(hint.to, hint.down)
         if q.finished:
             walk.done = True
+            self.nat.settle()  # everyone this walk reached has answered (or never will)
             self._events.append(WalkFinished(walk))
 
     def _on_visit_reply(self, visit: _Visit, reply: Reply) -> None:

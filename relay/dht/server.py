@@ -2,7 +2,10 @@
 
 The asyncio side of `hyperdht/lib/server.js`: registers the key's target with the node's
 router, announces it (`Announcer`), answers PEER_HANDSHAKE through the sans-IO
-`HandshakeResponder`, creates the raw UDX stream advertised in the reply and connects it
+`HandshakeResponder` (new ones wait in a `HandshakeBacklog` and are answered in short
+slices between socket reads: Noise in Python is ~1 ms, and done inline a flood let the
+kernel's receive queue grow into a seconds-long FIFO in front of every peer), creates
+the raw UDX stream advertised in the reply and connects it
 when the client's first UDX packet arrives (or at once when the client is reachable or
 the handshake came direct), then hands a `Connection` with a running secret stream to
 `on_connection`. When we cannot claim OPEN, a per-attempt puncher socket answers the
@@ -25,6 +28,7 @@ from relay.keys import KeyPair
 from relay.udx import UDXSocket
 
 from .announcer import Announcer
+from .backlog import HandshakeBacklog
 from .client import RELAY_TIMEOUT, RelayPairing, pair_through_relay, sample_nat
 from .connection import KEEP_ALIVE, Connection, responder_secret_stream, start_secret_stream
 from .handshake import PASSIVE_CONNECT_TIMEOUT, Attempt, HandshakeResponder, address_token, seal_payload
@@ -48,9 +52,24 @@ from .rpc import SERVER, IncomingRequest
 log = logging.getLogger("relay.dht")
 
 MAX_PUNCHERS = 64
+# New handshakes are answered from the backlog in slices of this many seconds of loop time,
+# with the socket read in between (a Noise round costs ~0.5-1 ms in Python)
+DRAIN_SLICE = 0.005
+TIMER_GRANULARITY = 0.25  # handshake deadlines are 10 s; a quarter second late is fine
 
 ConnectionHandler = Callable[[Connection], Any]
 FirewallHook = Callable[[bytes, NoisePayload, Address], bool]
+AdmitHook = Callable[[Address], bool]
+
+
+class _Queued:
+    """A new handshake waiting in the backlog, with every copy of it that reached us (one per
+    announce holder that relayed it): each copy gets the reply on its own route."""
+
+    __slots__ = ("copies",)
+
+    def __init__(self, inc: IncomingRequest, hs: Handshake) -> None:
+        self.copies = [(inc, hs)]  # each copy's mode and relay address decide its reply's route
 
 
 def local_addresses(bound: Address) -> list[Address]:
@@ -103,6 +122,7 @@ class HyperDHTServer:
         on_connection: ConnectionHandler,
         *,
         firewall: FirewallHook | None = None,
+        admit: AdmitHook | None = None,
         keep_alive: float = KEEP_ALIVE,
         share_local_address: bool = True,
         announce: bool = True,
@@ -122,6 +142,11 @@ class HyperDHTServer:
         self.share_local_address = share_local_address
         self.holepunch = holepunch  # punch (consistent NATs) when we cannot claim OPEN
         self.responder = HandshakeResponder(key_pair, firewall=firewall)
+        # `admit(client_address)`: the cheap check, before any crypto; False drops the handshake
+        self.admit = admit
+        self.backlog: HandshakeBacklog[_Queued] = HandshakeBacklog()
+        self._drain_handle: asyncio.Handle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.announcer = Announcer(node, key_pair, self.target) if announce else None
         self.listening = False
         self.closed = False
@@ -149,6 +174,7 @@ class HyperDHTServer:
         if self.node.udx is None:
             raise DHTError("the node needs a relay.udx.UDX to open streams", "NO_UDX")
         await self.node.bind()
+        self._loop = asyncio.get_running_loop()
         self.node.register_server(self.target, self)
         self.listening = True
         if self.announcer is not None:
@@ -166,6 +192,9 @@ class HyperDHTServer:
         self.node.unregister_server(self.target)
         if self._timer:
             self._timer.cancel()
+        if self._drain_handle is not None:
+            self._drain_handle.cancel()
+        self.backlog.clear()
         for t in list(self._tasks):
             t.cancel()
         if self.announcer is not None and self.listening:
@@ -182,17 +211,66 @@ class HyperDHTServer:
     # ------------------------------------------------------------------ handshakes
 
     def on_peer_handshake(self, inc: IncomingRequest, hs: Handshake) -> None:
-        """Called by the node's router for PEER_HANDSHAKE to our target."""
+        """Called by the node's router for PEER_HANDSHAKE to our target.
+
+        A copy of a handshake we answered gets the same reply at once (cheap). A new one is
+        checked by `admit` (no crypto yet) and queued in the backlog; `_drain` answers it in
+        a slice between socket reads, so the loop keeps reading whatever the flood."""
         if self.closed or not hs.noise:
             return
-        now = self.node._now()
+        a = self.responder.lookup(hs.noise)
+        if a is not None:
+            self._route_reply(a, inc, hs)
+            return
+        queued = self.backlog.get(hs.noise)
+        if queued is not None:
+            self.backlog.stats["duplicates"] += 1
+            if len(queued.copies) < 4:
+                queued.copies.append((inc, hs))
+            return
+        client = hs.peer_address or inc.peer.address
+        if self.admit is not None and not self.admit(client):
+            self.responder.stats["rejected"] += 1
+            return
+        if self.backlog.push(hs.noise, client[0], _Queued(inc, hs), self.node._now()):
+            self._schedule_drain()
+
+    def _schedule_drain(self) -> None:
+        if self._drain_handle is None and not self.closed and self._loop is not None:
+            self._drain_handle = self._loop.call_soon(self._drain)
+
+    def _drain(self) -> None:
+        """Answer queued handshakes for up to DRAIN_SLICE of loop time, then yield to the
+        loop (its next turn reads the sockets) and come back if any are left."""
+        self._drain_handle = None
+        if self.closed:
+            return
+        start = self.node._now()
+        while (q := self.backlog.pop(self.node._now())) is not None:
+            try:
+                self._handshake(q)
+            except Exception:  # one bad handshake must not stall the backlog
+                log.exception("answering a handshake failed")
+            if self.node._now() - start >= DRAIN_SLICE:
+                break
+        if len(self.backlog):
+            self._schedule_drain()
+
+    def _handshake(self, q: _Queued) -> None:
+        """The expensive part: Noise, the UDX stream, the reply to every copy."""
+        inc, hs = q.copies[0]
+        assert hs.noise is not None
         a = self.responder.lookup(hs.noise)
         if a is None:
-            a = self.responder.accept(hs.noise, hs.peer_address, inc.peer.address, inc.request.to, now)
+            a = self.responder.accept(hs.noise, hs.peer_address, inc.peer.address, inc.request.to, self.node._now())
             if a is None:
                 return
             self.stats["handshakes"] += 1
             self._reply_first(a, inc)
+        for copy, copy_hs in q.copies:
+            self._route_reply(a, copy, copy_hs)
+
+    def _route_reply(self, a: Attempt, inc: IncomingRequest, hs: Handshake) -> None:
         if a.reply is None:
             return
         route = server_handshake_reply(hs, a.reply, inc.peer.address)
@@ -201,7 +279,7 @@ class HyperDHTServer:
             punch = a.extra.get("punch")
             sock = punch.name if punch is not None and not isinstance(route, Respond) else None
             self.node.apply_route(inc, route, sock, for_others=False)
-        self._arm_timer()
+        self._arm_timer(a.deadline if a.deadline is not None else a.clear_at)
 
     def _reply_first(self, a: Attempt, inc: IncomingRequest) -> None:
         stream = None
@@ -464,14 +542,20 @@ class HyperDHTServer:
 
     # ------------------------------------------------------------------ timers
 
-    def _arm_timer(self) -> None:
+    def _arm_timer(self, due: float | None = None) -> None:
+        """Arm the one timer for the attempts' deadlines. `due`: the only deadline that may have
+        moved; when the armed timer fires no later, nothing to do (scanning every attempt per
+        reply cost O(attempts) per handshake under a flood). Expiries are batched: the timer
+        fires at most every TIMER_GRANULARITY, so one scan serves many attempts."""
+        if due is not None and self._timer is not None and self._timer.when() <= due:
+            return
         loop = asyncio.get_running_loop()
         at = self.responder.get_timer()
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         if at is not None and not self.closed:
-            self._timer = loop.call_at(at, self._on_timer)
+            self._timer = loop.call_at(max(at, loop.time() + TIMER_GRANULARITY), self._on_timer)
 
     def _on_timer(self) -> None:
         self._timer = None

@@ -205,7 +205,7 @@ class RelayApp:
             self.node,
             cfg.key_pair,
             self._on_connection,
-            firewall=self._on_handshake,
+            admit=self._admit_handshake,
             keep_alive=KEEP_ALIVE,
             max_reorder_bytes=CONTROL_REORDER_BYTES,
         )
@@ -270,16 +270,16 @@ class RelayApp:
 
     # -- connections and sessions ----------------------------------------------------------
 
-    def _on_handshake(self, remote_public_key: bytes, payload: Any, address: Address) -> bool:
-        """HyperDHT firewall hook: True drops the handshake (rate per source host; a host
-        holding many sessions waits behind others while the relay is busy)."""
+    def _admit_handshake(self, address: Address) -> bool:
+        """HyperDHT admit hook, before any crypto: False drops the handshake (rate per source
+        host; a host holding many sessions waits behind others while the relay is busy)."""
         host = address[0]
         refused = self.handshakes.allow(host, self.blind.sessions_of(host), time.monotonic())
         if refused is not None:
             self.limit_counters.hit(refused)
             log.debug("handshake refused", extra={"address": host, "limit": refused})
-            return True
-        return False
+            return False
+        return True
 
     def _on_connection(self, conn: Connection) -> None:
         peer = encode_id(conn.remote_public_key)
@@ -415,8 +415,15 @@ class RelayApp:
 
     def _handshake_stats(self) -> dict[str, int]:
         """The DHT server's Noise responder: handshakes accepted, refused (our gate or its own
-        attempt cap), failed, and attempts it holds now."""
-        out = {"accepted": 0, "rejected": 0, "failed": 0, "pending": 0}
+        attempt cap), failed, and attempts it holds now; and its backlog of new handshakes
+        waiting for the CPU: queued now, shed because they waited too long (their client had
+        given up) or because the backlog was full (from the host served most)."""
+        out = {"accepted": 0, "rejected": 0, "failed": 0, "pending": 0, "backlog": 0, "shed_stale": 0, "shed_full": 0}
+        backlog = getattr(self.server, "backlog", None)
+        if backlog is not None:
+            out["backlog"] = len(backlog)
+            out["shed_stale"] = int(backlog.stats.get("shed_stale", 0))
+            out["shed_full"] = int(backlog.stats.get("shed_full", 0))
         responder = getattr(self.server, "responder", None)
         if responder is not None:
             st = getattr(responder, "stats", {})

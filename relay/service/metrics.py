@@ -88,11 +88,16 @@ class RelayCollector(Collector):
             results = CounterMetricFamily(
                 "blind_relay_handshakes", "DHT handshakes to the relay key, by result", labels=["result"]
             )
-            for result in ("accepted", "rejected", "failed"):
+            for result in ("accepted", "rejected", "failed", "shed_stale", "shed_full"):
                 results.add_metric([result], hs.get(result, 0))
             yield results
             yield GaugeMetricFamily(
                 "blind_relay_handshakes_pending", "Handshake attempts held now", value=hs.get("pending", 0)
+            )
+            yield GaugeMetricFamily(
+                "blind_relay_handshakes_backlog",
+                "New handshakes waiting for the CPU now (answered new addresses first)",
+                value=hs.get("backlog", 0),
             )
         udx = s.get("udx")
         if isinstance(udx, Mapping):

@@ -26,6 +26,7 @@ remains the fallback (and is used when `UDX_NO_MMSG=1`).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import os
@@ -86,7 +87,8 @@ def offload_support() -> tuple[bool, bool]:
     return _support
 
 
-def _address(buf: bytearray) -> int:
+def address_of(buf: bytearray) -> int:
+    """The address of a bytearray's buffer (it must not be resized while the address is in use)."""
     return ctypes.addressof((ctypes.c_char * len(buf)).from_buffer(buf))
 
 
@@ -139,19 +141,19 @@ class BatchIO:
         self.size = size = GRO_SLOT if gro else size
 
         self.rbuf = bytearray(batch * size)
-        self.rbuf_addr = _address(self.rbuf)
+        self.rbuf_addr = address_of(self.rbuf)
         self.mv = memoryview(self.rbuf)
         self.u32 = self.mv.cast("I")
         self.names = bytearray(batch * NAME_STRIDE)
         self.names_q = memoryview(self.names).cast("Q")
-        names_addr = _address(self.names)
+        names_addr = address_of(self.names)
         self.riov = bytearray(batch * 16)
-        riov_addr = _address(self.riov)
+        riov_addr = address_of(self.riov)
         self.rctl = bytearray(batch * RCTL_STRIDE)
-        rctl_addr = _address(self.rctl)
+        rctl_addr = address_of(self.rctl)
         self.rctl32 = memoryview(self.rctl).cast("I")
         self.rhdr = bytearray(batch * HDR_SIZE)
-        self.rhdr_addr = _address(self.rhdr)
+        self.rhdr_addr = address_of(self.rhdr)
         self._rhdr_ptr = ctypes.c_void_p(self.rhdr_addr)
         for i in range(batch):
             IOV.pack_into(self.riov, i * 16, self.rbuf_addr + i * size, size)
@@ -177,18 +179,18 @@ class BatchIO:
         #: its segments may add up to GSO_MAX_SEGMENTS more before that check
         self.send_cap = send_cap = batch + GSO_MAX_SEGMENTS
         self.siov = bytearray(send_cap * iovs * 16)
-        self.siov_addr = siov_addr = _address(self.siov)
+        self.siov_addr = siov_addr = address_of(self.siov)
         #: one send iovec per receive slot (base fixed, length copied in per batch): a run of
         #: consecutive slots is sent as one entry pointing into this table, no per-packet store
         self.fiov = bytearray(batch * 16)
-        self.fiov_addr = _address(self.fiov)
+        self.fiov_addr = address_of(self.fiov)
         for i in range(batch):
             IOV.pack_into(self.fiov, i * 16, self.rbuf_addr + i * size, 0)
         self.fiov32 = memoryview(self.fiov).cast("I")  # length of slot i at [i * 4 + 2]
         self.sctl = bytearray(send_cap * SCTL_STRIDE)
-        sctl_addr = _address(self.sctl)
+        sctl_addr = address_of(self.sctl)
         self.shdr = bytearray(send_cap * HDR_SIZE)
-        self.shdr_addr = _address(self.shdr)
+        self.shdr_addr = address_of(self.shdr)
         self._shdr_ptr = ctypes.c_void_p(self.shdr_addr)
         name_len = 16 if family == socket.AF_INET else 28  # one family per socket
         for j in range(send_cap):
@@ -327,3 +329,54 @@ class BatchIO:
             self.gso = False
             self.max_segments = 1
         self.gso_fallbacks += 1
+
+
+CLOCK_MONOTONIC = 1
+TFD_NONBLOCK = os.O_NONBLOCK
+TFD_CLOEXEC = os.O_CLOEXEC
+
+
+class HoldTimer:
+    """A one-shot timerfd with microsecond resolution for receive coalescing
+    (`relay.udx.moderation`): asyncio's own timers round to milliseconds.
+
+    Register `fd` with `loop.add_reader`; the callback calls `clear()` (or re-arms, which
+    resets the expiration count too). Not having timerfd (not Linux) raises OSError.
+    """
+
+    def __init__(self) -> None:
+        if not available():
+            raise OSError(errno.ENOSYS, "timerfd needs 64-bit Linux")
+        libc = ctypes.PyDLL(None, use_errno=True)
+        fd = libc.timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC)
+        if fd < 0:
+            e = ctypes.get_errno()
+            raise OSError(e, os.strerror(e))
+        self.fd: int = fd
+        self._settime = libc.timerfd_settime
+        self._settime.restype = ctypes.c_int
+        self._spec = bytearray(32)  # struct itimerspec {it_interval, it_value}
+        self._spec_ptr = ctypes.c_void_p(address_of(self._spec))
+        self._spec_q = memoryview(self._spec).cast("q")
+
+    def arm(self, seconds: float) -> None:
+        """Fire once, `seconds` from now (at least 1 µs: 0 would disarm)."""
+        ns = max(1000, int(seconds * 1e9))
+        q = self._spec_q
+        q[2] = ns // 1_000_000_000
+        q[3] = ns % 1_000_000_000
+        if self._settime(self.fd, 0, self._spec_ptr, None) < 0:
+            e = ctypes.get_errno()
+            raise OSError(e, os.strerror(e))
+
+    def clear(self) -> None:
+        """Consume the expiration so the fd is no longer readable."""
+        if self.fd < 0:
+            return
+        with contextlib.suppress(BlockingIOError, InterruptedError):
+            os.read(self.fd, 8)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1

@@ -20,12 +20,13 @@ import socket as _socket
 import struct
 from array import array
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import groupby
 from typing import Any
 
 from . import mmsg
+from .moderation import Moderation, hold_from_env
 from .packet import DESTROY, U32, UDXError
 from .stream import DataReceived, EndReceived, MessageReceived, StreamClosed, StreamCore, StreamStats
 
@@ -80,6 +81,11 @@ class SocketStats:
     #: datagrams that arrived coalesced by GRO, and the buffers that carried them
     gro_segments: int = 0
     gro_buffers: int = 0
+    #: receive-coalescing holds (the reader paused so a batch could gather)
+    holds: int = 0
+    #: batched reads (recvmmsg calls that returned datagrams): received_packets / reads is
+    #: the mean batch
+    reads: int = 0
 
     def drop(self, cause: str, count: int = 1) -> None:
         self.dropped_packets += count
@@ -127,12 +133,22 @@ class UDX:
         reuse_port: bool = False,
         use_mmsg: bool | None = None,
         use_gso: bool | None = None,
+        coalesce_us: int | None = None,
     ) -> UDXSocket:
         """Bind a UDP socket; `use_mmsg` None = batch syscalls on Linux unless UDX_NO_MMSG=1,
         `use_gso` None = UDP GSO/GRO on the batched path where the kernel has them, unless
-        UDX_NO_GSO=1 (False turns them off, True asks for them where supported)."""
+        UDX_NO_GSO=1 (False turns them off, True asks for them where supported);
+        `coalesce_us` None = receive coalescing hold from UDX_COALESCE_US (0 = off;
+        `relay.udx.moderation`)."""
         sock = UDXSocket(
-            self, host, port, on_datagram=on_datagram, reuse_port=reuse_port, use_mmsg=use_mmsg, use_gso=use_gso
+            self,
+            host,
+            port,
+            on_datagram=on_datagram,
+            reuse_port=reuse_port,
+            use_mmsg=use_mmsg,
+            use_gso=use_gso,
+            coalesce_us=coalesce_us,
         )
         self.sockets.append(sock)
         return sock
@@ -141,9 +157,7 @@ class UDX:
         """Destroy every stream (one DESTROY each when connected) and close the sockets."""
         for s in list(self.streams.values()):
             s.destroy()
-            if s._timer is not None:  # a lingering stream's unregister timer
-                s._timer.cancel()
-                s._unregister()
+            s.unregister_now()
         for sock in list(self.sockets):
             sock.close()
 
@@ -161,6 +175,7 @@ class UDXSocket:
         reuse_port: bool = False,
         use_mmsg: bool | None = None,
         use_gso: bool | None = None,
+        coalesce_us: int | None = None,
     ) -> None:
         self.udx = udx
         self.loop = asyncio.get_running_loop()
@@ -194,6 +209,11 @@ class UDXSocket:
         self._flush_scheduled = False
         self.closed = False
         self._mmsg: mmsg.BatchIO | None = None
+        #: receive coalescing (batched reader only): the decision, its timer, and whether the
+        #: socket's reader is registered right now (off during a hold)
+        self._moderation: Moderation | None = None
+        self._hold_timer: mmsg.HoldTimer | None = None
+        self._reading = True
         if use_mmsg is None:
             use_mmsg = mmsg.available() and os.environ.get("UDX_NO_MMSG") != "1"
         if use_mmsg:
@@ -205,6 +225,15 @@ class UDXSocket:
                     gro = False
             self._mmsg = mmsg.BatchIO(sock.fileno(), family, RECV_BATCH_MMSG, BUFFER_SIZE, gso=gso, gro=gro)
             self.loop.add_reader(sock.fileno(), self._on_readable_mmsg)
+            hold = hold_from_env() if coalesce_us is None else max(0, coalesce_us) / 1e6
+            if hold > 0:
+                try:
+                    self._hold_timer = mmsg.HoldTimer()
+                except OSError:
+                    log.debug("udx: no timerfd; receive coalescing is off")
+                else:
+                    self._moderation = Moderation(hold)
+                    self.loop.add_reader(self._hold_timer.fd, self._on_hold_end)
         else:
             self.loop.add_reader(sock.fileno(), self._on_readable)
 
@@ -219,6 +248,20 @@ class UDXSocket:
 
     def fileno(self) -> int:
         return self._sock.fileno()
+
+    @property
+    def batching(self) -> bool:
+        """Read with recvmmsg and forward with sendmmsg (the relay's fast path can be used)."""
+        return self._mmsg is not None
+
+    @property
+    def backlogged(self) -> bool:
+        """Datagrams wait for the socket buffer (sent one by one, in order, until it drains)."""
+        return bool(self._sendq)
+
+    def note_input(self, s: UDXStream) -> None:
+        """A stream took input during a read: the reader flushes it (ACKs) after the batch."""
+        self._dirty.add(s)
 
     @property
     def gso(self) -> bool:
@@ -240,10 +283,11 @@ class UDXSocket:
 
     def send(self, data: bytes | bytearray | memoryview, addr: Address) -> None:
         """Send a non-UDX datagram (dht-rpc) from this socket."""
-        self._sendto(data, self._wire_addr(addr))
+        self._sendto(data, self.wire_address(addr))
 
-    def _wire_addr(self, addr: Address) -> Address:
-        """IPv4 peers of a dual-stack IPv6 socket are addressed as ::ffff:a.b.c.d."""
+    def wire_address(self, addr: Address) -> Address:
+        """`addr` as this socket sends to it: IPv4 peers of a dual-stack IPv6 socket are
+        addressed as ::ffff:a.b.c.d."""
         if self.family == _socket.AF_INET6 and ":" not in addr[0]:
             return ("::ffff:" + addr[0], addr[1])
         return (addr[0], addr[1])
@@ -251,10 +295,15 @@ class UDXSocket:
     def close(self) -> None:
         if self.closed:
             return
-        for s in [s for s in self.udx.streams.values() if s._socket is self]:
+        for s in [s for s in self.udx.streams.values() if s.socket is self]:
             s.destroy()
         self.closed = True
         self.loop.remove_reader(self._sock.fileno())
+        if self._hold_timer is not None:
+            self.loop.remove_reader(self._hold_timer.fd)
+            self._hold_timer.close()
+            self._hold_timer = None
+            self._moderation = None
         if self._sendq:
             self.loop.remove_writer(self._sock.fileno())
             self._sendq.clear()
@@ -283,8 +332,8 @@ class UDXSocket:
         self.stats.sent_packets += 1
         self.stats.sent_bytes += len(data)
 
-    def _send_many(self, out: list[bytes], addr: Address) -> None:
-        """A stream's datagrams for one destination: runs of equal size (the last may be
+    def send_datagrams(self, out: Sequence[bytes | bytearray | memoryview], addr: Address) -> None:
+        """A stream's datagrams for one destination (in this socket's address form): runs of equal size (the last may be
         shorter) go out as one UDP_SEGMENT send when GSO is on, the rest one by one."""
         io = self._mmsg
         if io is None or not io.gso or self._sendq or len(out) < 2:
@@ -313,7 +362,7 @@ class UDXSocket:
                 self._send_segmented(out[i:k], seg, addr)
             i = k
 
-    def _send_segmented(self, run: list[bytes], seg: int, addr: Address) -> None:
+    def _send_segmented(self, run: Sequence[bytes | bytearray | memoryview], seg: int, addr: Address) -> None:
         st = self.stats
         try:
             self._sock.sendmsg([b"".join(run)], [(mmsg.SOL_UDP, mmsg.UDP_SEGMENT, struct.pack("=H", seg))], 0, addr)
@@ -416,12 +465,15 @@ class UDXSocket:
         st = self.stats
         lens = io.lens
         rq = io.rhdr_q
+        got = 0
         for _ in range(RECV_ROUNDS):
             count = io.recv()
             if count == 0:
                 break
             if count < 0:
                 continue
+            got += count
+            st.reads += 1
             st.received_packets += count
             st.received_bytes += sum(lens[14 : count * 16 : 16])
             if io.gro and any(rq[5 : count * 8 : 8]):
@@ -432,6 +484,49 @@ class UDXSocket:
                 self._flush_dirty()  # ACK what this batch delivered before reading more
             if count < io.batch:
                 break
+        mod = self._moderation
+        if mod is not None and not self.closed:
+            self._moderate(mod, got)
+
+    def _moderate(self, mod: Moderation, got: int) -> None:
+        """After a wake that read `got` entries: pause reading for a hold, or read on."""
+        io = self._mmsg
+        timer = self._hold_timer
+        assert io is not None and timer is not None
+        if mod.after_batch(got, io.batch, self.loop.time()) is not None:
+            try:
+                timer.arm(mod.hold)
+            except OSError:
+                log.warning("udx: the hold timer failed; receive coalescing is off for this socket")
+                mod.hold = 0.0
+                mod.release(self.loop.time())
+            else:
+                self.stats.holds += 1
+                if self._reading:
+                    self.loop.remove_reader(self._sock.fileno())
+                    self._reading = False
+                return
+        if not self._reading:
+            self.loop.add_reader(self._sock.fileno(), self._on_readable_mmsg)
+            self._reading = True
+
+    def _on_hold_end(self) -> None:
+        """The hold's timer fired: read what gathered (the read may start the next hold)."""
+        mod = self._moderation
+        timer = self._hold_timer
+        if mod is None or timer is None:
+            return
+        if not mod.release(self.loop.time()):
+            timer.clear()
+            return
+        try:
+            self._on_readable_mmsg()
+        finally:
+            if not mod.holding:
+                timer.clear()
+                if not self._reading and not self.closed:
+                    self.loop.add_reader(self._sock.fileno(), self._on_readable_mmsg)
+                    self._reading = True
 
     def _batch_by_runs(self, io: mmsg.BatchIO, count: int) -> None:
         """Forward a batch of plain datagrams run by run.
@@ -462,6 +557,8 @@ class UDXSocket:
         lens_l = lens_v.tolist()
         io.fiov32[2 : count * 4 : 4] = lens_v
         ids = u32[1 : count * words : words].tolist()
+        if ids.count(ids[0]) != count and self._forward_by_stream(io, count, ids, lens_l):
+            return
         j = 0
         fw_pkts = 0
         fw_bytes = 0
@@ -472,7 +569,7 @@ class UDXSocket:
             k = len(list(group))
             end = i + k
             s = streams.get(sid)
-            r = s._fast if s is not None else None
+            r = s.route if s is not None else None
             ok = r is not None and r.sock is self
             if ok:
                 assert r is not None
@@ -571,6 +668,145 @@ class UDXSocket:
         if j:
             self._flush_batch(io, j, fw_pkts, fw_bytes, seg_sends, seg_dgrams)
 
+    def _forward_by_stream(self, io: mmsg.BatchIO, count: int, ids: list[int], lens_l: list[int]) -> bool:
+        """Forward a batch whose streams interleave (A's data between D's ACKs, many pairs)
+        stream by stream.
+
+        Each stream's datagrams keep their order; only the interleaving between streams (which
+        go to different peers) is given up, so each stream's run leaves as long segmented
+        entries instead of being cut at every datagram of another stream. Only when every
+        datagram of the batch is a fast-path one (relayed stream, route on this socket, from
+        its peer, no DESTROY, at least a header): otherwise returns False before touching
+        anything and the caller takes the batch in arrival order. The checks run over the
+        whole batch at once (one list per field), the work per stream is one lookup.
+        """
+        u32 = io.u32
+        nq = io.names_q
+        words = io.size >> 2
+        if min(lens_l) < 20:
+            return False
+        heads = u32[0 : count * words : words].tolist()
+        h0 = heads[0]
+        if h0 & 0x10FFFF != 0x01FF or (
+            heads.count(h0) != count and not all(h & 0x10FFFF == 0x01FF for h in set(heads))
+        ):
+            return False
+        streams = self.udx.streams
+        routes: dict[int, _Route] = {}
+        for sid in set(ids):
+            st = streams.get(sid)
+            r = st.route if st is not None else None
+            if r is None or r.sock is not self:
+                return False
+            routes[sid] = r
+        per = [routes[sid] for sid in ids]
+        if [r.src0 for r in per] != nq[0 : count * 4 : 4].tolist():
+            return False
+        if self.family == _socket.AF_INET6 and (
+            [r.src1 for r in per] != nq[1 : count * 4 : 4].tolist()
+            or [r.src2 for r in per] != nq[2 : count * 4 : 4].tolist()
+        ):
+            return False
+        order = sorted(range(count), key=ids.__getitem__)  # stable: arrival order per stream
+        plan = [(routes[sid], list(g)) for sid, g in groupby(order, key=ids.__getitem__)]
+        self._forward_plan(io, plan, lens_l)
+        return True
+
+    def _forward_plan(self, io: mmsg.BatchIO, plan: list[tuple[_Route, list[int]]], lens_l: list[int]) -> None:
+        """Send checked per-stream runs (route, receive slots in order): ids rewritten, equal-size
+        sub-runs as segmented entries (iovecs gathered into the entry's own iovec slots when
+        the run is not contiguous in the receive buffer)."""
+        u32 = io.u32
+        size = io.size
+        words = size >> 2
+        shdr_q = io.shdr_q
+        siov_q = io.siov_q
+        sctl16 = io.sctl16
+        targets = io.targets
+        fiov_addr = io.fiov_addr
+        siov_addr = io.siov_addr
+        rbuf_addr = io.rbuf_addr
+        cap = io.batch
+        iov_stride = mmsg.GSO_MAX_SEGMENTS * 2
+        ctl_len = mmsg.SCTL_LEN
+        max_bytes = mmsg.GSO_MAX_BYTES
+        limit = mmsg.GSO_MAX_SEGMENTS if io.gso else 1
+        j = fw_pkts = fw_bytes = seg_sends = seg_dgrams = 0
+        for r, slots in plan:
+            k = len(slots)
+            first = slots[0]
+            rid = r.rid
+            sa = r.sa
+            target = r.target
+            r.gen = -1
+            if k == 1:  # one datagram: no run to cut
+                n = lens_l[first]
+                u32[first * words + 1] = rid
+                e8 = j * 8
+                shdr_q[e8] = sa
+                shdr_q[e8 + 2] = fiov_addr + first * 16
+                shdr_q[e8 + 3] = 1
+                shdr_q[e8 + 5] = 0
+                targets[j] = target
+                j += 1
+                fw_pkts += 1
+                fw_bytes += n
+                if j >= cap:
+                    self._flush_batch(io, j, fw_pkts, fw_bytes, seg_sends, seg_dgrams)
+                    j = fw_pkts = fw_bytes = seg_sends = seg_dgrams = 0
+                continue
+            glens = [lens_l[x] for x in slots]
+            contiguous = slots[-1] - first == k - 1
+            if contiguous:
+                u32[first * words + 1 : (first + k) * words : words] = array("I", (rid,)) * k
+            else:
+                for x in slots:
+                    u32[x * words + 1] = rid
+            fw_pkts += k
+            fw_bytes += sum(glens)
+            x = 0
+            while x < k:
+                seg = glens[x]
+                y = min(k, x + limit, x + max_bytes // seg)
+                if glens[x:y].count(seg) != y - x:  # sizes differ: up to the first other size
+                    z = x + 1
+                    while z < y and glens[z] == seg:
+                        z += 1
+                    y = z + 1 if z < y and glens[z] < seg else z  # a shorter one may end it
+                e8 = j * 8
+                shdr_q[e8] = sa
+                n = y - x
+                if contiguous:
+                    shdr_q[e8 + 2] = fiov_addr + (first + x) * 16
+                elif n <= 4:
+                    b = j * iov_stride
+                    for q in range(x, y):
+                        siov_q[b] = rbuf_addr + slots[q] * size
+                        siov_q[b + 1] = glens[q]
+                        b += 2
+                    shdr_q[e8 + 2] = siov_addr + j * iov_stride * 8
+                else:
+                    b = j * iov_stride
+                    siov_q[b : b + 2 * n : 2] = array("Q", [rbuf_addr + q * size for q in slots[x:y]])
+                    siov_q[b + 1 : b + 2 * n : 2] = array("Q", glens[x:y])
+                    shdr_q[e8 + 2] = siov_addr + b * 8
+                shdr_q[e8 + 3] = n
+                if n > 1:
+                    shdr_q[e8 + 5] = ctl_len
+                    sctl16[j * 12 + 8] = seg
+                    seg_sends += 1
+                    seg_dgrams += n
+                else:
+                    shdr_q[e8 + 5] = 0
+                targets[j] = target
+                j += 1
+                if j >= cap:
+                    self._flush_batch(io, j, fw_pkts, fw_bytes, seg_sends, seg_dgrams)
+                    j = fw_pkts = fw_bytes = seg_sends = seg_dgrams = 0
+                x = y
+        if j:
+            self._flush_batch(io, j, fw_pkts, fw_bytes, seg_sends, seg_dgrams)
+
     def _batch_per_slot(self, io: mmsg.BatchIO, count: int) -> None:
         """Forward a batch that holds GRO-coalesced buffers, slot by slot.
 
@@ -628,7 +864,7 @@ class UDXSocket:
             if n >= 20 and u32[w] & 0x10FFFF == 0x01FF:  # ff 01, DESTROY bit clear
                 s = streams.get(u32[w + 1])
                 if s is not None:
-                    r = s._fast
+                    r = s.route
                     b = i * 4
                     if (
                         r is not None
@@ -711,7 +947,7 @@ class UDXSocket:
             ids = u32[w + 1 : stop : gw].tolist()
             sid = ids[0]
             s = self.udx.streams.get(sid)
-            r = s._fast if s is not None else None
+            r = s.route if s is not None else None
             if (
                 r is not None
                 and r.sock is self
@@ -739,7 +975,7 @@ class UDXSocket:
             seg = mv[off : off + ln]
             if ln >= 20 and seg[0] == 0xFF and seg[1] == 0x01 and not seg[2] & DESTROY:
                 s = self.udx.streams.get(_u32.unpack_from(seg, 4)[0])
-                r = s._fast if s is not None else None
+                r = s.route if s is not None else None
                 if r is not None and r.sock is self and self._from_route_source(io, i, r):
                     seg[4:8] = _u32.pack(r.rid)
                     x = j * mmsg.GSO_MAX_SEGMENTS * 2
@@ -802,14 +1038,14 @@ class UDXSocket:
         for k, datagrams_k in rest:
             t = io.targets[k]
             for d in datagrams_k:
-                if t is not None and t._send_addr is not None:
-                    self._sendto(d, t._send_addr)
+                if t is not None and t.send_address is not None:
+                    self._sendto(d, t.send_address)
                 else:
                     st.send_errors += 1
         if self._sendq:
             for t in set(io.targets[:count]):
                 if t is not None:
-                    t._invalidate_fast()  # back to the queued path until the queue drains
+                    t.drop_route()  # back to the queued path until the queue drains
 
     def _handle(self, buf: memoryview, n: int, addr: Address | int) -> None:
         """Everything but the relay fast path: firewall, relaying, streams, foreign datagrams.
@@ -822,43 +1058,21 @@ class UDXSocket:
         if n >= 20 and buf[0] == 0xFF and buf[1] == 0x01:
             s = self.udx.streams.get(_u32.unpack_from(buf, 4)[0])
             if s is not None and not s.closed:
-                if s._socket is not self:
+                if s.socket is not self:
                     if isinstance(addr, int):
                         addr = self._mmsg.address(addr)  # type: ignore[union-attr]
-                    if not self._pass_firewall(s, addr):
+                    if not s.passes_firewall(self, addr):
                         st.drop("firewalled")
                         return
-                t = s._relay
-                if t is not None:
+                if s.relayed:
                     if isinstance(addr, int):
                         addr = self._mmsg.address(addr)  # type: ignore[union-attr]
-                    if addr != s._remote_addr:
-                        st.drop("wrong_address")
-                        return
-                    dst = t._send_addr
-                    if dst is not None and t._socket is not None:
-                        buf[4:8] = t._remote_id_le
-                        t._socket._sendto(buf, dst)
-                        st.relayed_packets += 1
-                        st.relayed_bytes += n
-                        if s._socket is self and t._socket is self and self._mmsg is not None and not self._sendq:
-                            s._fast = _Route(s, t, self)
-                    elif len(t._early) < EARLY_PACKETS and self.udx.early_bytes + n <= EARLY_BYTES_TOTAL:
-                        t._early.append((bytes(buf), self))  # partner not connected yet: hold
-                        self.udx.early_bytes += n
-                    else:
-                        st.drop("relay_unconnected")
-                    if buf[2] & DESTROY:
-                        s._on_relayed_destroy()
+                    s.relay_datagram(buf, addr, self)
                     return
-                if s._core.receive(bytes(buf), self.loop.time()):
-                    s._after_input()
-                else:
-                    st.drop(s._core.drop_reason)
+                s.receive_datagram(bytes(buf), self.loop.time(), self)
                 return
-            if s is not None and s._core.lingering:
-                s._core.receive(bytes(buf), self.loop.time())
-                s._after_input()
+            if s is not None and s.lingering:
+                s.receive_datagram(bytes(buf), self.loop.time(), self)
                 return
             # UDX-shaped with the id of no live stream. libudx hands such a datagram to the
             # socket's message callback, where dht-rpc fails to decode it (its messages start
@@ -874,26 +1088,8 @@ class UDXSocket:
             addr = self._mmsg.address(addr)  # type: ignore[union-attr]
         cb(bytes(buf), addr)
 
-    def _pass_firewall(self, s: UDXStream, addr: Address) -> bool:
-        fw = s._firewall
-        if fw is None:
-            return False  # udx-native's default firewall drops everything
-        port = addr[1]
-        if not 0 < port < 65536:
-            return False
-        try:
-            drop = fw(s, self, addr)
-        except UDXError as e:  # e.g. a second connect, as blind-relay's firewall throws in libudx
-            self.stats.callback_errors += 1
-            log.debug("udx: firewall refused a packet for stream %#010x from %s: %s", s.id, addr, e)
-            return False
-        except Exception:
-            self.stats.callback_errors += 1
-            log.exception("udx: firewall callback failed")
-            return False
-        return not drop and not s.closed
-
-    def _mark_dirty(self, s: UDXStream) -> None:
+    def schedule_flush(self, s: UDXStream) -> None:
+        """For a stream with something to send (data, an ACK, a close): flush it soon, once."""
         self._dirty.add(s)
         if not self._flush_scheduled:
             self._flush_scheduled = True
@@ -907,7 +1103,7 @@ class UDXSocket:
         self._dirty = set()
         now = self.loop.time()
         for s in dirty:
-            s._flush(now)
+            s.send_pending(now)
 
 
 class _Route:
@@ -931,13 +1127,15 @@ class _Route:
         "target",
     )
 
-    def __init__(self, source: UDXStream, target: UDXStream, sock: UDXSocket) -> None:
-        self.rid = target._core.remote_id
-        self.sa = target._sa_addr
-        self.sa_buf = target._sa  # keeps the sockaddr `sa` points at alive while entries use it
+    def __init__(
+        self, rid: int, sa: int, sa_buf: bytearray, target: UDXStream, sock: UDXSocket, src: tuple[int, int, int]
+    ) -> None:
+        self.rid = rid
+        self.sa = sa
+        self.sa_buf = sa_buf  # keeps the sockaddr `sa` points at alive while entries use it
         self.target = target
         self.sock = sock
-        self.src0, self.src1, self.src2 = source._src_key
+        self.src0, self.src1, self.src2 = src
         self.entry = 0
         self.seg = 0
         self.k = 0
@@ -972,7 +1170,6 @@ class UDXStream:
         "_drain_waiter",
         "_early",
         "_eof",
-        "_fast",
         "_finished",
         "_firewall",
         "_frame_buf",
@@ -998,6 +1195,7 @@ class UDXStream:
         "on_data",
         "on_end",
         "on_message",
+        "route",
         "udx",
         "user_data",
     )
@@ -1033,7 +1231,7 @@ class UDXStream:
         self._src_key = (0, 0, 0)
         #: (partner's remote id, its sockaddr pointer, partner, socket) while both relay
         #: streams sit on one batching socket: the forwarding fast path reads only this
-        self._fast: _Route | None = None
+        self.route: _Route | None = None
         self.closed = False
         self._finished = False
         self.error: UDXError | None = None
@@ -1108,11 +1306,11 @@ class UDXStream:
             raise UDXError("socket is closed", "ECLOSED")
         self._socket = socket
         self._remote_addr = (addr[0], addr[1])
-        self._send_addr = socket._wire_addr(self._remote_addr)
+        self._send_addr = socket.wire_address(self._remote_addr)
         self._remote_id_le = _u32.pack(remote_id & U32)
         self._set_sockaddr()
         self._core.connect(remote_id, ipv6=":" in addr[0], ack=ack)
-        socket._mark_dirty(self)
+        socket.schedule_flush(self)
         if self._early:
             self._flush_early()
 
@@ -1124,7 +1322,7 @@ class UDXStream:
         for d, _ in early:
             self.udx.early_bytes -= len(d)
             out = d[:4] + self._remote_id_le + d[8:]
-            sock._sendto(out, self._send_addr)
+            sock.send_datagrams([out], self._send_addr)
             sock.stats.relayed_packets += 1
             sock.stats.relayed_bytes += len(out)
 
@@ -1133,24 +1331,25 @@ class UDXStream:
             raise UDXError("stream is not connected", "ENOTCONN")
         self._socket = socket
         self._remote_addr = (addr[0], addr[1])
-        self._send_addr = socket._wire_addr(self._remote_addr)
+        self._send_addr = socket.wire_address(self._remote_addr)
         self._remote_id_le = _u32.pack(remote_id & U32)
         self._set_sockaddr()
         self._core.change_remote(remote_id, ipv6=":" in addr[0])
 
-    def _invalidate_fast(self) -> None:
-        self._fast = None
+    def drop_route(self) -> None:
+        """Back to the slow path for both directions until a datagram builds a route again."""
+        self.route = None
         for p in self._relayed_from:
-            p._fast = None
+            p.route = None
 
     def _set_sockaddr(self) -> None:
         """The destination as a C sockaddr, for the batched relay path."""
-        self._invalidate_fast()
+        self.drop_route()
         sock, addr = self._socket, self._remote_addr
-        if sock is None or addr is None or sock._mmsg is None:
+        if sock is None or addr is None or not sock.batching:
             return
         self._sa = mmsg.sockaddr(sock.family, addr[0], addr[1])
-        self._sa_addr = mmsg._address(self._sa)
+        self._sa_addr = mmsg.address_of(self._sa)
         self._sa_len = len(self._sa)
         self._src_key = mmsg.source_key(self._sa)
 
@@ -1170,7 +1369,7 @@ class UDXStream:
         if self.closed:
             raise self.error or UDXError("stream is closed", "EPIPE")
         self._core.write(data)
-        self._socket._mark_dirty(self)
+        self._socket.schedule_flush(self)
         return self._core.write_buffered < self._core.high_watermark
 
     async def drain(self) -> None:
@@ -1197,26 +1396,26 @@ class UDXStream:
         if self._socket is None:
             raise UDXError("ending while not connected is not supported", "ENOTCONN")
         self._core.end(data)
-        self._socket._mark_dirty(self)
+        self._socket.schedule_flush(self)
 
     def send(self, data: bytes) -> None:
         """An unordered, unreliable MESSAGE datagram (udx-native `trySend`)."""
         if self._socket is None or self.closed:
             return
         self._core.send_message(data)
-        self._socket._mark_dirty(self)
+        self._socket.schedule_flush(self)
 
     def set_keepalive(self, seconds: float) -> None:
         self._core.set_keepalive(seconds, _now())
         if self._socket is not None:
-            self._socket._mark_dirty(self)
+            self._socket.schedule_flush(self)
 
     def destroy(self, error: UDXError | None = None) -> None:
         """Abortive close: one DESTROY to the peer (nothing for relayed or unconnected streams)."""
         if self.closed:
             return
         self._core.destroy(error, send=self._relay is None)
-        self._flush(_now())
+        self.send_pending(_now())
 
     async def read(self) -> bytes:
         """Next chunk of stream data (a whole frame in framed mode); b"" at EOF."""
@@ -1225,7 +1424,7 @@ class UDXStream:
                 chunk = self._readq.popleft()
                 self._core.consumed(len(chunk))
                 if self._core.wants_ack and self._socket is not None:
-                    self._socket._mark_dirty(self)
+                    self._socket.schedule_flush(self)
                 return chunk
             if self._eof:
                 return b""
@@ -1244,6 +1443,104 @@ class UDXStream:
             await self._closed_fut
         return self.error
 
+    # --- the socket's seam (called by UDXSocket's reader) -------------------------------------
+
+    @property
+    def lingering(self) -> bool:
+        """Closed gracefully and still re-ACKing a retransmitted END for a while."""
+        return self._core.lingering
+
+    @property
+    def send_address(self) -> Address | None:
+        """The peer's address as this stream's socket sends to it (v4-mapped on IPv6)."""
+        return self._send_addr
+
+    def receive_datagram(self, datagram: bytes, now: float, arrival: UDXSocket) -> None:
+        """A datagram for this stream (not relayed): into the core; what it refuses is counted
+        on `arrival` by cause (a lingering stream only re-ACKs)."""
+        core = self._core
+        if core.receive(datagram, now) or self.closed:
+            self._after_input()
+        else:
+            arrival.stats.drop(core.drop_reason)
+
+    def relay_datagram(self, buf: memoryview, addr: Address, arrival: UDXSocket) -> None:
+        """The slow path of a relayed stream: a datagram from `addr` reached `arrival`.
+
+        Taken only from the peer's address (`wrong_address` otherwise), passed to the relay
+        partner's peer; once both streams sit on one batching socket the fast path gets a
+        route and takes the next ones. A DESTROY passing through closes both streams.
+        """
+        if addr != self._remote_addr:
+            arrival.stats.drop("wrong_address")
+            return
+        t = self._relay
+        assert t is not None
+        if (
+            t.pass_on(buf, arrival)
+            and self._socket is arrival
+            and t.socket is arrival
+            and arrival.batching
+            and not arrival.backlogged
+        ):
+            self.route = t.route_from(self._src_key, arrival)
+        if buf[2] & DESTROY:
+            self._on_relayed_destroy()
+
+    def pass_on(self, buf: memoryview, arrival: UDXSocket) -> bool:
+        """A datagram this stream's relay partner received: to this stream's peer with its id
+        (True), or held until this stream knows its peer (at most EARLY_PACKETS, EARLY_BYTES_TOTAL
+        over all streams)."""
+        st = arrival.stats
+        dst, sock = self._send_addr, self._socket
+        if dst is not None and sock is not None:
+            buf[4:8] = self._remote_id_le
+            sock.send_datagrams([buf], dst)
+            st.relayed_packets += 1
+            st.relayed_bytes += len(buf)
+            return True
+        if len(self._early) < EARLY_PACKETS and self.udx.early_bytes + len(buf) <= EARLY_BYTES_TOTAL:
+            self._early.append((bytes(buf), arrival))
+            self.udx.early_bytes += len(buf)
+        else:
+            st.drop("relay_unconnected")
+        return False
+
+    def route_from(self, src_key: tuple[int, int, int], sock: UDXSocket) -> _Route:
+        """The fast path's route to this stream's peer for datagrams from the source `src_key`."""
+        return _Route(self._core.remote_id, self._sa_addr, self._sa, self, sock, src_key)
+
+    def unregister_now(self) -> None:
+        """At UDX.close: a lingering stream stops lingering and leaves the id table now."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._unregister()
+
+    def forget_partner(self, partner: UDXStream) -> None:
+        """`partner` no longer relays to this stream (it closed)."""
+        if partner in self._relayed_from:
+            self._relayed_from.remove(partner)
+
+    def passes_firewall(self, arrival: UDXSocket, addr: Address) -> bool:
+        """For a datagram reaching this stream on a socket it is not connected on: True to take it."""
+        fw = self._firewall
+        if fw is None:
+            return False  # udx-native's default firewall drops everything
+        port = addr[1]
+        if not 0 < port < 65536:
+            return False
+        try:
+            drop = fw(self, arrival, addr)
+        except UDXError as e:  # e.g. a second connect, as blind-relay's firewall throws in libudx
+            arrival.stats.callback_errors += 1
+            log.debug("udx: firewall refused a packet for stream %#010x from %s: %s", self.id, addr, e)
+            return False
+        except Exception:
+            arrival.stats.callback_errors += 1
+            log.exception("udx: firewall callback failed")
+            return False
+        return not drop and not self.closed
+
     # --- runtime internals -------------------------------------------------------------------
 
     def _after_input(self) -> None:
@@ -1251,15 +1548,16 @@ class UDXStream:
             self._dispatch()
         sock = self._socket
         if sock is not None:
-            sock._dirty.add(self)
+            sock.note_input(self)
         elif self.closed:
             self._finish_close()
 
-    def _flush(self, now: float) -> None:
+    def send_pending(self, now: float) -> None:
+        """Send what the core has for the wire now, dispatch its events, re-arm its timer."""
         core = self._core
         out = core.poll(now)
         if out and self._socket is not None and self._send_addr is not None:
-            self._socket._send_many(out, self._send_addr)
+            self._socket.send_datagrams(out, self._send_addr)
         if core.events:
             self._dispatch()
         if self.closed:
@@ -1279,7 +1577,7 @@ class UDXStream:
         self._timer = None
         now = _now()
         self._core.handle_timer(now)
-        self._flush(now)
+        self.send_pending(now)
 
     def _dispatch(self) -> None:
         for ev in self._core.take_events():
@@ -1346,7 +1644,7 @@ class UDXStream:
         if self._finished:
             return
         self._finished = True
-        self._invalidate_fast()
+        self.drop_route()
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -1373,8 +1671,7 @@ class UDXStream:
         if self._relay is not None:
             t = self._relay
             self._relay = None
-            if self in t._relayed_from:
-                t._relayed_from.remove(self)
+            t.forget_partner(self)
             t.destroy()
         cb = self.on_close
         if cb is not None:

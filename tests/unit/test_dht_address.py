@@ -16,18 +16,34 @@ def test_first_address_needs_a_majority_of_distinct_hosts() -> None:
     own = OwnAddress()
     a, b, c, d = hosts(4)
     own.add(a, ME)
-    assert own.address == ME  # one host heard from: it decides (a loopback testnet is one host)
-    own = OwnAddress()
-    own.add(a, FAKE)
-    own.add(b, ME)
-    own.add(c, ME)
-    assert own.address == FAKE  # adopted while only one host had answered
+    assert own.address is None  # one host, during our first walk: not enough
+    own.settle()
+    assert own.address == ME  # the walk ended and it was the only host (a loopback testnet)
     own = OwnAddress()
     for r, claim in ((a, FAKE), (b, ME), (c, ME), (d, ME)):
-        own._votes[r[0]] = claim  # four hosts before any decision: 3 of 4 agree
-        own._reporters[r[0]] = r
-    own._evaluate()
-    assert own.address == ME and MIN_HOSTS == 3
+        own.add(r, claim)
+    assert own.address == ME and MIN_HOSTS == 3  # 3 of 4 agree, whoever answered first
+
+
+def test_the_first_host_to_answer_no_longer_decides_alone() -> None:
+    """The first reply used to set the address: a hostile node answering first (one our
+    bootstrap node named) made every later, honest majority a 'move' that had to be confirmed by
+    that same node. Now its vote is one of many."""
+    own = OwnAddress()
+    hostile, *honest = hosts(4)
+    own.add(hostile, FAKE)
+    own.add(honest[0], ME)
+    assert own.address is None  # 1 to 1: no majority of 3 yet
+    own.add(honest[1], ME)
+    assert own.address is None  # 2 of 3 agree, but fewer than MIN_HOSTS: wait
+    own.add(honest[2], ME)
+    assert own.address == ME and own.candidate is None and own.take_rechecks() == []
+    # a walk that ends with no majority adopts nothing
+    split = OwnAddress()
+    split.add(hosts(1, first=10)[0], FAKE)
+    split.add(hosts(1, first=11)[0], ME)
+    split.settle()
+    assert split.address is None
 
 
 def test_one_host_from_many_ports_is_one_vote() -> None:

@@ -223,3 +223,77 @@ async def test_network_change_reannounces_servers(monkeypatch: pytest.MonkeyPatc
     finally:
         await node.close()
         udx.close()
+
+
+def test_new_handshakes_wait_in_the_backlog_and_a_new_address_is_answered_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under a flood the read callback only queues new handshakes (no crypto inline); the loop
+    answers them between its other work, one slice at a time, a new address before the backlog of
+    a busy one; the admit hook runs before any crypto (its refusals are never decrypted)."""
+    import relay.dht.server as server_mod
+    from relay.dht.messages import NS_PEER_HANDSHAKE, NoisePayload, UDXInfo
+    from relay.noise import NoiseHandshake
+
+    monkeypatch.setattr(server_mod, "DRAIN_SLICE", 0.0)  # one handshake per slice: deterministic
+    lb = Loopback()
+    relay_sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # plays the announce holder
+    relay_sock.bind(("127.0.0.1", 0))
+    relay_sock.setblocking(False)
+    second = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # another announce holder
+    second.bind(("127.0.0.1", 0))
+    second.setblocking(False)
+    try:
+        assert lb.node is not None and lb.server is not None
+        node, server = lb.node, lb.server
+        admitted: list[str] = []
+        server.admit = lambda addr: admitted.append(addr[0]) is None and addr[0] != "127.0.0.66"
+        busy, new, refused = ("127.0.0.21", 9), ("127.0.0.22", 9), ("127.0.0.66", 9)
+
+        def handshake(tid: int, client: tuple[str, int], garbage: bool = False) -> bytes:
+            nh = NoiseHandshake("IK", True, key_pair(), server.public_key, prologue=NS_PEER_HANDSHAKE)
+            msg1 = nh.send(NoisePayload(version=1, udx=UDXInfo(id=tid), secret_stream=True).encode())
+            hs = Handshake(Mode.FROM_RELAY, bytes(len(msg1)) if garbage else msg1, client)
+            req = Request(tid, node.local_address(), Command.PEER_HANDSHAKE, target=server.target, value=hs.encode())
+            node._on_datagram("server", req.encode(), relay_sock.getsockname())
+            return req.encode()
+
+        for _ in range(3):  # the busy host was answered a lot already (its score is high)
+            server.backlog._served(busy[0], node._now())
+        # then a burst: 12 from the busy host, one from a new host, one the admit hook refuses
+        first = handshake(1, busy)
+        for tid in range(2, 13):
+            handshake(tid, busy)
+        handshake(50, new)
+        handshake(60, refused, garbage=True)
+        node._on_datagram("server", first, second.getsockname())  # relayed by another holder: queued once
+        assert server.responder.stats == {"handshakes": 0, "rejected": 1, "failed": 0, "duplicates": 0}
+        assert len(server.backlog) == 13 and server.backlog.stats["duplicates"] == 1
+        assert admitted.count("127.0.0.66") == 1  # refused before its (garbage) Noise was read
+
+        answered_when_other_work_ran: list[int] = []
+        lb.loop.call_soon(lambda: answered_when_other_work_ran.append(server.responder.stats["handshakes"]))
+
+        async def replies(n: int) -> list[Handshake]:
+            out = []
+            while len(out) < n:
+                data = await asyncio.wait_for(lb.loop.sock_recv(relay_sock, 2048), 10)
+                msg = decode_message(data)
+                if isinstance(msg, Request) and msg.command == Command.PEER_HANDSHAKE and msg.value:
+                    out.append(Handshake.decode(msg.value))
+            return out
+
+        got = lb.loop.run_until_complete(replies(13))
+        copy = decode_message(lb.loop.run_until_complete(asyncio.wait_for(lb.loop.sock_recv(second, 2048), 10)))
+        assert isinstance(copy, Request) and copy.tid == 1 and copy.value  # the copy got its own reply
+        assert Handshake.decode(copy.value).peer_address == busy
+        assert [h.mode for h in got] == [Mode.FROM_SERVER] * 13
+        assert got[0].peer_address == new  # queued 13th, answered first
+        assert [h.peer_address for h in got[1:]] == [busy] * 12
+        assert answered_when_other_work_ran and answered_when_other_work_ran[0] < 13  # the loop was not held
+        assert server.responder.stats["handshakes"] == 13 and server.responder.stats["failed"] == 0
+        assert server.backlog.stats["served"] == 13 and len(server.backlog) == 0
+    finally:
+        relay_sock.close()
+        second.close()
+        lb.close()

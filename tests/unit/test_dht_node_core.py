@@ -115,6 +115,7 @@ class Net:
 def ready_core(**kw: object) -> DHTCore:
     core = DHTCore(tick=104, **kw)  # type: ignore[arg-type]
     core.ready = True
+    core.nat.settle()  # as after its first walk
     return core
 
 

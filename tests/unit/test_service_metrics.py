@@ -165,7 +165,15 @@ async def test_stats_and_metrics_count_sheds_and_drops_by_cause(app: RelayApp, m
     s = app.snapshot()
     assert set(s["shed"]) == set(SHED_CAUSES) and all(v == 0 for v in s["shed"].values())
     assert isinstance(s["dropped"], dict)
-    assert s["handshakes"] == {"accepted": 0, "rejected": 0, "failed": 0, "pending": 0}  # no DHT server yet
+    assert s["handshakes"] == {  # no DHT server yet
+        "accepted": 0,
+        "rejected": 0,
+        "failed": 0,
+        "pending": 0,
+        "backlog": 0,
+        "shed_stale": 0,
+        "shed_full": 0,
+    }
     app.blind.shed["silent_pair"] += 3
     # the UDX sockets' per-cause counters (helper fastpath's `SocketStats.dropped_by_cause`), summed
     # over sockets; stand-in sockets give known counts
@@ -191,6 +199,8 @@ async def test_stats_and_metrics_count_sheds_and_drops_by_cause(app: RelayApp, m
         assert 'blind_relay_shed_total{cause="idle_session"} 0.0' in text
         assert 'blind_relay_dropped_total{cause="garbage"} 6.0' in text
         assert 'blind_relay_handshakes_total{result="rejected"} 0.0' in text
+        assert 'blind_relay_handshakes_total{result="shed_stale"} 0.0' in text
+        assert "blind_relay_handshakes_backlog 0.0" in text
         assert "blind_relay_udx_gso 1.0" in text and "blind_relay_udx_gso_fallbacks_total 3.0" in text
 
 

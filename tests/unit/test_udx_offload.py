@@ -54,9 +54,9 @@ def _fw(peer_id: int):  # type: ignore[no-untyped-def]
     return fw
 
 
-async def _relay(mode: str) -> Relay:
+async def _relay(mode: str, coalesce_us: int | None = None) -> Relay:
     udx = UDX()
-    sock = await udx.create_socket(LOOP, 0, use_mmsg=mode != "portable", use_gso=mode == "gso")
+    sock = await udx.create_socket(LOOP, 0, use_mmsg=mode != "portable", use_gso=mode == "gso", coalesce_us=coalesce_us)
     rb = udx.create_stream(firewall=_fw(A_ID))
     rc = udx.create_stream(firewall=_fw(D_ID))
     rb.relay_to(rc)
@@ -321,3 +321,108 @@ async def test_udx_relay_keeps_per_destination_order_across_interleaved_runs_and
     assert got_d == [_rewritten(d, D_ID) for d in [*a_sent, destroy]]
     assert await relay.recv(relay.ea, len(d_sent)) == [_rewritten(d, A_ID) for d in d_sent]
     assert relay.rb.closed and relay.rc.closed
+
+
+async def test_udx_relay_forwards_interleaved_streams_one_run_each_in_order(relay: Relay) -> None:
+    """A's data between D's ACKs in one batch: each peer gets the other's datagrams in order,
+    and with GSO each stream's run leaves as one segmented send (not cut at every ACK)."""
+    a_sent = [encode(DATA, relay.rb.id, DEFAULT_RWND, seq, 0, os.urandom(1000)) for seq in range(12)]
+    d_sent = [encode(0, relay.rc.id, DEFAULT_RWND, 0, seq) for seq in range(6)]
+    first = encode(0, relay.rc.id, DEFAULT_RWND, 0, 0)  # D's first relayed packet sets up its route
+    relay.ed.sendto(first, relay.addr)
+    assert await relay.recv(relay.ea, 1) == [_rewritten(first, A_ID)]
+    sends0 = relay.sock.stats.gso_sends
+    for k in range(6):  # no await: one recvmmsg batch on the batched paths
+        for d in a_sent[2 * k : 2 * k + 2]:
+            relay.ea.sendto(d, relay.addr)
+        relay.ed.sendto(d_sent[k], relay.addr)
+    assert await relay.recv(relay.ed, len(a_sent)) == [_rewritten(d, D_ID) for d in a_sent]
+    assert await relay.recv(relay.ea, len(d_sent)) == [_rewritten(d, A_ID) for d in d_sent]
+    if relay.sock.gso:
+        assert relay.sock.stats.gso_sends - sends0 == 2
+    assert not relay.rb.closed and not relay.rc.closed
+
+
+async def test_udx_coalescing_hold_releases_what_arrived_during_it() -> None:
+    """A burst starts a hold (the reader pauses); what arrives during the hold is forwarded
+    when its timer ends it, nothing is stranded when traffic stops mid-hold, and afterwards
+    the reader is armed again for a lone datagram."""
+    r = await _relay("gso", coalesce_us=500_000)
+    try:
+        mod = r.sock._moderation
+        assert mod is not None
+        # let the setup's hold (if any) end: the reader is armed again
+        async with asyncio.timeout(20):
+            while mod.holding or not r.sock._reading:
+                await asyncio.sleep(0.01)
+        burst = [encode(DATA, r.rb.id, DEFAULT_RWND, seq, 0, os.urandom(1000)) for seq in range(8)]
+        holds = r.sock.stats.holds
+        for d in burst:
+            r.ea.sendto(d, r.addr)
+        assert await r.recv(r.ed, len(burst)) == [_rewritten(d, D_ID) for d in burst]  # read at once
+        assert r.sock.stats.holds == holds + 1 and mod.holding and not r.sock._reading
+        later = [encode(DATA, r.rb.id, DEFAULT_RWND, seq, 0, os.urandom(900)) for seq in range(8, 11)]
+        for d in later:  # mid-hold, then the traffic stops
+            r.ea.sendto(d, r.addr)
+        assert await r.recv(r.ed, len(later)) == [_rewritten(d, D_ID) for d in later]
+        async with asyncio.timeout(20):  # the next hold gathers nothing: the reader is re-armed
+            while mod.holding or not r.sock._reading:
+                await asyncio.sleep(0.01)
+        lone = encode(DATA, r.rb.id, DEFAULT_RWND, 11, 0, b"x" * 40)
+        r.ea.sendto(lone, r.addr)
+        assert await r.recv(r.ed, 1) == [_rewritten(lone, D_ID)]
+    finally:
+        r.ea.close()
+        r.ed.close()
+        r.udx.close()
+
+
+@pytest.mark.parametrize("mode", ["gso", "mmsg"])
+async def test_udx_relay_many_interleaved_pairs_each_destination_in_order(mode: str) -> None:
+    """Three pairs on one socket, their datagrams (data one way, ACKs the other, runs of 1 to
+    9) interleaved in one batch: every peer gets exactly its partner's datagrams, in order."""
+    udx = UDX()
+    sock = await udx.create_socket(LOOP, 0, use_gso=mode == "gso")
+    addr = (LOOP, sock.port)
+    loop = asyncio.get_running_loop()
+    ends: list[tuple[UDXStream, socket.socket, int]] = []  # relay stream, its peer's socket, peer id
+    try:
+        for p in range(3):
+            pair = []
+            for side in range(2):
+                e = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                e.bind((LOOP, 0))
+                e.setblocking(False)
+                e.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 21)
+                peer_id = 0xB0000000 + 16 * p + side
+                pair.append((udx.create_stream(firewall=_fw(peer_id)), e, peer_id))
+            pair[0][0].relay_to(pair[1][0])
+            pair[1][0].relay_to(pair[0][0])
+            ends += pair
+        for k, (s, e, _) in enumerate(ends):  # each peer speaks first: addresses learned, routes built
+            e.sendto(encode(HEARTBEAT, s.id, DEFAULT_RWND, 0, 0), addr)
+            if k % 2:
+                for x in (k - 1, k):
+                    partner = ends[x ^ 1]
+                    await asyncio.wait_for(loop.sock_recv(partner[1], 2048), 20)
+        for k, (s, e, _) in enumerate(ends):
+            partner = ends[k ^ 1]
+            e.sendto(encode(HEARTBEAT, s.id, DEFAULT_RWND, 1, 0), addr)
+            await asyncio.wait_for(loop.sock_recv(partner[1], 2048), 20)
+        sent: dict[int, list[bytes]] = {k: [] for k in range(len(ends))}
+        order = [0, 0, 1, 2, 2, 2, 3, 4, 5, 0, 1, 4, 4, 4, 4, 4, 4, 4, 4, 4, 2, 3, 4, 0, 0, 0, 0, 0, 1]
+        for seq, k in enumerate(order, start=2):
+            s, e, _ = ends[k]
+            size = 1000 if k % 2 == 0 else 0  # data one way, bare ACKs the other
+            d = encode(DATA if size else 0, s.id, DEFAULT_RWND, seq, 0, os.urandom(size))
+            sent[k].append(d)
+            e.sendto(d, addr)  # no await: one recvmmsg batch
+        for k in range(len(ends)):
+            partner = ends[k ^ 1]
+            got = [await asyncio.wait_for(loop.sock_recv(partner[1], 65536), 20) for _ in sent[k]]
+            assert got == [_rewritten(d, partner[2]) for d in sent[k]]
+        assert sock.stats.dropped_packets == 0
+    finally:
+        for _, e, _ in ends:
+            e.close()
+        udx.close()

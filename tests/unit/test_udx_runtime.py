@@ -436,7 +436,7 @@ async def test_udx_batched_relay_keeps_order_when_the_socket_buffer_is_full(gso:
     await wait_for(lambda: rc.connected)
     ea.sendto(encode(HEARTBEAT, rb.id, DEFAULT_RWND, 0, 0), relay)
     assert await asyncio.wait_for(loop.sock_recv(ed, 2048), 10) == encode(HEARTBEAT, 0xD, DEFAULT_RWND, 0, 0)
-    await wait_for(lambda: rb._fast is not None)
+    await wait_for(lambda: rb.route is not None)
     # growing sizes: each datagram needs an entry of its own even with GSO (a run is same-size)
     burst = [encode(DATA, rb.id, DEFAULT_RWND, seq, 0, bytes([seq]) * (100 + seq)) for seq in range(5)]
     for d in burst:

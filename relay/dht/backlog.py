@@ -1,0 +1,200 @@
+"""Which handshake gets the CPU next: a bounded, fair, self-shedding backlog (sans-IO).
+
+Answering a new PEER_HANDSHAKE costs a Noise IK decrypt and encrypt (~0.5-1 ms in Python), so
+a flood of valid handshakes from a few dozen hosts outruns the event loop. Done inline in the
+socket's read callback, that work let the kernel's receive queue (a 4 MB SO_RCVBUF) fill:
+every datagram on the relay's one port - a newcomer's handshake, its PINGs, the relayed UDX
+packets of live pairs - then waited 10-17 s behind the flood in one FIFO, and the kernel
+dropped the rest. The runtime now only queues a new handshake here (cheap) and keeps reading;
+it answers from the backlog in short slices between reads, in this order:
+
+- the host (the client's address as the DHT node relaying the handshake saw it) served least
+  recently wins: each host has a score of handshakes served, halving every `half_life`
+  seconds, and the lowest score goes first, so a new address is answered before the backlog
+  of busy ones, and busy hosts share what is left;
+- within a host, oldest first;
+- a handshake queued longer than `max_age` is shed: its client's request (dht-rpc, ~1 s per
+  try, 3 retries) has given up or is about to, so answering it would only spend the CPU a
+  fresh one needs (the client retries with a new handshake);
+- at `max_items`, the newest entry of the host with the highest score is shed to make room.
+
+Entries are keyed by Noise message 1, so the copies relayed by other announce holders and the
+client's retransmissions do not queue twice. Scores are kept in the log domain
+(`log2(score) + now / half_life`), so decay needs no per-host timer and the order of hosts
+never changes while time passes; a heap gives the next host in O(log n).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import OrderedDict, deque
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+MAX_AGE = 2.0  # seconds a queued handshake stays worth answering (dht-rpc request ~1 s, retried)
+MAX_ITEMS = 512  # queued handshakes at most (each ~1 ms of CPU: half a second of work)
+HALF_LIFE = 10.0  # seconds for a host's served score to halve
+MAX_HOSTS = 4096  # hosts whose score is remembered (least recently served forgotten first)
+
+_NEW = -math.inf  # the log-domain score of a host never served (or long forgotten)
+
+
+@dataclass(slots=True)
+class _Entry(Generic[T]):
+    key: bytes
+    host: str
+    item: T
+    queued: float
+
+
+class HandshakeBacklog(Generic[T]):
+    """`push(key, host, item, now)` queues, `pop(now)` hands out the next item to answer."""
+
+    def __init__(
+        self,
+        *,
+        max_age: float = MAX_AGE,
+        max_items: int = MAX_ITEMS,
+        half_life: float = HALF_LIFE,
+        max_hosts: int = MAX_HOSTS,
+    ) -> None:
+        self.max_age = max_age
+        self.max_items = max_items
+        self.half_life = half_life
+        self.max_hosts = max_hosts
+        self._queues: dict[str, deque[_Entry[T]]] = {}
+        self._keys: dict[bytes, _Entry[T]] = {}
+        self._scores: OrderedDict[str, float] = OrderedDict()  # host -> log-domain served score
+        self._heap: list[tuple[float, int, str]] = []  # (score when scheduled, seq, host)
+        self._sched: dict[str, int] = {}  # host -> seq of its one live heap entry
+        self._seq = 0
+        self.stats = {"queued": 0, "served": 0, "duplicates": 0, "shed_stale": 0, "shed_full": 0}
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __contains__(self, key: bytes) -> bool:
+        return key in self._keys
+
+    def get(self, key: bytes) -> T | None:
+        """The queued item for `key`, if it is waiting."""
+        e = self._keys.get(key)
+        return None if e is None else e.item
+
+    # ------------------------------------------------------------------ scores
+
+    def score(self, host: str, now: float) -> float:
+        """Handshakes served to `host`, decayed to `now` (0.0 for a host never served)."""
+        s = self._scores.get(host, _NEW)
+        return 0.0 if s == _NEW else 2.0 ** (s - now / self.half_life)
+
+    def _served(self, host: str, now: float) -> None:
+        s = math.log2(self.score(host, now) + 1.0) + now / self.half_life
+        self._scores.pop(host, None)
+        self._scores[host] = s
+        if len(self._scores) > self.max_hosts:
+            # forget the least recently served host that is not waiting (waiting hosts are
+            # bounded by max_items, so this scan is short)
+            for old in self._scores:
+                if old not in self._queues and old != host:
+                    del self._scores[old]
+                    break
+
+    def _schedule(self, host: str) -> None:
+        """(Re)enter `host` in the heap with its current score; older entries become stale."""
+        self._seq += 1
+        self._sched[host] = self._seq
+        heapq.heappush(self._heap, (self._scores.get(host, _NEW), self._seq, host))
+
+    # ------------------------------------------------------------------ queue
+
+    def push(self, key: bytes, host: str, item: T, now: float) -> bool:
+        """Queue a handshake; False if it is a duplicate (a relayed copy, a retransmission) or
+        the backlog is full and `host` is the heaviest waiting."""
+        if key in self._keys:
+            self.stats["duplicates"] += 1
+            return False
+        if len(self._keys) >= self.max_items and not self._shed_for(host, now):
+            self.stats["shed_full"] += 1
+            return False
+        e = _Entry(key, host, item, now)
+        q = self._queues.get(host)
+        if q is None:
+            q = self._queues[host] = deque()
+            self._schedule(host)
+        q.append(e)
+        self._keys[key] = e
+        self.stats["queued"] += 1
+        return True
+
+    def _shed_for(self, newcomer: str, now: float) -> bool:
+        """Full: drop the newest entry of the waiting host that was served most (and holds the
+        most), unless that is the newcomer's own host. True if room was made."""
+        worst = max(self._queues, key=lambda h: (self.score(h, now), len(self._queues[h])))
+        new = (self.score(newcomer, now), len(self._queues.get(newcomer, ())) + 1)
+        if worst == newcomer or (self.score(worst, now), len(self._queues[worst])) <= new:
+            return False
+        self._remove_newest(worst)
+        self.stats["shed_full"] += 1
+        return True
+
+    def _remove_newest(self, host: str) -> None:
+        q = self._queues[host]
+        e = q.pop()
+        del self._keys[e.key]
+        if not q:
+            del self._queues[host]
+            self._sched.pop(host, None)
+
+    def pop(self, now: float) -> T | None:
+        """The next handshake to answer (stale ones shed on the way), or None when empty."""
+        while self._heap:
+            _, seq, host = heapq.heappop(self._heap)
+            if self._sched.get(host) != seq:
+                continue  # stale: the host was served, emptied or re-entered since
+            q = self._queues[host]
+            e = q.popleft()
+            del self._keys[e.key]
+            fresh = now - e.queued <= self.max_age
+            if fresh:
+                self._served(host, now)
+                self.stats["served"] += 1
+            else:
+                self.stats["shed_stale"] += 1
+            if q:
+                self._schedule(host)
+            else:
+                del self._queues[host]
+                del self._sched[host]
+            if fresh:
+                return e.item
+        return None
+
+    def expire(self, now: float) -> int:
+        """Shed every entry queued longer than `max_age`; how many."""
+        n = 0
+        for host in list(self._queues):
+            q = self._queues[host]
+            while q and now - q[0].queued > self.max_age:
+                del self._keys[q.popleft().key]
+                n += 1
+            if not q:
+                del self._queues[host]
+                del self._sched[host]
+        self.stats["shed_stale"] += n
+        return n
+
+    def oldest(self) -> float | None:
+        """When the oldest queued entry was queued (for the runtime's expiry timer)."""
+        return min((q[0].queued for q in self._queues.values()), default=None)
+
+    def clear(self) -> list[T]:
+        items = [e.item for e in self._keys.values()]
+        self._queues.clear()
+        self._keys.clear()
+        self._heap.clear()
+        self._sched.clear()
+        return items
