@@ -65,11 +65,12 @@ ATTACKS: dict[str, tuple[str, dict[str, Any]]] = {
         {"attack": "handshakes", "rate": 500, "seconds": 60, "hosts": 64, "settle": 8},
     ),
     "combined": (
-        "all at once, at the default caps, from 71 hosts: self-pairing past the active pairs cap "
-        "(8,192 fresh tokens every 15 s, 8 early packets each), 130 sessions re-sending 8,320 "
-        "pending tokens, 3,942 sessions held to the 4,096-session cap (each self-pairing every "
-        "20 s, parking 200 out-of-order packets and leaving 3 KiB of a 4 KiB frame incomplete), 12 "
-        "never-completing 16 MiB frames, 12 sessions parking 2,000 out-of-order packets",
+        # self-pairing past the active-pairs cap (8,192 fresh tokens every 15 s, 8 early packets
+        # each), 130 sessions re-sending 8,320 pending tokens, 3,942 sessions held to the
+        # 4,096-session cap (each self-pairing every 20 s, parking 200 out-of-order packets and
+        # leaving 3 KiB of a 4 KiB frame incomplete), 12 never-completing 16 MiB frames, 12
+        # sessions parking 2,000 out-of-order packets
+        "**all of the above at once** (but the handshake flood), at the default caps, from 71 hosts",
         {
             "attack": "combined",
             "parts": [
@@ -244,7 +245,7 @@ def run_attack(name: str, kind: str, bootstrap: str, tree: Path, scale: float) -
                 cwd=INTEROP,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
                 text=True,
             )
             assert attack.stdout is not None
@@ -252,7 +253,7 @@ def run_attack(name: str, kind: str, bootstrap: str, tree: Path, scale: float) -
             in_place = time.monotonic() - t0
             time.sleep(settle)
             ok, setup, errors = legit_pairs(bootstrap, relay)
-            out, _ = attack.communicate(timeout=300)
+            out, err = attack.communicate(timeout=300)
             last = relay.stats() if relay.stats_url else {}
             done: dict[str, Any] = next((json.loads(ln) for ln in out.splitlines() if ln.startswith("{")), {})
             return {
@@ -271,6 +272,8 @@ def run_attack(name: str, kind: str, bootstrap: str, tree: Path, scale: float) -
                 "rss_before_mb": round(before / 2**20, 1),
                 "rss_peak_mb": round(relay.peak / 2**20, 1),
                 "survived": relay.alive(),
+                "attack_exit": attack.returncode,
+                "attack_stderr": err[-1000:] if attack.returncode else "",
                 "held_at_most": relay.held,
                 "shed": {k: v for k, v in last.get("shed", {}).items() if v},
                 "dropped": {k: v for k, v in last.get("dropped", {}).items() if v},

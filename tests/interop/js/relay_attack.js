@@ -93,6 +93,7 @@ function udxPacket (type, streamId, seq, payload) {
 
 function rawSend (socket, streamId, seq, payload) {
   const raw = socket.rawStream
+  if (!raw || !raw.socket || socket.destroyed) return // the relay closed it: nothing to send on
   raw.socket.trySend(udxPacket(1, streamId, seq, payload), raw.remotePort, raw.remoteHost)
   counts.sent++
 }
@@ -135,13 +136,14 @@ async function selfpair (client, socket, p) {
 }
 
 async function session (p, host, s) {
-  let socket
   try {
-    socket = await open(await nodeFor(host))
+    await sessionAttack(p, await open(await nodeFor(host)))
   } catch {
-    counts.failed++
-    return
+    counts.failed++ // not opened, or the relay closed it mid-attack: the others go on
   }
+}
+
+async function sessionAttack (p, socket) {
   const attack = p.attack
   if (attack === 'bigframe') {
     partialFrame(socket, p.frame || (16 * 1024 * 1024 - 1), p.send || 1024 * 1024)
