@@ -424,12 +424,20 @@ class BlindRelaySession:
 class _Owner:
     """What one owner (source host) holds: its sessions, pending tokens and relay links."""
 
-    __slots__ = ("links", "pending", "sessions")
+    __slots__ = ("linked", "links", "pending", "sessions")
 
     def __init__(self) -> None:
         self.sessions: dict[BlindRelaySession, None] = {}
         self.pending = 0
         self.links = 0
+        self.linked = 0  # sessions with at least one relay link
+
+    def shed_weight(self) -> tuple[float, int]:
+        """How much this owner holds, for the session cap: a session that relays weighs 1/8,
+        one waiting for its partner (pending tokens) 1/2, an idle one 1; ties: fewer relaying."""
+        unlinked = len(self.sessions) - self.linked
+        waiting = min(self.pending, unlinked)
+        return (unlinked - waiting / 2 + self.linked / 8, -self.linked)
 
 
 class BlindRelayServer:
@@ -500,16 +508,21 @@ class BlindRelayServer:
         return len(o.sessions) if o is not None else 0
 
     def shed_session(self, now: float) -> BlindRelaySession | None:
-        """Close one session to make room for a newcomer: the owner holding the most sessions
-        loses its least recently busy one (a session without links first); counted as `sessions`."""
+        """Close one session to make room for a newcomer; counted as `sessions`.
+
+        The owner holding the most loses (`_Owner.shed_weight`): sessions that carry pairs
+        weigh little, so when the cap has left every address one or two sessions, a host whose
+        sessions relay is not the "heaviest" for holding two. Within it, an idle session goes
+        first (no links, no pending tokens), then one waiting for its partner, then the one
+        least recently busy."""
         if not self._owners:
             return None
-        owner = max(self._owners.values(), key=lambda o: len(o.sessions))
+        owner = max(self._owners.values(), key=_Owner.shed_weight)
         if not owner.sessions:
             return None
         victim = min(
             owner.sessions,
-            key=lambda s: (s._link_count > 0, s.idle_since if s.idle_since is not None else now),
+            key=lambda s: (s._link_count > 0, bool(s._pairing), s.idle_since if s.idle_since is not None else now),
         )
         self.shed[SHED_SESSIONS] += 1
         victim.destroy()
@@ -644,7 +657,10 @@ class BlindRelayServer:
             link.session._links.setdefault(key, []).append(link)
             link.session._link_count += 1
             link.session.idle_since = None
-            self._owner(link.session.owner).links += 1
+            o = self._owner(link.session.owner)
+            o.links += 1
+            if link.session._link_count == 1:
+                o.linked += 1
             self._active_refs[key] = self._active_refs.get(key, 0) + 1
             if self._active_refs[key] == 1:
                 self.stats.pairings_active += 1
@@ -786,6 +802,8 @@ class BlindRelayServer:
                 o = self._owners.get(session.owner)
                 if o is not None:
                     o.links -= 1
+                    if session._link_count == 0:
+                        o.linked -= 1
                 if session._link_count == 0:
                     session.idle_since = self._now
             if not links:

@@ -470,6 +470,52 @@ def test_shed_session_takes_the_heaviest_owners_least_busy_session() -> None:
     assert not h0.session.closed or not other.session.closed
 
 
+def test_shed_session_spares_a_relaying_host_when_the_cap_evens_everyone_out() -> None:
+    """Issue #13 handshake flood at a small cap: 64 hosts each left with one idle session, the
+    legitimate host with two (its client relaying, its server waiting for the partner). Counting
+    sessions alone made it the heaviest and it lost a session mid-echo; a relaying session weighs
+    1/8 and a waiting one 1/2, so idle flood sessions go first, oldest first."""
+    server = BlindRelayServer(allocate_stream_id=counter())
+    flood = [Client(server, bytes([i + 1]) * 32, f"10.0.0.{i}", now=float(i)) for i in range(8)]
+    legit = [Client(server, bytes([100 + i]) * 32, "127.0.0.1", now=20.0) for i in range(3)]
+    for c in flood + legit:
+        session_client[c.session] = c
+    for c in flood + legit:
+        c.flush()
+    a, b, waiting = legit
+    a.pair(True, tok(1), 1)
+    b.pair(False, tok(1), 2)  # a and b relay each other
+    waiting.pair(True, tok(2), 3)  # the next connection's session, its partner not here yet
+    assert server._owners["127.0.0.1"].linked == 2
+    shed = [server.shed_session(30.0) for _ in range(8)]
+    assert shed == [c.session for c in flood]  # every idle flood session, the longest idle first
+    assert not any(c.session.closed for c in legit)
+    assert server.shed_session(30.0) is waiting.session  # then the waiting one, before the relaying
+    assert not a.session.closed and not b.session.closed
+    a.session.destroy()  # its own links go (b's stays until its stream closes): the books follow
+    assert server._owners["127.0.0.1"].linked == 1
+    b.session.destroy()
+    assert "127.0.0.1" not in server._owners or server._owners["127.0.0.1"].linked == 0
+
+
+def test_shed_session_an_address_whose_many_sessions_all_relay_still_pays() -> None:
+    """Relaying sessions weigh little, not nothing: a host that self-pairs to keep 40 sessions
+    busy outweighs a newcomer's one waiting session."""
+    server = BlindRelayServer(allocate_stream_id=counter())
+    hog = [Client(server, bytes([i + 1]) * 32, "hog", now=float(i)) for i in range(40)]
+    (new,) = [Client(server, b"\xee" * 32, "new", now=50.0)]
+    for c in [*hog, new]:
+        session_client[c.session] = c
+    for c in [*hog, new]:
+        c.flush()
+    for i, c in enumerate(hog):
+        c.pair(True, tok(i), 1)
+        c.pair(False, tok(i), 2)
+    new.pair(True, tok(99), 3)
+    victim = server.shed_session(60.0)
+    assert victim is not None and victim is not new.session and victim.owner == "hog"
+
+
 def test_server_close_destroys_everything() -> None:
     server = BlindRelayServer(allocate_stream_id=counter())
     a, b = make(server, 2)
