@@ -6,8 +6,9 @@ UDP socket on 127.0.0.9 then sends the relay, with those ids, forged DATA, END a
 a few thousand garbage datagrams. Our relay pins each relayed stream to its peer's address: the
 pair keeps echoing, byte-exact, and every forged packet is counted as `dropped{wrong_address}`.
 The same packets against the Node relay (npm blind-relay, `benchmarks/js/relay_node_server.js`)
-are the control that shows the attack is real: libudx forwards them, and the forged DESTROY
-tears the pair down.
+are the control that shows the attack is real: libudx forwards them, forged in-window DATA
+stalls the pair and the forged DESTROY tears it down. (With the address check taken out of
+our relay, it fails the same way: the forged DATA stalls the pair.)
 
 Waits are on events (the relay's counters, the pair's answers), never on time.
 """
@@ -35,7 +36,8 @@ from tests.interop.test_interop_relay_attacks import RSS_BUDGET, start_relay, wa
 pytestmark = [pytest.mark.interop, pytest.mark.timeout(120)]
 
 FORGER = "127.0.0.9"  # the attacker's address: not the pair's (127.0.0.1)
-FORGED_DATA_PER_ID = 200
+FORGED_DATA_PER_ID = 2000  # seqs 0..1999 for each relayed id
+CHUNK = 250
 GARBAGE = 3000
 ROUND_BYTES = 65_536
 NODE_ECHO_TIMEOUT_MS = 12_000  # a stalled pair: no round back in 12 s (a round takes ms)
@@ -135,12 +137,13 @@ class Forger:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.bind((FORGER, 0))
 
-    def data(self, host: str, port: int, sid: int, n: int) -> int:
-        """n DATA packets for `sid` with seqs 0..n-1 (libudx streams start at seq 0, so most land
-        in the receiver's window: passed on, they are bytes the pair never sent)."""
-        for seq in range(n):
+    def data(self, host: str, port: int, sid: int, seqs: range) -> int:
+        """DATA packets for `sid`, one per seq, 64 bytes each that the pair never sent. libudx
+        streams start at seq 0 and a receiver takes seqs up to its window (~3,600 packets) past
+        what it has: seqs 0..1,999 cover that window when sent, so passed on, some are taken."""
+        for seq in seqs:
             self.sock.sendto(encode(DATA, sid, 1 << 22, seq, 0, self.rng.randbytes(64)), (host, port))
-        return n
+        return len(seqs)
 
     def control(self, host: str, port: int, sid: int, type_: int) -> int:
         self.sock.sendto(encode(type_, sid, 1 << 22, self.rng.getrandbits(32), 0), (host, port))
@@ -187,13 +190,17 @@ def forged_attack(pair: EchoPair, forger: Forger, phases: list[str], seen: Wait,
     forged = unknown = 0
     for name in phases:
         assert pair.call("start", bytes=ROUND_BYTES).get("started")
-        for host, port, sid in targets:
-            if name == "data":
-                forged += forger.data(host, port, sid, FORGED_DATA_PER_ID)
-            else:
+        if name == "data":  # in chunks, each read before the next: a burst could overflow the queue
+            for first in range(0, FORGED_DATA_PER_ID, CHUNK):
+                for host, port, sid in targets:
+                    forged += forger.data(host, port, sid, range(first, min(first + CHUNK, FORGED_DATA_PER_ID)))
+                unknown += forger.marker(*targets[0][:2])
+                seen(name, unknown)
+        else:
+            for host, port, sid in targets:
                 forged += forger.control(host, port, sid, {"end": END, "destroy": DESTROY}[name])
-        unknown += forger.marker(*targets[0][:2])
-        seen(name, unknown)
+            unknown += forger.marker(*targets[0][:2])
+            seen(name, unknown)
         record[f"during_{name}"] = during = pair.call("stop", atLeast=ECHO_DURING)
         if during["failed"]:
             record["closed"] = list(pair.closed)
@@ -203,7 +210,7 @@ def forged_attack(pair: EchoPair, forger: Forger, phases: list[str], seen: Wait,
     host, port, _ = targets[0]
     shaped = other = 0
     while shaped + other < GARBAGE:
-        s, o = forger.garbage(host, port, 250)
+        s, o = forger.garbage(host, port, CHUNK)
         shaped, other = shaped + s, other + o
         seen("garbage", unknown + shaped)
     record["garbage"] = {"udx_shaped": shaped, "other": other}
@@ -214,9 +221,11 @@ def forged_attack(pair: EchoPair, forger: Forger, phases: list[str], seen: Wait,
 def test_forged_packets_from_another_address_leave_a_relayed_pair_alone(
     node: str, testnet: Testnet, tmp_path: Path
 ) -> None:
-    """Forged DATA (400), END and DESTROY for both relayed stream ids, then 3,000 garbage
+    """Forged DATA (2 x 2,000), END and DESTROY for both relayed stream ids, then 3,000 garbage
     datagrams, from 127.0.0.9 while the pair echoes: every echo round is exact before, during and
-    after, every forged packet is `dropped{wrong_address}`, the garbage is counted by cause."""
+    after, every forged packet is `dropped{wrong_address}`, the UDX-shaped garbage is counted as
+    `dropped{unknown_stream}`. (The garbage that is neither UDX nor dht-rpc is counted nowhere in
+    /stats yet: `DHTNode._on_datagram` drops it silently. Recorded in the output, not asserted.)"""
     rec: dict[str, Any] = {}
     forger = Forger(seed=os.getpid())
     with start_relay(tmp_path, testnet) as r, EchoPair(node, testnet, r.key or "") as pair:
@@ -249,7 +258,8 @@ def test_forged_packets_from_another_address_leave_a_relayed_pair_alone(
         assert rec["closed"] == [], rec
         assert rec["forged"] == 2 * FORGED_DATA_PER_ID + 4
         assert rec["dropped"].get("wrong_address", 0) >= rec["forged"], rec
-        assert rec["dropped"].get("unknown_stream", 0) >= rec["garbage"]["udx_shaped"] + 3, rec  # + 3 markers
+        markers = FORGED_DATA_PER_ID // CHUNK + 2
+        assert rec["dropped"].get("unknown_stream", 0) >= rec["garbage"]["udx_shaped"] + markers, rec
         assert r.proc is not None and r.proc.poll() is None, r.stderr[-3000:]
         assert s["memory"]["rss_bytes"] < RSS_BUDGET
         assert "Traceback" not in r.stderr, r.stderr[-3000:]
@@ -258,9 +268,10 @@ def test_forged_packets_from_another_address_leave_a_relayed_pair_alone(
 def test_forged_packets_from_another_address_take_down_a_pair_on_the_node_relay(node: str, testnet: Testnet) -> None:
     """The control, which shows the forged packets are real attacks: the same packets against npm
     blind-relay (libudx), which forwards a packet with a known id from any address. Two pairs at
-    once: forged DATA (seqs 0..199) for one, forged END then DESTROY for the other. END does
-    nothing; DESTROY kills its pair (the peer it is passed to closes at once, the other one when
-    UDX gives up, ~13 s): no echo round succeeds after it. In-window DATA usually stalls its pair."""
+    once: forged DATA (seqs 0..1,999) for one, forged END then DESTROY for the other. END does
+    nothing; in-window DATA stalls its pair (the peers' secretstreams get bytes nobody sent) and
+    DESTROY kills its pair (the peer it is passed to closes at once, the other one when UDX gives
+    up, ~13 s): no echo round comes back after either."""
     recs: dict[str, dict[str, Any]] = {"data": {}, "end-destroy": {}}
     phases = {"data": ["data"], "end-destroy": ["end", "destroy"]}
     relay = NodeRelay(node, testnet.bootstrap)
@@ -289,9 +300,8 @@ def test_forged_packets_from_another_address_take_down_a_pair_on_the_node_relay(
                 t.join(90)
             print("forged-packet attack on the Node relay:", json.dumps(recs))
             assert recs["end-destroy"]["after_end"]["failed"] == 0, recs  # a forged END alone: harmless
-            # asserted only what held in every run; forged DATA stalled its pair in 7 of 8 runs
-            # (seqs 0..199 are not always in the window by then), so it is recorded, not asserted
-            during = recs["end-destroy"]["during_destroy"]
-            assert during["failed"] == 1 and during["rounds"] < ECHO_DURING, recs
+            for case, phase in (("data", "data"), ("end-destroy", "destroy")):
+                during = recs[case][f"during_{phase}"]
+                assert during["failed"] == 1 and during["rounds"] < ECHO_DURING, (case, recs)
     finally:
         relay.stop()
