@@ -466,14 +466,29 @@ class DHTNode:
                 extra[1](data, addr)
             elif self.on_datagram is not None:
                 self.on_datagram(socket, data, addr)
+            else:  # neither UDX nor dht-rpc, and nobody here takes other datagrams
+                self._count_dropped(socket, "garbage")
             return
+        rpc = self.core.rpc.stats
+        dropped = rpc["dropped"]
         try:
             self.core.receive(socket, data, addr, self._now())
             self._dispatch()
         except Exception:  # the loop must survive anything a peer sends
             self.internal_errors += 1
             log.exception("dropping datagram from %s after an internal error", addr)
+        if rpc["dropped"] > dropped:  # dht-rpc-shaped but undecodable, or a reply nobody awaits
+            self._count_dropped(socket, "dht_rpc")
         self._flush()
+
+    def _count_dropped(self, socket: str, cause: str) -> None:
+        """Count a datagram the node dropped on the socket it came in on (`/stats` `dropped`)."""
+        try:
+            count = getattr(self.socket_for(socket), "count_dropped", None)
+        except (KeyError, AssertionError):  # a puncher socket removed meanwhile
+            return
+        if callable(count):
+            count(cause)
 
     def _flush(self) -> None:
         for sock, data, addr in self.core.datagrams_to_send():

@@ -224,8 +224,8 @@ def test_forged_packets_from_another_address_leave_a_relayed_pair_alone(
     """Forged DATA (2 x 2,000), END and DESTROY for both relayed stream ids, then 3,000 garbage
     datagrams, from 127.0.0.9 while the pair echoes: every echo round is exact before, during and
     after, every forged packet is `dropped{wrong_address}`, the UDX-shaped garbage is counted as
-    `dropped{unknown_stream}`. (The garbage that is neither UDX nor dht-rpc is counted nowhere in
-    /stats yet: `DHTNode._on_datagram` drops it silently. Recorded in the output, not asserted.)"""
+    `dropped{unknown_stream}` and the garbage that is neither UDX nor dht-rpc as `dropped{garbage}`
+    (the DHT node used to drop it without a count)."""
     rec: dict[str, Any] = {}
     forger = Forger(seed=os.getpid())
     with start_relay(tmp_path, testnet) as r, EchoPair(node, testnet, r.key or "") as pair:
@@ -260,6 +260,9 @@ def test_forged_packets_from_another_address_leave_a_relayed_pair_alone(
         assert rec["dropped"].get("wrong_address", 0) >= rec["forged"], rec
         markers = FORGED_DATA_PER_ID // CHUNK + 2
         assert rec["dropped"].get("unknown_stream", 0) >= rec["garbage"]["udx_shaped"] + markers, rec
+        assert rec["dropped"].get("garbage", 0) >= rec["garbage"]["other"], rec
+        every = rec["forged"] + rec["garbage"]["udx_shaped"] + rec["garbage"]["other"]
+        assert rec["traffic"]["dropped_packets"] >= every, rec  # the total tells the truth too
         assert r.proc is not None and r.proc.poll() is None, r.stderr[-3000:]
         assert s["memory"]["rss_bytes"] < RSS_BUDGET
         assert "Traceback" not in r.stderr, r.stderr[-3000:]
