@@ -227,6 +227,11 @@ class DHTNode:
         return self.core.firewalled
 
     @property
+    def rpc_dropped(self) -> int:
+        """dht-rpc-shaped datagrams the RPC layer dropped: undecodable, or a reply nobody awaits."""
+        return int(self.core.rpc.stats["dropped"])
+
+    @property
     def bootstrapped(self) -> bool:
         """True while we are part of the DHT: a walk reached a node and the table is not empty.
         A node that nobody answered (yet), or that lost every node, says False and keeps trying."""
@@ -469,23 +474,19 @@ class DHTNode:
             else:  # neither UDX nor dht-rpc, and nobody here takes other datagrams
                 self._count_dropped(socket, "garbage")
             return
-        rpc = self.core.rpc.stats
-        dropped = rpc["dropped"]
         try:
             self.core.receive(socket, data, addr, self._now())
             self._dispatch()
         except Exception:  # the loop must survive anything a peer sends
             self.internal_errors += 1
             log.exception("dropping datagram from %s after an internal error", addr)
-        if rpc["dropped"] > dropped:  # dht-rpc-shaped but undecodable, or a reply nobody awaits
-            self._count_dropped(socket, "dht_rpc")
         self._flush()
 
     def _count_dropped(self, socket: str, cause: str) -> None:
         """Count a datagram the node dropped on the socket it came in on (`/stats` `dropped`)."""
         try:
             count = getattr(self.socket_for(socket), "count_dropped", None)
-        except (KeyError, AssertionError):  # a puncher socket removed meanwhile
+        except KeyError:  # a puncher socket removed meanwhile
             return
         if callable(count):
             count(cause)

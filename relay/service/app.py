@@ -458,6 +458,9 @@ class RelayApp:
                 offload["gso"] = offload["gso"] or bool(o.get("gso"))
                 offload["gro"] = offload["gro"] or bool(o.get("gro"))
                 offload["gso_fallbacks"] += int(o.get("gso_fallbacks", 0))
+        if self.node is not None and self.node.rpc_dropped:  # the RPC layer's own count, not per socket
+            dropped["dht_rpc"] = self.node.rpc_dropped
+            traffic.dropped_packets += self.node.rpc_dropped
         with self._proc.oneshot():
             mem = self._proc.memory_info().rss
             cpu = self._proc.cpu_times()

@@ -80,8 +80,7 @@ class SocketStats:
     send_errors: int = 0
     callback_errors: int = 0
     #: `dropped_packets` by cause: garbage, unknown_stream, firewalled, wrong_address,
-    #: invalid (the stream refused it), reorder_limit, relay_unconnected, error; and, counted by
-    #: the DHT node on its sockets, dht_rpc (dht-rpc-shaped but undecodable, or a reply nobody awaits)
+    #: invalid (the stream refused it), reorder_limit, relay_unconnected, error
     dropped_by_cause: dict[str, int] = field(default_factory=dict)
     #: times the kernel refused a segmented send and GSO was switched off for the socket
     gso_fallbacks: int = 0
