@@ -17,7 +17,10 @@ it answers from the backlog in short slices between reads, in this order:
   `lib/io.js`: 1 s per send, 3 retries, so ~4 s from the client's first send, which was
   before the announce holder relayed it to us) has given up or is about to, so answering it
   would only spend the CPU a fresher one needs (the client's connect tries again);
-- at `max_items`, the newest entry of the host with the highest score is shed to make room.
+- at `max_items`, the newest entry of the host with the highest score is shed to make room;
+- a handshake pushed with a `wait` (its address is over its rate, `relay.service.limits`) is
+  held until then (at most `max_waiting` are held; more are refused), then queued like the
+  rest; its age runs from when it arrived.
 
 Entries are keyed by Noise message 1, so the copies relayed by other announce holders and the
 client's retransmissions do not queue twice. Scores are kept in the log domain
@@ -37,6 +40,7 @@ T = TypeVar("T")
 
 MAX_AGE = 2.0  # seconds a queued handshake stays worth answering (half the client's ~4 s request)
 MAX_ITEMS = 512  # queued handshakes at most (each ~1 ms of CPU: half a second of work)
+MAX_WAITING = 512  # handshakes held for their address's rate at most (a NAT's burst, spread out)
 HALF_LIFE = 10.0  # seconds for a host's served score to halve
 MAX_HOSTS = 4096  # hosts whose score is remembered (least recently served forgotten first)
 
@@ -59,11 +63,13 @@ class HandshakeBacklog(Generic[T]):
         *,
         max_age: float = MAX_AGE,
         max_items: int = MAX_ITEMS,
+        max_waiting: int = MAX_WAITING,
         half_life: float = HALF_LIFE,
         max_hosts: int = MAX_HOSTS,
     ) -> None:
         self.max_age = max_age
         self.max_items = max_items
+        self.max_waiting = max_waiting
         self.half_life = half_life
         self.max_hosts = max_hosts
         self._queues: dict[str, deque[_Entry[T]]] = {}
@@ -72,7 +78,8 @@ class HandshakeBacklog(Generic[T]):
         self._heap: list[tuple[float, int, str]] = []  # (score when scheduled, seq, host)
         self._sched: dict[str, int] = {}  # host -> seq of its one live heap entry
         self._seq = 0
-        self.stats = {"queued": 0, "served": 0, "duplicates": 0, "shed_stale": 0, "shed_full": 0}
+        self._waiting: list[tuple[float, int, _Entry[T]]] = []  # (due, seq, entry), a heap
+        self.stats = {"queued": 0, "served": 0, "duplicates": 0, "shed_stale": 0, "shed_full": 0, "waited": 0}
 
     def __len__(self) -> int:
         return len(self._keys)
@@ -112,28 +119,66 @@ class HandshakeBacklog(Generic[T]):
 
     # ------------------------------------------------------------------ queue
 
-    def push(self, key: bytes, host: str, item: T, now: float) -> bool:
-        """Queue a handshake; False if it is a duplicate (a relayed copy, a retransmission) or
-        the backlog is full and `host` is the heaviest waiting."""
+    def push(self, key: bytes, host: str, item: T, now: float, wait: float = 0.0) -> bool:
+        """Queue a handshake (held `wait` seconds first); False if it is a duplicate (a relayed
+        copy, a retransmission) or the backlog is full and `host` is the heaviest waiting."""
         if key in self._keys:
             self.stats["duplicates"] += 1
             return False
-        if len(self._keys) >= self.max_items and not self._shed_for(host, now):
-            self.stats["shed_full"] += 1
-            return False
         e = _Entry(key, host, item, now)
-        q = self._queues.get(host)
-        if q is None:
-            q = self._queues[host] = deque()
-            self._schedule(host)
-        q.append(e)
+        if wait > 0.0:
+            if len(self._waiting) >= self.max_waiting:
+                self.stats["shed_full"] += 1
+                return False
+            self._seq += 1
+            heapq.heappush(self._waiting, (now + wait, self._seq, e))
+            self.stats["waited"] += 1
+        elif not self._room_for(host, now):
+            return False
+        else:
+            self._enqueue(e)
         self._keys[key] = e
         self.stats["queued"] += 1
         return True
 
+    def _room_for(self, host: str, now: float) -> bool:
+        """Whether one more entry of `host` may join the queues (shedding another to make room)."""
+        if len(self._keys) - len(self._waiting) < self.max_items or self._shed_for(host, now):
+            return True
+        self.stats["shed_full"] += 1
+        return False
+
+    def _enqueue(self, e: _Entry[T]) -> None:
+        q = self._queues.get(e.host)
+        if q is None:
+            q = self._queues[e.host] = deque()
+            self._schedule(e.host)
+        q.append(e)
+
+    def _release(self, now: float) -> None:
+        """Move the held entries whose time has come into their hosts' queues."""
+        while self._waiting and self._waiting[0][0] <= now:
+            e = self._waiting[0][2]
+            del self._keys[e.key]  # out while there is room to be made for it
+            heapq.heappop(self._waiting)
+            if self._room_for(e.host, now):
+                self._keys[e.key] = e
+                self._enqueue(e)
+
+    def next_release(self) -> float | None:
+        """When the next held entry is due (for the runtime's timer), or None."""
+        return self._waiting[0][0] if self._waiting else None
+
+    def ready(self, now: float) -> bool:
+        """Whether `pop(now)` has something to hand out (or shed)."""
+        self._release(now)
+        return bool(self._queues)
+
     def _shed_for(self, newcomer: str, now: float) -> bool:
         """Full: drop the newest entry of the waiting host that was served most (and holds the
         most), unless that is the newcomer's own host. True if room was made."""
+        if not self._queues:
+            return False  # everything is held for its address's rate: the newcomer waits its turn too
         worst = max(self._queues, key=lambda h: (self.score(h, now), len(self._queues[h])))
         new = (self.score(newcomer, now), len(self._queues.get(newcomer, ())) + 1)
         if worst == newcomer or (self.score(worst, now), len(self._queues[worst])) <= new:
@@ -152,6 +197,7 @@ class HandshakeBacklog(Generic[T]):
 
     def pop(self, now: float) -> T | None:
         """The next handshake to answer (stale ones shed on the way), or None when empty."""
+        self._release(now)
         while self._heap:
             _, seq, host = heapq.heappop(self._heap)
             if self._sched.get(host) != seq:
@@ -198,4 +244,5 @@ class HandshakeBacklog(Generic[T]):
         self._keys.clear()
         self._heap.clear()
         self._sched.clear()
+        self._waiting.clear()
         return items

@@ -59,7 +59,8 @@ TIMER_GRANULARITY = 0.25  # handshake deadlines are 10 s; a quarter second late 
 
 ConnectionHandler = Callable[[Connection], Any]
 FirewallHook = Callable[[bytes, NoisePayload, Address], bool]
-AdmitHook = Callable[[Address], bool]
+# `admit(client_address)`: None refuses the handshake, else the seconds it must wait (0.0: none)
+AdmitHook = Callable[[Address], float | None]
 
 
 class _Queued:
@@ -142,10 +143,12 @@ class HyperDHTServer:
         self.share_local_address = share_local_address
         self.holepunch = holepunch  # punch (consistent NATs) when we cannot claim OPEN
         self.responder = HandshakeResponder(key_pair, firewall=firewall)
-        # `admit(client_address)`: the cheap check, before any crypto; False drops the handshake
+        # the cheap check, before any crypto: refuse, or say how long the handshake must wait
         self.admit = admit
         self.backlog: HandshakeBacklog[_Queued] = HandshakeBacklog()
         self._drain_handle: asyncio.Handle | None = None
+        self._release_handle: asyncio.TimerHandle | None = None
+        self._release_at: float | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.announcer = Announcer(node, key_pair, self.target) if announce else None
         self.listening = False
@@ -194,6 +197,8 @@ class HyperDHTServer:
             self._timer.cancel()
         if self._drain_handle is not None:
             self._drain_handle.cancel()
+        if self._release_handle is not None:
+            self._release_handle.cancel()
         self.backlog.clear()
         for t in list(self._tasks):
             t.cancel()
@@ -229,15 +234,37 @@ class HyperDHTServer:
                 queued.copies.append((inc, hs))
             return
         client = hs.peer_address or inc.peer.address
-        if self.admit is not None and not self.admit(client):
+        wait = 0.0 if self.admit is None else self.admit(client)
+        if wait is None:
             self.responder.stats["rejected"] += 1
             return
-        if self.backlog.push(hs.noise, client[0], _Queued(inc, hs), self.node._now()):
+        if not self.backlog.push(hs.noise, client[0], _Queued(inc, hs), self.node._now(), wait):
+            return
+        if wait > 0.0:
+            self._schedule_release()
+        else:
             self._schedule_drain()
 
     def _schedule_drain(self) -> None:
         if self._drain_handle is None and not self.closed and self._loop is not None:
             self._drain_handle = self._loop.call_soon(self._drain)
+
+    def _schedule_release(self) -> None:
+        """Wake the drain when the backlog's next held handshake is due (one timer)."""
+        due = self.backlog.next_release()
+        if due is None or self.closed or self._loop is None:
+            return
+        if self._release_at is not None and self._release_at <= due:
+            return
+        if self._release_handle is not None:
+            self._release_handle.cancel()
+        self._release_at = due
+        self._release_handle = self._loop.call_at(due, self._on_release)
+
+    def _on_release(self) -> None:
+        self._release_handle = None
+        self._release_at = None
+        self._schedule_drain()
 
     def _drain(self) -> None:
         """Answer queued handshakes for up to DRAIN_SLICE of loop time, then yield to the
@@ -254,8 +281,10 @@ class HyperDHTServer:
                 log.exception("answering a handshake failed")
             if self.node._now() - start >= DRAIN_SLICE:
                 break
-        if len(self.backlog):
+        if self.backlog.ready(self.node._now()):
             self._schedule_drain()
+        else:
+            self._schedule_release()
 
     def _handshake(self, q: _Queued) -> None:
         """The expensive part: Noise, the UDX stream, the reply to every copy."""

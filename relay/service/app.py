@@ -270,16 +270,17 @@ class RelayApp:
 
     # -- connections and sessions ----------------------------------------------------------
 
-    def _admit_handshake(self, address: Address) -> bool:
-        """HyperDHT admit hook, before any crypto: False drops the handshake (rate per source
-        host; a host holding many sessions waits behind others while the relay is busy)."""
+    def _admit_handshake(self, address: Address) -> float | None:
+        """HyperDHT admit hook, before any crypto: None drops the handshake, else the seconds it
+        waits for its address's rate (a host holding many sessions waits behind others while
+        the relay is busy)."""
         host = address[0]
-        refused = self.handshakes.allow(host, self.blind.sessions_of(host), time.monotonic())
-        if refused is not None:
-            self.limit_counters.hit(refused)
-            log.debug("handshake refused", extra={"address": host, "limit": refused})
-            return False
-        return True
+        verdict = self.handshakes.admit(host, self.blind.sessions_of(host), time.monotonic())
+        if isinstance(verdict, str):
+            self.limit_counters.hit(verdict)
+            log.debug("handshake refused", extra={"address": host, "limit": verdict})
+            return None
+        return verdict
 
     def _on_connection(self, conn: Connection) -> None:
         peer = encode_id(conn.remote_public_key)
@@ -417,11 +418,16 @@ class RelayApp:
         """The DHT server's Noise responder: handshakes accepted, refused (our gate or its own
         attempt cap), failed, and attempts it holds now; and its backlog of new handshakes
         waiting for the CPU: queued now, shed because they waited too long (their client had
-        given up) or because the backlog was full (from the host served most)."""
-        out = {"accepted": 0, "rejected": 0, "failed": 0, "pending": 0, "backlog": 0, "shed_stale": 0, "shed_full": 0}
+        given up) or because the backlog was full (from the host served most), and held for
+        their address's rate (`waited`: over the burst, answered when its next token came)."""
+        out = {
+            "accepted": 0, "rejected": 0, "failed": 0, "pending": 0,
+            "backlog": 0, "shed_stale": 0, "shed_full": 0, "waited": 0,
+        }  # fmt: skip
         backlog = getattr(self.server, "backlog", None)
         if backlog is not None:
             out["backlog"] = len(backlog)
+            out["waited"] = int(backlog.stats.get("waited", 0))
             out["shed_stale"] = int(backlog.stats.get("shed_stale", 0))
             out["shed_full"] = int(backlog.stats.get("shed_full", 0))
         responder = getattr(self.server, "responder", None)

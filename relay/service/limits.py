@@ -52,6 +52,11 @@ class Limits:
     max_active_pairs: int = 4096
     handshakes_per_address: int = 256  # burst per source address (a cluster behind one NAT shares it)
     handshake_refill_per_second: float = 64.0
+    # a handshake over the burst waits (in the DHT server's backlog) for its address's next token
+    # if that comes within this many seconds, so a cluster behind one NAT that connects all at once
+    # is slowed, not refused; beyond it, refused (the hyperdht client's request lasts ~4 s, and the
+    # backlog sheds what waited 2 s, so the wait must leave the backlog time to answer)
+    handshake_max_wait: float = 1.0
     tracked_addresses: int = 4096  # the limiter forgets the least recently seen beyond this
     # a session with no relay link this long is closed (hyperdht pairs right after connecting)
     session_idle_timeout: float = 30.0
@@ -83,7 +88,8 @@ class LimitCounters:
 
 
 class HandshakeLimiter:
-    """Token bucket per source host: `allow(host, now)` spends one token or says no."""
+    """Token bucket per source host: `allow(host, now)` spends one token or says no;
+    `reserve(host, now, max_wait)` may also spend one that is still to come."""
 
     def __init__(self, burst: int, refill_per_second: float, max_tracked: int = 4096) -> None:
         self.burst = burst
@@ -92,15 +98,25 @@ class HandshakeLimiter:
         self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
 
     def allow(self, host: str, now: float) -> bool:
+        return self.reserve(host, now) == 0.0
+
+    def reserve(self, host: str, now: float, max_wait: float = 0.0) -> float | None:
+        """Spend `host`'s next token: 0.0 if it has one now, else the seconds until it has (the
+        bucket goes into debt, so later handshakes queue behind this one) if that is at most
+        `max_wait`, else None (refused; nothing spent)."""
         tokens, last = self._buckets.pop(host, (float(self.burst), now))
         tokens = min(float(self.burst), tokens + max(0.0, now - last) * self.refill)
-        ok = tokens >= 1.0
-        if ok:
+        wait: float | None = 0.0
+        if tokens < 1.0:
+            wait = (1.0 - tokens) / self.refill if self.refill > 0 else None
+            if wait is not None and wait > max_wait:
+                wait = None
+        if wait is not None:
             tokens -= 1.0
         self._buckets[host] = (tokens, now)
         while len(self._buckets) > self.max_tracked:
             self._buckets.popitem(last=False)
-        return ok
+        return wait
 
     def __len__(self) -> int:
         return len(self._buckets)
@@ -111,22 +127,28 @@ class HandshakeGate:
     address already holding `busy_sessions` sessions also needs a token from one relay-wide
     bucket, which the other addresses' handshakes drain first. So while strangers flood the
     relay with valid handshakes, a new address still gets in and a heavy one waits (its
-    hyperdht peer retries). Sans-IO: `allow` takes `now`."""
+    hyperdht peer retries). Over its burst, an address's handshake waits for its next token
+    when that is due within `handshake_max_wait`: a burst of honest connections from one NAT
+    is spread out instead of half refused (hyperdht's retries all come back at once, a second
+    later, so a refused burst would be refused again). Sans-IO: `admit` takes `now`."""
 
     def __init__(self, limits: Limits) -> None:
         self.per_address = HandshakeLimiter(
             limits.handshakes_per_address, limits.handshake_refill_per_second, limits.tracked_addresses
         )
         self.busy_sessions = limits.busy_address_sessions
+        self.max_wait = limits.handshake_max_wait
         self.budget = HandshakeLimiter(
             max(1, int(limits.handshake_budget_per_second)), limits.handshake_budget_per_second, 1
         )
 
-    def allow(self, host: str, sessions_held: int, now: float) -> str | None:
-        """None if the handshake may proceed, else the name of the limit that stopped it."""
-        if not self.per_address.allow(host, now):
+    def admit(self, host: str, sessions_held: int, now: float) -> float | str:
+        """Seconds the handshake must wait before it is answered (0.0: now), or the name of
+        the limit that refused it."""
+        wait = self.per_address.reserve(host, now, self.max_wait)
+        if wait is None:
             return LIMIT_HANDSHAKES_PER_ADDRESS
         has_budget = self.budget.allow("", now)
         if sessions_held >= self.busy_sessions and not has_budget:
             return LIMIT_HANDSHAKES_BUSY
-        return None
+        return wait

@@ -91,6 +91,11 @@ class RelayCollector(Collector):
             for result in ("accepted", "rejected", "failed", "shed_stale", "shed_full"):
                 results.add_metric([result], hs.get(result, 0))
             yield results
+            yield CounterMetricFamily(
+                "blind_relay_handshakes_waited",
+                "Handshakes over their address's burst held for its next token instead of refused",
+                value=hs.get("waited", 0),
+            )
             yield GaugeMetricFamily(
                 "blind_relay_handshakes_pending", "Handshake attempts held now", value=hs.get("pending", 0)
             )

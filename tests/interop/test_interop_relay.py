@@ -305,14 +305,19 @@ def test_interop_relay_pending_caps_and_timeout(node: str, testnet: Testnet, tmp
 
 
 def test_interop_relay_handshake_rate_limit_per_address(node: str, testnet: Testnet, tmp_path: Path) -> None:
-    """A burst of 2 handshakes per source address: 20 relay connections from 127.0.0.1 get refused
-    (counted), hyperdht retries them as the bucket refills, and every pair still relays."""
+    """A burst of 2 handshakes per source address: 20 relay connections from 127.0.0.1 at once.
+    Over the burst they wait for the address's next token (64/s) instead of being refused, so
+    every pair relays. Refused, they failed 3 of 13 runs here: hyperdht's retries of a refused
+    burst all come back together a second later and meet the same empty bucket, and a
+    connection out of retries fails its pair with CHANNEL_CLOSED."""
     with RelayProcess(tmp_path / "store", "--handshakes-per-address", "2", bootstrap=testnet.bootstrap) as r:
         r.start()
         assert r.key is not None, r.stderr
         res = run_peers(node, testnet.bootstrap, r.key, r.port, "server", pairs=10, size=20_000, timeout_ms=60_000)
         assert_relayed(res, r, pairs=10)
-        assert metrics(r)["blind_relay_limit_rejections_total{limit=handshakes_per_address}"] > 0
+        m = metrics(r)
+        assert m["blind_relay_handshakes_waited_total"] > 0
+        assert m["blind_relay_handshakes_total{result=accepted}"] >= 20
 
 
 def test_interop_relay_session_cap(node: str, testnet: Testnet, tmp_path: Path) -> None:

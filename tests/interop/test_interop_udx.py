@@ -121,15 +121,20 @@ async def test_interop_udx_8mb_through_lossy_reordering_proxy_recovers_by_sack(
         proxy.close()
     assert proxy.dropped > 500 and proxy.reordered > 500
     st = s.stats
+    # At most one loss in a hundred is left to a timeout. Timeouts still happen: a lost
+    # retransmission, or a loop starved for a whole RTO on a loaded box (24 runs beside two
+    # busy cores: ours 0-3, Node 0, of ~1,300 drops; one full suite saw Node's above 3).
+    # Without RACK the stream times out after 6 retransmissions instead.
+    timeouts_allowed = proxy.dropped // 100
     # Python as sender: holes found by RACK from Node's SACK blocks, not by 1 s timeouts
     assert st.sacks_rx > 100
     assert st.rack_losses > 100
     assert st.retransmits > 100
-    assert st.rto_count <= 3
+    assert st.rto_count <= timeouts_allowed
     # Node as sender: repaired from our SACK blocks (fast recovery), not by its 1 s RTO
     assert st.sacks_tx > 100
     assert node["fastRecoveries"] > 10
-    assert node["rtoCount"] <= 3
+    assert node["rtoCount"] <= timeouts_allowed
     assert not peer.has("error")
 
 

@@ -82,6 +82,33 @@ def test_when_full_the_heaviest_host_loses_its_newest_never_a_lighter_newcomer()
     assert drain(b, 0.4)[:2] in (["l0", "n0"], ["n0", "l0"])
 
 
+def test_a_handshake_held_for_its_rate_is_answered_when_due_and_ages_from_arrival() -> None:
+    b: HandshakeBacklog[str] = HandshakeBacklog(max_items=2, max_waiting=2, max_age=2.0)
+    assert b.push(b"w1", "nat", "w1", 0.0, wait=0.5)
+    assert b.push(b"w2", "nat", "w2", 0.0, wait=1.0)
+    assert not b.push(b"w3", "nat", "w3", 0.0, wait=1.0)  # the waiting room is full
+    assert not b.push(b"w1", "nat", "copy", 0.1)  # a retransmission of a held one: a duplicate
+    assert b.next_release() == 0.5 and not b.ready(0.4) and b.pop(0.4) is None
+    assert b.push(b"now", "other", "now", 0.4)  # held ones do not take the queue's room
+    assert b.pop(0.4) == "now"
+    assert b.ready(0.5) and b.pop(0.6) == "w1" and b.pop(0.6) is None
+    assert b.next_release() == 1.0
+    assert b.pop(3.0) is None  # w2 arrived at 0.0: by 3.0 it is stale, shed on release
+    assert b.stats["waited"] == 2 and b.stats["shed_stale"] == 1 and b.stats["shed_full"] == 1
+    assert len(b) == 0 and b.next_release() is None
+
+
+def test_a_held_handshake_released_into_a_full_queue_is_shed_when_its_host_is_heaviest() -> None:
+    b: HandshakeBacklog[str] = HandshakeBacklog(max_items=1)
+    for i in range(3):  # the NAT was served a lot
+        b.push(b"s%d" % i, "nat", "s", 0.0)
+        drain(b, 0.0)
+    assert b.push(b"w", "nat", "w", 0.0, wait=0.5)
+    assert b.push(b"new", "192.0.2.1", "new", 0.1)  # the queue is full now
+    assert b.pop(0.6) == "new" and b.pop(0.6) is None
+    assert b.stats["shed_full"] == 1 and len(b) == 0
+
+
 def test_scores_decay_so_a_host_busy_long_ago_is_no_longer_behind() -> None:
     b: HandshakeBacklog[str] = HandshakeBacklog(half_life=10.0)
     for i in range(8):
@@ -109,21 +136,26 @@ def test_remembered_hosts_are_bounded() -> None:
 @settings(max_examples=200, deadline=None)
 @given(
     st.lists(
-        st.tuples(st.sampled_from(["push", "pop", "expire"]), st.integers(0, 5), st.integers(0, 30)),
+        st.tuples(
+            st.sampled_from(["push", "pop", "expire"]),
+            st.integers(0, 5),
+            st.integers(0, 30),
+            st.sampled_from([0, 0.3, 1]),
+        ),
         max_size=120,
     )
 )
-def test_any_sequence_keeps_the_bounds_and_loses_nothing_silently(ops: list[tuple[str, int, int]]) -> None:
+def test_any_sequence_keeps_the_bounds_and_loses_nothing_silently(ops: list[tuple[str, int, int, float]]) -> None:
     """Whatever happens, every item pushed is served, shed or still queued (counted), the queue
     never exceeds its bound, and no item is handed out twice."""
-    b: HandshakeBacklog[int] = HandshakeBacklog(max_items=8, max_age=2.0)
+    b: HandshakeBacklog[int] = HandshakeBacklog(max_items=8, max_waiting=4, max_age=2.0)
     now = 0.0
     pushed = 0
     seen: set[int] = set()
-    for n, (op, host, key) in enumerate(ops):
+    for n, (op, host, key, wait) in enumerate(ops):
         now += 0.25
         if op == "push":
-            pushed += b.push(b"%d" % (n * 100 + key), f"h{host}", n, now)
+            pushed += b.push(b"%d" % (n * 100 + key), f"h{host}", n, now, wait)
         elif op == "pop":
             item = b.pop(now)
             if item is not None:
@@ -131,7 +163,8 @@ def test_any_sequence_keeps_the_bounds_and_loses_nothing_silently(ops: list[tupl
                 seen.add(item)
         else:
             b.expire(now)
-        assert len(b) <= 8
+        assert len(b) <= 8 + 4
+        assert len(b._keys) - len(b._waiting) <= 8
     s = b.stats
     assert s["queued"] == pushed
     shed_queued = pushed - s["served"] - len(b) - s["shed_stale"]

@@ -254,7 +254,7 @@ def test_new_handshakes_wait_in_the_backlog_and_a_new_address_is_answered_first(
         assert lb.node is not None and lb.server is not None
         node, server = lb.node, lb.server
         admitted: list[str] = []
-        server.admit = lambda addr: admitted.append(addr[0]) is None and addr[0] != "127.0.0.66"
+        server.admit = lambda addr: None if admitted.append(addr[0]) or addr[0] == "127.0.0.66" else 0.0
         busy, new, refused = ("127.0.0.21", 9), ("127.0.0.22", 9), ("127.0.0.66", 9)
 
         def handshake(tid: int, client: tuple[str, int], garbage: bool = False) -> bytes:

@@ -173,6 +173,7 @@ async def test_stats_and_metrics_count_sheds_and_drops_by_cause(app: RelayApp, m
         "backlog": 0,
         "shed_stale": 0,
         "shed_full": 0,
+        "waited": 0,
     }
     app.blind.shed["silent_pair"] += 3
     # the UDX sockets' per-cause counters (helper fastpath's `SocketStats.dropped_by_cause`), summed

@@ -51,6 +51,18 @@ def test_handshake_limiter_is_a_token_bucket_on_virtual_time() -> None:
     assert [lim.allow("10.0.0.1", 100.0) for _ in range(4)] == [True, True, True, False]  # refills to burst only
 
 
+def test_handshake_limiter_reserve_waits_for_a_token_within_max_wait_only() -> None:
+    lim = HandshakeLimiter(burst=1, refill_per_second=2.0)
+    assert lim.reserve("h", 0.0, max_wait=1.0) == 0.0
+    assert lim.reserve("h", 0.0, max_wait=1.0) == pytest.approx(0.5)  # in debt: the next token is its
+    assert lim.reserve("h", 0.0, max_wait=1.0) == pytest.approx(1.0)
+    assert lim.reserve("h", 0.0, max_wait=1.0) is None  # 1.5 s away: refused
+    assert lim.reserve("h", 0.25, max_wait=1.0) is None  # and that spent nothing: still 1.25 s
+    assert lim.reserve("h", 0.5, max_wait=1.0) == pytest.approx(1.0)
+    assert not lim.allow("h", 1.5)  # allow never goes into debt
+    assert HandshakeLimiter(burst=1, refill_per_second=0.0).reserve("h", 0.0, 5.0) == 0.0
+
+
 def test_handshake_limiter_forgets_old_addresses() -> None:
     lim = HandshakeLimiter(burst=1, refill_per_second=0.0, max_tracked=100)
     for i in range(1000):
@@ -324,15 +336,30 @@ def test_handshake_gate_lets_new_addresses_in_while_busy_ones_wait() -> None:
     )
     t = 100.0
     # below its share an address always passes, and spends the relay-wide budget
-    assert all(gate.allow("10.0.0.9", 3, t) is None for _ in range(30))
+    assert all(gate.admit("10.0.0.9", 3, t) == 0.0 for _ in range(30))
     # the budget is gone: the busy address waits, a new one still gets in
-    assert gate.allow("10.0.0.9", 4, t) == "handshakes_busy"
-    assert gate.allow("10.0.0.1", 0, t) is None
+    assert gate.admit("10.0.0.9", 4, t) == "handshakes_busy"
+    assert gate.admit("10.0.0.1", 0, t) == 0.0
     # time refills the budget: the busy address gets its turn again
-    assert gate.allow("10.0.0.9", 50, t + 1.0) is None
+    assert gate.admit("10.0.0.9", 50, t + 1.0) == 0.0
 
 
 def test_handshake_gate_keeps_the_per_address_bucket() -> None:
-    gate = HandshakeGate(Limits(handshakes_per_address=2, handshake_refill_per_second=1))
-    assert [gate.allow("h", 0, 0.0) for _ in range(3)] == [None, None, "handshakes_per_address"]
-    assert gate.allow("other", 0, 0.0) is None
+    gate = HandshakeGate(Limits(handshakes_per_address=2, handshake_refill_per_second=1, handshake_max_wait=0))
+    assert [gate.admit("h", 0, 0.0) for _ in range(3)] == [0.0, 0.0, "handshakes_per_address"]
+    assert gate.admit("other", 0, 0.0) == 0.0
+
+
+def test_handshake_gate_spreads_a_burst_over_the_refill_instead_of_refusing_it() -> None:
+    """20 handshakes at once from one NAT with a burst of 2 at 64/s: 2 now, the next 18 each
+    wait for their own token (1/64 s apart), and one due later than the 1 s cap is refused.
+    Refused, the 18 would all retry together a second later and meet the same empty bucket."""
+    gate = HandshakeGate(Limits(handshakes_per_address=2, handshake_refill_per_second=64, handshake_max_wait=1.0))
+    waits = [gate.admit("nat", 0, 10.0) for _ in range(20)]
+    assert waits[:2] == [0.0, 0.0]
+    assert waits[2:] == pytest.approx([k / 64 for k in range(1, 19)])
+    more = [gate.admit("nat", 0, 10.0) for _ in range(60)]
+    assert more[:46] == pytest.approx([k / 64 for k in range(19, 65)])  # the 64th token is due at 1.0 s
+    assert more[46:] == ["handshakes_per_address"] * 14  # beyond the cap: refused, nothing spent
+    assert gate.admit("nat", 0, 10.5) == pytest.approx(0.5 + 1 / 64)  # still behind the 64 it owes
+    assert gate.admit("other", 0, 10.0) == 0.0  # another address is not behind them
