@@ -112,6 +112,10 @@ class Result:
     offload: str = ""
     rss: int = 0
     sys_share: float = 0.0  # kernel part of the relay's CPU
+    # CPU-seconds per wall second of the sending and receiving endpoint processes: near 1.0 the
+    # endpoint (one Node event loop) is what limits throughput, whichever relay is between them
+    sender_busy: float = 0.0
+    receiver_busy: float = 0.0
 
     @property
     def mb_s(self) -> float:
@@ -175,6 +179,7 @@ async def one_round(kind: str, size: int, both: bool, profile: str | None = None
             d.cmd(cmd="message", hex="00")
             await asyncio.wait([got_a, got_d], timeout=0.05, return_when=asyncio.ALL_COMPLETED)
         ps = psutil.Process(relay.proc.pid)
+        ends = Endpoints(a, d)
         c0 = ps.cpu_times()
         p0 = await packets_sent(a, d)
         t0 = time.perf_counter()
@@ -198,6 +203,7 @@ async def one_round(kind: str, size: int, both: bool, profile: str | None = None
         off = await offload_summary(kind, relay)
         res = Result(kind, t1 - t0, cpu, size * (2 if both else 1), packets, p1[1] - p0[1], off)
         res.sys_share = (c1.system - c0.system) / max(cpu, 1e-9)
+        res.sender_busy, res.receiver_busy = ends.busy(t1 - t0)
         return res
     except TimeoutError:
         for name, p in (("A", a), ("D", d), ("relay", relay)):
@@ -311,6 +317,7 @@ async def pairs_round(kind: str, npairs: int, size: int, per_socket: int = 1, rs
             await d.expect("received", 300)
             rss = ps.memory_info().rss
             return Result(kind, 0.0, 0.0, 2 * per_pair * npairs, 0, 0, "", rss)
+        ends = Endpoints(a, d)
         c0 = ps.cpu_times()
         p0 = await packets_sent(a, d)
         t0 = time.perf_counter()
@@ -324,6 +331,7 @@ async def pairs_round(kind: str, npairs: int, size: int, per_socket: int = 1, rs
         off = await offload_summary(kind, relay)
         res = Result(kind, t1 - t0, cpu, per_pair * npairs, p1[0] - p0[0], p1[1] - p0[1], off)
         res.sys_share = (c1.system - c0.system) / max(cpu, 1e-9)
+        res.sender_busy, res.receiver_busy = ends.busy(t1 - t0)
         return res
     except TimeoutError:
         for name, p in (("A", a), ("D", d), ("relay", relay)):
@@ -332,6 +340,18 @@ async def pairs_round(kind: str, npairs: int, size: int, per_socket: int = 1, rs
     finally:
         for p in (a, d, relay):
             await p.stop()
+
+
+class Endpoints:
+    """CPU times of the sending and receiving endpoint processes from now on."""
+
+    def __init__(self, sender: Proc, receiver: Proc) -> None:
+        self.procs = [psutil.Process(p.proc.pid) for p in (sender, receiver)]
+        self.start = [sum(p.cpu_times()[:2]) for p in self.procs]
+
+    def busy(self, seconds: float) -> tuple[float, float]:
+        used = [sum(p.cpu_times()[:2]) - c for p, c in zip(self.procs, self.start, strict=True)]
+        return used[0] / seconds, used[1] / seconds
 
 
 async def packets_sent(*peers: Proc) -> tuple[int, int]:
@@ -426,7 +446,8 @@ async def main() -> None:
             print(
                 f"round {r + 1} {kind:8}: {res.mb_s:7.1f} MB/s  cpu {res.cpu:6.2f} s  "
                 f"{res.cpu_per_gb:5.2f} cpu-s/GB  {res.packets} pkts  {res.us_per_packet:5.2f} us/pkt  "
-                f"{res.retransmits} retransmits  sys {100 * res.sys_share:.0f}%  {res.offload}",
+                f"{res.retransmits} retransmits  sys {100 * res.sys_share:.0f}%  "
+                f"sender {100 * res.sender_busy:.0f}% receiver {100 * res.receiver_busy:.0f}% busy  {res.offload}",
                 flush=True,
             )
     load1 = os.getloadavg()
@@ -463,17 +484,18 @@ async def main() -> None:
     direction = "both ways" if args.both else "one way"
     shape = f"{args.pairs} pairs at once" if args.pairs > 1 else "one pair"
     print(f"\n{args.mb} MB {direction}, {shape}, median of {args.rounds} rounds, {where}")
-    print("| forwarder | MB/s (min–max) | CPU-s per GB (min–max) | CPU µs per packet |")
-    print("|---|---:|---:|---:|")
+    print("| forwarder | MB/s (min–max) | CPU-s per GB (min–max) | CPU µs per packet | sender busy |")
+    print("|---|---:|---:|---:|---:|")
     for k in kinds:
         v = results[k]
+        busy = statistics.median(x.sender_busy for x in v)
         print(
             f"| {LABELS[k]} | {med[k][0]:.1f} ({spread([x.mb_s for x in v])}) | "
-            f"{med[k][1]:.2f} ({spread([x.cpu_per_gb for x in v])}) | {med[k][2]:.2f} |"
+            f"{med[k][1]:.2f} ({spread([x.cpu_per_gb for x in v])}) | {med[k][2]:.2f} | {100 * busy:.0f}% |"
         )
     print(
         f"| ratio Python/Node | {med['python'][0] / med['node'][0]:.2f} | "
-        f"{med['python'][1] / med['node'][1]:.2f} | {med['python'][2] / med['node'][2]:.2f} |"
+        f"{med['python'][1] / med['node'][1]:.2f} | {med['python'][2] / med['node'][2]:.2f} | |"
     )
     if args.profile:
         with tempfile.TemporaryDirectory() as tmp:

@@ -130,7 +130,7 @@ _NOT_A_JOB = re.compile(
     r"""(?ix)^\W*(
         (total|count|sum|summary|showing|displaying|listing|listed|found|page|pages|results?|rows?|
          more|next|previous|prev|use|hint|note|tip|warning|info|no|none|nothing|end)(?![\w.-])
-      | \d+\s*(/|of)\s*\d+\b
+      | \d+\s*/\s*\d+(?![\w./-]) | \d+\s+of\s+\d+(?![\w./-])
       | \d+\s+(jobs?|items?|rows?|results?|entries|records|total|more)\b
       | \(\d+\s+\w+\)
       | \.\.\.|…

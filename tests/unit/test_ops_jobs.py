@@ -6,7 +6,7 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from cosmictui.ops.jobs import Job, JobsFormatError, format_age, parse_jobs, parse_when, stuck_reason, view_jobs
@@ -150,6 +150,8 @@ job_ids = st.from_regex(r"[a-z0-9][a-z0-9-]{0,10}[0-9]", fullmatch=True)
         max_size=8,
     )
 )
+@example(rows=[("0of0", "Creating")])  # found by this test in a suite run: once read as an "N of M" footer
+@example(rows=[("2of3-7", "Running"), ("12", "Creating")])
 def test_property_aligned_tables_round_trip(rows: list[tuple[str, str]]) -> None:
     width = max([len(r[0]) for r in rows] + [6]) + 2
     out = "JOB ID".ljust(width) + "STATUS\n" + "".join(i.ljust(width) + s + "\n" for i, s in rows)
