@@ -43,6 +43,9 @@ MAX_ITEMS = 512  # queued handshakes at most (each ~1 ms of CPU: half a second o
 MAX_WAITING = 512  # handshakes held for their address's rate at most (a NAT's burst, spread out)
 HALF_LIFE = 10.0  # seconds for a host's served score to halve
 MAX_HOSTS = 4096  # hosts whose score is remembered (least recently served forgotten first)
+# a held entry this close to its time counts as due: loop timers (uvloop's are whole
+# milliseconds) may fire a little early, and re-arming for the rest would spin the loop
+RELEASE_SLACK = 0.001
 
 _NEW = -math.inf  # the log-domain score of a host never served (or long forgotten)
 
@@ -157,7 +160,8 @@ class HandshakeBacklog(Generic[T]):
 
     def _release(self, now: float) -> None:
         """Move the held entries whose time has come into their hosts' queues."""
-        while self._waiting and self._waiting[0][0] <= now:
+        due = now + RELEASE_SLACK
+        while self._waiting and self._waiting[0][0] <= due:
             e = self._waiting[0][2]
             del self._keys[e.key]  # out while there is room to be made for it
             heapq.heappop(self._waiting)
