@@ -304,3 +304,46 @@ def test_new_handshakes_wait_in_the_backlog_and_a_new_address_is_answered_first(
         relay_sock.close()
         second.close()
         lb.close()
+
+
+def test_a_handshake_the_admit_hook_holds_is_answered_after_its_wait_not_refused() -> None:
+    """Over its address's burst a handshake waits (the admit hook says how long) in the
+    backlog's waiting room: nothing is answered before the loop's release timer, a
+    retransmission meanwhile is a duplicate, and then it is answered like any other."""
+    from relay.dht.messages import NS_PEER_HANDSHAKE, NoisePayload, UDXInfo
+    from relay.noise import NoiseHandshake
+
+    lb = Loopback()
+    holder = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # plays the announce holder
+    holder.bind(("127.0.0.1", 0))
+    holder.setblocking(False)
+    try:
+        assert lb.node is not None and lb.server is not None
+        node, server = lb.node, lb.server
+        server.admit = lambda addr: 0.2
+        nh = NoiseHandshake("IK", True, key_pair(), server.public_key, prologue=NS_PEER_HANDSHAKE)
+        msg1 = nh.send(NoisePayload(version=1, udx=UDXInfo(id=7), secret_stream=True).encode())
+        hs = Handshake(Mode.FROM_RELAY, msg1, ("127.0.0.30", 9))
+        req = Request(1, node.local_address(), Command.PEER_HANDSHAKE, target=server.target, value=hs.encode())
+        node._on_datagram("server", req.encode(), holder.getsockname())
+        node._on_datagram("server", req.encode(), holder.getsockname())  # the client retransmitted
+        assert server.backlog.stats["waited"] == 1 and server.backlog.stats["duplicates"] == 1
+        due = server.backlog.next_release()
+        assert due is not None
+
+        async def turns(n: int) -> None:  # let the loop run whatever is ready, n times
+            for _ in range(n):
+                await asyncio.sleep(0)
+
+        lb.loop.run_until_complete(turns(20))
+        assert server.responder.stats["handshakes"] == 0 and lb.loop.time() < due  # held, not answered
+        data = lb.loop.run_until_complete(asyncio.wait_for(lb.loop.sock_recv(holder, 2048), 10))
+        assert lb.loop.time() >= due - 0.001  # answered by the release timer, not before
+        msg = decode_message(data)
+        assert isinstance(msg, Request) and msg.command == Command.PEER_HANDSHAKE and msg.value
+        assert Handshake.decode(msg.value).mode == Mode.FROM_SERVER
+        assert server.responder.stats["handshakes"] == 1 and server.responder.stats["rejected"] == 0
+        assert len(server.backlog) == 0 and server.backlog.next_release() is None
+    finally:
+        holder.close()
+        lb.close()
