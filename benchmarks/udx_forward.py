@@ -159,6 +159,22 @@ async def offload_summary(kind: str, relay: Proc) -> str:
     )
 
 
+async def connect_pair(a: Proc, d: Proc, rb: int, rc: int, port: int) -> None:
+    """Connect two udx-native endpoints to their relay streams and have both speak first, as
+    secret-stream's header frames do, so the relay learns both addresses (the first may reach a
+    relay stream whose partner is unknown yet: udx-native drops it)."""
+    a.cmd(cmd="connect", remote_id=rb, port=port)
+    d.cmd(cmd="connect", remote_id=rc, port=port)
+    await a.expect("connected")
+    await d.expect("connected")
+    got_a = asyncio.ensure_future(a.expect("message"))
+    got_d = asyncio.ensure_future(d.expect("message"))
+    while not (got_a.done() and got_d.done()):
+        a.cmd(cmd="message", hex="00")
+        d.cmd(cmd="message", hex="00")
+        await asyncio.wait([got_a, got_d], timeout=0.05, return_when=asyncio.ALL_COMPLETED)
+
+
 async def one_round(kind: str, size: int, both: bool, profile: str | None = None) -> Result:
     a = await Proc.start("node", str(PEER_JS))
     d = await Proc.start("node", str(PEER_JS))
@@ -166,18 +182,7 @@ async def one_round(kind: str, size: int, both: bool, profile: str | None = None
     relay = await start_relay(kind, str(ra["id"]), str(rd["id"]), profile=profile)
     try:
         info = await relay.expect("ready")
-        a.cmd(cmd="connect", remote_id=info["rb"], port=info["port"])
-        d.cmd(cmd="connect", remote_id=info["rc"], port=info["port"])
-        await a.expect("connected")
-        await d.expect("connected")
-        # like secret-stream's header frames: both ends speak first, so the relay learns both
-        # (the first one may reach a relay stream whose partner is unknown yet: udx-native drops it)
-        got_a = asyncio.ensure_future(a.expect("message"))
-        got_d = asyncio.ensure_future(d.expect("message"))
-        while not (got_a.done() and got_d.done()):
-            a.cmd(cmd="message", hex="00")
-            d.cmd(cmd="message", hex="00")
-            await asyncio.wait([got_a, got_d], timeout=0.05, return_when=asyncio.ALL_COMPLETED)
+        await connect_pair(a, d, info["rb"], info["rc"], info["port"])
         ps = psutil.Process(relay.proc.pid)
         ends = Endpoints(a, d)
         c0 = ps.cpu_times()
@@ -254,16 +259,7 @@ async def echo_round(kind: str, samples: int, gap: float, bulk: int) -> list[flo
         bulk_task = None
         if bulk:
             a, d = peers
-            a.cmd(cmd="connect", remote_id=info["pairs"][1][0], port=info["port"])
-            d.cmd(cmd="connect", remote_id=info["pairs"][1][1], port=info["port"])
-            await a.expect("connected")
-            await d.expect("connected")
-            got_a = asyncio.ensure_future(a.expect("message"))
-            got_d = asyncio.ensure_future(d.expect("message"))
-            while not (got_a.done() and got_d.done()):
-                a.cmd(cmd="message", hex="00")
-                d.cmd(cmd="message", hex="00")
-                await asyncio.wait([got_a, got_d], timeout=0.05, return_when=asyncio.ALL_COMPLETED)
+            await connect_pair(a, d, info["pairs"][1][0], info["pairs"][1][1], info["port"])
             a.cmd(cmd="send", bytes=bulk, end=True)
             bulk_task = asyncio.ensure_future(d.expect("data_end", 300))
         rtts: list[float] = []

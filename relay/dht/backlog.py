@@ -163,11 +163,12 @@ class HandshakeBacklog(Generic[T]):
         due = now + RELEASE_SLACK
         while self._waiting and self._waiting[0][0] <= due:
             e = self._waiting[0][2]
-            del self._keys[e.key]  # out while there is room to be made for it
+            room = self._room_for(e.host, now)  # while still held, `e` is not counted as queued
             heapq.heappop(self._waiting)
-            if self._room_for(e.host, now):
-                self._keys[e.key] = e
+            if room:
                 self._enqueue(e)
+            else:
+                del self._keys[e.key]
 
     def next_release(self) -> float | None:
         """When the next held entry is due (for the runtime's timer), or None."""

@@ -148,7 +148,6 @@ class HyperDHTServer:
         self.backlog: HandshakeBacklog[_Queued] = HandshakeBacklog()
         self._drain_handle: asyncio.Handle | None = None
         self._release_handle: asyncio.TimerHandle | None = None
-        self._release_at: float | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.announcer = Announcer(node, key_pair, self.target) if announce else None
         self.listening = False
@@ -254,16 +253,14 @@ class HyperDHTServer:
         due = self.backlog.next_release()
         if due is None or self.closed or self._loop is None:
             return
-        if self._release_at is not None and self._release_at <= due:
-            return
         if self._release_handle is not None:
+            if self._release_handle.when() <= due:
+                return
             self._release_handle.cancel()
-        self._release_at = due
         self._release_handle = self._loop.call_at(due, self._on_release)
 
     def _on_release(self) -> None:
         self._release_handle = None
-        self._release_at = None
         self._schedule_drain()
 
     def _drain(self) -> None:

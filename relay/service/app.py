@@ -427,9 +427,8 @@ class RelayApp:
         backlog = getattr(self.server, "backlog", None)
         if backlog is not None:
             out["backlog"] = len(backlog)
-            out["waited"] = int(backlog.stats.get("waited", 0))
-            out["shed_stale"] = int(backlog.stats.get("shed_stale", 0))
-            out["shed_full"] = int(backlog.stats.get("shed_full", 0))
+            for key in ("waited", "shed_stale", "shed_full"):
+                out[key] = int(backlog.stats.get(key, 0))
         responder = getattr(self.server, "responder", None)
         if responder is not None:
             st = getattr(responder, "stats", {})
