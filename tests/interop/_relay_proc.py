@@ -127,6 +127,18 @@ class RelayProcess:
     def stats(self) -> dict[str, Any]:
         return json.loads(self.get("/stats"))
 
+    def kernel_drops(self) -> int:
+        """Datagrams the kernel dropped at the relay's port (its socket buffer was full): the
+        relay never saw them, so no counter of its own can include them (/proc/net/udp)."""
+        total = 0
+        for table in ("/proc/net/udp", "/proc/net/udp6"):
+            with open(table) as f:
+                for line in f.readlines()[1:]:
+                    fields = line.split()
+                    if int(fields[1].rsplit(":", 1)[1], 16) == self.port:
+                        total += int(fields[-1])
+        return total
+
     def wait(self, timeout: float = 30.0) -> int:
         assert self.proc is not None
         return self.proc.wait(timeout)

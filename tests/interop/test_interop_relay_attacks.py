@@ -245,10 +245,22 @@ def test_attack_out_of_order_packets_on_control_streams_are_bounded(
 ) -> None:
     """A dozen sessions each park 2,000 out-of-order 1,200-byte packets above a gap they never fill
     (issue: with the 16 MiB frames, RSS 35 -> 266 MB). Default limits: each control stream holds at
-    most its small reorder budget; the rest is dropped and counted (`dropped{reorder_limit}`)."""
+    most its small reorder budget; the rest is dropped and counted (`dropped{reorder_limit}`).
+
+    The 29 MB arrive in one burst, so on a loaded box the kernel drops part of it at the relay's
+    socket before the relay reads it (949 of 24,000 in one run beside two busy cores; a full suite
+    once dropped more than half). Those never reach a counter of ours, so the accounting adds the
+    kernel's own count: every packet is then dropped by one of the two, except the ~3 each stream
+    may hold (4 KiB / 1,328 B)."""
     with start_relay(tmp_path, testnet) as r, Attack(node, testnet, r, "ooo", sessions=12, packets=2000) as a:
         assert a.ready["opened"] == 12
-        wait_until(lambda: r.stats()["dropped"].get("reorder_limit", 0) >= 12 * 1000, what="ooo drops")
+        held_at_most = 12 * 3
+
+        def accounted() -> bool:
+            return r.stats()["dropped"].get("reorder_limit", 0) + r.kernel_drops() >= 12 * 2000 - held_at_most
+
+        wait_until(accounted, what="every out-of-order packet dropped, by the relay or the kernel")
+        assert r.stats()["dropped"]["reorder_limit"] > 0
         assert_legit_pair_relays(node, testnet, r)
         assert_healthy(r)
 
