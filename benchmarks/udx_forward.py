@@ -16,7 +16,8 @@ payload and per forwarded packet, and the Python/Node ratios.
 one socket per endpoint) and reports aggregate throughput and CPU per GB. `--rss-pairs N`
 sets up N pairs (50 endpoints per socket), has every pair carry 16 KiB each way, and reports
 the relay process's RSS while all of them are live. Rounds alternate which relay goes first.
-`--no-gso` also runs the Python relay with UDX_NO_GSO=1, `--coalesce` with receive coalescing
+`--kernel` also runs the Python relay with kernel forwarding (`relay.udx.kernel`, nftables,
+needs root); `--no-gso` also runs the Python relay with UDX_NO_GSO=1, `--coalesce` with receive coalescing
 (UDX_COALESCE_US, `--coalesce-us`, default 100). `--echo N`: N ping round trips per round
 through the relay (raw UDP sockets as the two peers of one pair; `--echo-bulk-mb`: while two
 udx-native peers move that much on another pair of the same relay). `--profile` adds one Python round
@@ -116,6 +117,11 @@ class Result:
     # endpoint (one Node event loop) is what limits throughput, whichever relay is between them
     sender_busy: float = 0.0
     receiver_busy: float = 0.0
+    machine: float = 0.0  # CPU-seconds of the whole machine during the round
+
+    @property
+    def machine_per_gb(self) -> float:
+        return self.machine / (self.payload / 1e9)
 
     @property
     def mb_s(self) -> float:
@@ -135,12 +141,21 @@ ENVS = {
     "no-gso": {"UDX_NO_GSO": "1"},
     "coalesce": {"UDX_COALESCE_US": "100"},
 }
+KIND_ARGS = {"kernel": ["--kernel"]}
+
+
+def machine_cpu() -> float:
+    """CPU-seconds the whole machine spent busy so far (every process and the kernel's softirq
+    work): kernel forwarding runs in whichever process's context the packet arrives, mostly the
+    sender's, so only this total compares relays fairly."""
+    t = psutil.cpu_times()
+    return sum(t) - t.idle - getattr(t, "iowait", 0.0)
 
 
 async def start_relay(kind: str, *ids: str, profile: str | None = None) -> Proc:
     if kind == "node":
         return await Proc.start("node", str(NODE_RELAY_JS), *ids)
-    extra = ["--profile", profile] if profile else []
+    extra = (["--profile", profile] if profile else []) + KIND_ARGS.get(kind, [])
     return await Proc.start(sys.executable, str(PY_RELAY), *ids, *extra, **ENVS.get(kind, {}))
 
 
@@ -150,6 +165,10 @@ async def offload_summary(kind: str, relay: Proc) -> str:
         return ""
     relay.send("stats")
     st = await relay.expect("stats")
+    k = st.get("kernel")
+    if k is not None:
+        share = 100 * k["packets"] / max(k["packets"] + st["relayed_packets"] - k["packets"], 1)
+        return f"kernel forwarded {k['packets']} packets ({share:.1f}% of relayed), {k['directions']} directions"
     if not st["gso_sends"]:
         return f"gso {st['offload']['gso']}, no segmented sends"
     return (
@@ -187,6 +206,7 @@ async def one_round(kind: str, size: int, both: bool, profile: str | None = None
         ends = Endpoints(a, d)
         c0 = ps.cpu_times()
         p0 = await packets_sent(a, d)
+        m0 = machine_cpu()
         t0 = time.perf_counter()
         a.cmd(cmd="send", bytes=size, end=False)
         if both:
@@ -200,6 +220,7 @@ async def one_round(kind: str, size: int, both: bool, profile: str | None = None
         if both:
             await a.expect("data_end", 300)
         t1 = time.perf_counter()
+        m1 = machine_cpu()
         c1 = ps.cpu_times()
         p1 = await packets_sent(a, d)
         assert got["bytes"] == size
@@ -209,6 +230,7 @@ async def one_round(kind: str, size: int, both: bool, profile: str | None = None
         res = Result(kind, t1 - t0, cpu, size * (2 if both else 1), packets, p1[1] - p0[1], off)
         res.sys_share = (c1.system - c0.system) / max(cpu, 1e-9)
         res.sender_busy, res.receiver_busy = ends.busy(t1 - t0)
+        res.machine = m1 - m0
         return res
     except TimeoutError:
         for name, p in (("A", a), ("D", d), ("relay", relay)):
@@ -316,16 +338,19 @@ async def pairs_round(kind: str, npairs: int, size: int, per_socket: int = 1, rs
         ends = Endpoints(a, d)
         c0 = ps.cpu_times()
         p0 = await packets_sent(a, d)
+        m0 = machine_cpu()
         t0 = time.perf_counter()
         a.cmd(cmd="send", bytes=per_pair, end=True)
         got = await d.expect("data_end", 600)
         t1 = time.perf_counter()
+        m1 = machine_cpu()
         c1 = ps.cpu_times()
         p1 = await packets_sent(a, d)
         assert got["bytes"] == per_pair * npairs, got
         cpu = (c1.user - c0.user) + (c1.system - c0.system)
         off = await offload_summary(kind, relay)
         res = Result(kind, t1 - t0, cpu, per_pair * npairs, p1[0] - p0[0], p1[1] - p0[1], off)
+        res.machine = m1 - m0
         res.sys_share = (c1.system - c0.system) / max(cpu, 1e-9)
         res.sender_busy, res.receiver_busy = ends.busy(t1 - t0)
         return res
@@ -378,6 +403,7 @@ LABELS = {
     "no-gso": "Python, UDX_NO_GSO=1 (sendmmsg, no GSO/GRO)",
     "portable": "Python, per-datagram reader (no mmsg)",
     "coalesce": "Python, UDX_COALESCE_US=100 (receive coalescing)",
+    "kernel": "Python, --kernel (established pairs forwarded by nftables)",
 }
 
 
@@ -398,6 +424,9 @@ async def main() -> None:
     )
     ap.add_argument("--no-gso", action="store_true", help="also run the Python relay with UDX_NO_GSO=1")
     ap.add_argument("--coalesce", action="store_true", help="also run the Python relay with UDX_COALESCE_US=100")
+    ap.add_argument(
+        "--kernel", action="store_true", help="also run the Python relay with kernel forwarding (nftables, root)"
+    )
     ap.add_argument("--echo", type=int, default=0, help="measure this many ping round trips per round instead")
     ap.add_argument("--echo-gap-ms", type=float, default=5.0, help="idle time between pings")
     ap.add_argument(
@@ -410,6 +439,7 @@ async def main() -> None:
     size = args.mb * MB
     kinds = (
         ["node", "python"]
+        + (["kernel"] if args.kernel else [])
         + (["coalesce"] if args.coalesce else [])
         + (["no-gso"] if args.no_gso else [])
         + (["portable"] if args.portable else [])
@@ -474,25 +504,33 @@ async def main() -> None:
             statistics.median(x.mb_s for x in v),
             statistics.median(x.cpu_per_gb for x in v),
             statistics.median(x.us_per_packet for x in v),
+            statistics.median(x.machine_per_gb for x in v),
         )
         for k, v in results.items()
     }
     direction = "both ways" if args.both else "one way"
     shape = f"{args.pairs} pairs at once" if args.pairs > 1 else "one pair"
     print(f"\n{args.mb} MB {direction}, {shape}, median of {args.rounds} rounds, {where}")
-    print("| forwarder | MB/s (min–max) | CPU-s per GB (min–max) | CPU µs per packet | sender busy |")
-    print("|---|---:|---:|---:|---:|")
+    print(
+        "| forwarder | MB/s (min–max) | relay CPU-s per GB (min–max) | relay CPU µs per packet "
+        "| machine CPU-s per GB (min–max) | sender busy |"
+    )
+    print("|---|---:|---:|---:|---:|---:|")
     for k in kinds:
         v = results[k]
         busy = statistics.median(x.sender_busy for x in v)
         print(
             f"| {LABELS[k]} | {med[k][0]:.1f} ({spread([x.mb_s for x in v])}) | "
-            f"{med[k][1]:.2f} ({spread([x.cpu_per_gb for x in v])}) | {med[k][2]:.2f} | {100 * busy:.0f}% |"
+            f"{med[k][1]:.2f} ({spread([x.cpu_per_gb for x in v])}) | {med[k][2]:.2f} | "
+            f"{med[k][3]:.2f} ({spread([x.machine_per_gb for x in v])}) | {100 * busy:.0f}% |"
         )
-    print(
-        f"| ratio Python/Node | {med['python'][0] / med['node'][0]:.2f} | "
-        f"{med['python'][1] / med['node'][1]:.2f} | {med['python'][2] / med['node'][2]:.2f} | |"
-    )
+    for k in [k for k in kinds if k in ("python", "kernel")]:
+        name = "Python" if k == "python" else "Python --kernel"
+        print(
+            f"| ratio {name}/Node | {med[k][0] / med['node'][0]:.2f} | "
+            f"{med[k][1] / med['node'][1]:.2f} | {med[k][2] / med['node'][2]:.2f} | "
+            f"{med[k][3] / med['node'][3]:.2f} | |"
+        )
     if args.profile:
         with tempfile.TemporaryDirectory() as tmp:
             path = str(Path(tmp) / "relay.prof")

@@ -3,6 +3,7 @@
 Run as its own process (so its CPU time is measured alone):
     python benchmarks/udx_relay_py.py <peer A id> <peer D id> [--profile FILE] [--loop uvloop|asyncio]
     python benchmarks/udx_relay_py.py '[[aId, dId], ...]'   (many pairs)
+    ... --kernel   (established pairs forwarded by nftables: relay.udx.kernel; needs root)
 Prints {"event": "ready", "port", "rb", "rc", "pairs"}; reads "stats" / EOF on stdin.
 """
 
@@ -29,13 +30,16 @@ def firewall_for(peer_id: int):  # type: ignore[no-untyped-def]
     return firewall
 
 
-async def main(wanted: list[tuple[int, int]]) -> None:
+async def main(wanted: list[tuple[int, int]], kernel: bool = False) -> None:
     udx = UDX()
     sock = await udx.create_socket("127.0.0.1", 0)
+    if kernel:
+        sock.enable_kernel_forwarding()
     pairs = []
     for a_id, d_id in wanted:
-        rb = udx.create_stream(firewall=firewall_for(a_id))
-        rc = udx.create_stream(firewall=firewall_for(d_id))
+        # as the blind relay picks them: each relay stream's id is its partner peer's own id
+        rb = udx.create_stream(d_id if udx.id_free(d_id) else None, firewall=firewall_for(a_id))
+        rc = udx.create_stream(a_id if udx.id_free(a_id) else None, firewall=firewall_for(d_id))
         rb.relay_to(rc)
         rc.relay_to(rb)
         pairs.append((rb.id, rc.id))
@@ -46,6 +50,8 @@ async def main(wanted: list[tuple[int, int]]) -> None:
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     while line := await reader.readline():
         if line.strip() == b"stats":
+            if sock.kernel is not None:
+                sock.kernel.refresh()
             st = sock.stats
             out = {
                 "event": "stats",
@@ -62,6 +68,7 @@ async def main(wanted: list[tuple[int, int]]) -> None:
                 "holds": st.holds,
                 "reads": st.reads,
                 "offload": sock.offload(),
+                "kernel": sock.kernel.stats() if sock.kernel is not None else None,
             }
             print(json.dumps(out), flush=True)
     udx.close()
@@ -73,6 +80,7 @@ if __name__ == "__main__":
     ap.add_argument("d_id", type=int, nargs="?")
     ap.add_argument("--profile")
     ap.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop")
+    ap.add_argument("--kernel", action="store_true", help="forward established pairs in the kernel (nftables)")
     args = ap.parse_args()
     factory = None
     if args.loop == "uvloop":
@@ -89,7 +97,7 @@ if __name__ == "__main__":
                 wanted = [(int(a), int(d)) for a, d in json.loads(args.a_id)]
             else:
                 wanted = [(int(args.a_id), int(args.d_id))]
-            runner.run(main(wanted))
+            runner.run(main(wanted, args.kernel))
     finally:
         if prof is not None:
             prof.disable()

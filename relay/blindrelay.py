@@ -447,6 +447,7 @@ class BlindRelayServer:
         self,
         *,
         allocate_stream_id: Callable[[], int] | None = None,
+        stream_id_free: Callable[[int], bool] | None = None,
         max_pending_per_session: int | None = None,
         max_pending_total: int | None = None,
         pairing_timeout: float | None = None,
@@ -456,6 +457,7 @@ class BlindRelayServer:
         rng: random.Random | None = None,
     ) -> None:
         self._allocate_hook = allocate_stream_id
+        self._id_free = stream_id_free
         self._rng = rng or random.SystemRandom()
         self.max_pending_per_session = max_pending_per_session
         self.max_pending_total = max_pending_total
@@ -610,7 +612,11 @@ class BlindRelayServer:
             o = self._owners[owner] = _Owner()
         return o
 
-    def _allocate(self) -> int:
+    def _allocate(self, prefer: int | None = None) -> int:
+        """A free relay stream id: with `stream_id_free`, the partner peer's own stream id when it
+        is free, so packets need no id rewrite (the kernel can forward them: relay.udx.kernel)."""
+        if prefer is not None and self._id_free is not None and prefer not in self._by_stream and self._id_free(prefer):
+            return prefer
         if self._allocate_hook is not None:
             return self._allocate_hook()
         while True:
@@ -648,8 +654,8 @@ class BlindRelayServer:
         del self._pairing[key]
         self.stats.pairings_pending -= 1
         self.stats.pairings_matched += 1
-        for link in (a, b):
-            link.stream_id = self._allocate()
+        for link, partner in ((a, b), (b, a)):
+            link.stream_id = self._allocate(partner.remote_id)
             self._by_stream[link.stream_id] = link
         a.remote, b.remote = b, a
         for link in (a, b):

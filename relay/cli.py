@@ -118,6 +118,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="HOST:PORT for GET /metrics and /stats, or off (default 127.0.0.1:49738; if that is taken, "
         "a free port, said on stderr and in relay-runtime.json)",
     )
+    p.add_argument(
+        "--kernel-forwarding",
+        action="store_true",
+        help="forward established pairs in the kernel with nftables (Linux, IPv4, needs CAP_NET_ADMIN; "
+        "an extension of ours: without it, or where it cannot be, pairs are forwarded in Python)",
+    )
     p.add_argument("--allow", action="append", default=[], metavar="KEY", help="peer key allowed to pair (repeatable)")
     p.add_argument(
         "--allow-file", action="append", default=[], metavar="PATH", help="allowed keys, one a line (reread on SIGHUP)"
@@ -296,6 +302,7 @@ def _systemd_unit(args: argparse.Namespace) -> int:
             log_format=args.log_format,
             extra_args=_unit_extra_args(args),
             command=command,
+            kernel_forwarding=args.kernel_forwarding,
         )
     except ValueError as e:  # UnitError, or unbalanced quotes in --unit-exec
         build_parser().error(str(e))
@@ -348,6 +355,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         metrics_fallback=args.metrics is None,
         allow=allow,
         limits=_limits(args),
+        kernel_forwarding=args.kernel_forwarding,
     )
 
     def reload_allow(app: RelayApp) -> None:

@@ -59,6 +59,7 @@ from relay.service.limits import (
 from relay.service.metrics import MetricsError, MetricsServer
 from relay.service.runtime import remove_runtime, write_runtime
 from relay.udx import UDX, UDXSocket, UDXStream
+from relay.udx.kernel import KernelUnavailable
 
 #: Out-of-order bytes a session's control stream may hold (payload + 128 B per packet). Its
 #: blind-relay messages are ~40-byte frames, so 4 KiB still parks ~20 of them behind a lost
@@ -95,6 +96,8 @@ class RelayConfig:
     """The metrics address is the default, not asked for: if it is taken, serve on a free port."""
     allow: frozenset[bytes] | None = None
     limits: Limits = field(default_factory=Limits)
+    kernel_forwarding: bool = False
+    """Forward established pairs in the kernel (nftables, needs CAP_NET_ADMIN); off if it cannot be."""
 
 
 @dataclass
@@ -108,6 +111,8 @@ class Traffic:
     sent_bytes: int = 0
     received_packets: int = 0
     sent_packets: int = 0
+    kernel_packets: int = 0
+    kernel_bytes: int = 0
 
 
 class _Session:
@@ -136,11 +141,13 @@ class RelayApp:
         self.port = config.port
         self.udx = UDX()
         self.socket: UDXSocket | None = None
+        self.kernel_error: str | None = None
         self.node: DHTNode | None = None
         self.server: HyperDHTServer | None = None
         lim = config.limits
         self.blind = BlindRelayServer(
             allocate_stream_id=self.udx.random_id,
+            stream_id_free=self.udx.id_free,
             max_pending_per_session=lim.max_pending_per_session,
             max_pending_total=lim.max_pending_total,
             pairing_timeout=lim.pending_timeout,
@@ -169,6 +176,13 @@ class RelayApp:
         except OSError as e:
             raise RelayStartError(_bind_error(cfg.host, cfg.port, e)) from e
         self.port = self.socket.port
+        if cfg.kernel_forwarding:
+            try:
+                self.socket.enable_kernel_forwarding()
+                log.info("established pairs are forwarded in the kernel (nftables table ip blind_relay_%d)", self.port)
+            except KernelUnavailable as e:
+                self.kernel_error = str(e)
+                log.warning("kernel forwarding is off, pairs are forwarded in Python: %s", e)
         if cfg.metrics is not None:
             self.metrics = MetricsServer(self.snapshot, *cfg.metrics)
             try:
@@ -438,10 +452,21 @@ class RelayApp:
             out["pending"] = len(getattr(responder, "attempts", ()))
         return out
 
+    def _kernel_stats(self) -> dict[str, Any]:
+        """`/stats` `kernel`: whether established pairs are forwarded by nftables, and why not."""
+        k = self.socket.kernel if self.socket is not None else None
+        if k is not None:
+            return k.stats()
+        asked = self.config.kernel_forwarding
+        return {"enabled": False, "reason": self.kernel_error if asked else "not asked (--kernel-forwarding)"}
+
     def snapshot(self) -> dict[str, Any]:
         """The `/stats` document (interfaces.md); `/metrics` is rendered from the same dict."""
         traffic = Traffic()
         for sock in self.udx.sockets:
+            kernel = getattr(sock, "kernel", None)
+            if kernel is not None:
+                kernel.refresh()
             st = sock.stats
             traffic.relayed_bytes += st.relayed_bytes
             traffic.relayed_packets += st.relayed_packets
@@ -450,6 +475,8 @@ class RelayApp:
             traffic.sent_bytes += st.sent_bytes
             traffic.received_packets += st.received_packets
             traffic.sent_packets += st.sent_packets
+            traffic.kernel_packets += getattr(st, "kernel_packets", 0)
+            traffic.kernel_bytes += getattr(st, "kernel_bytes", 0)
         dropped: dict[str, int] = {}
         offload: dict[str, Any] | None = None
         for sock in self.udx.sockets:
@@ -503,12 +530,15 @@ class RelayApp:
                 "sent_bytes": traffic.sent_bytes,
                 "received_packets": traffic.received_packets,
                 "sent_packets": traffic.sent_packets,
+                "kernel_packets": traffic.kernel_packets,
+                "kernel_bytes": traffic.kernel_bytes,
             },
             "memory": {"rss_bytes": mem},
             "cpu_seconds": round(cpu.user + cpu.system, 3),
             "dropped": dropped,
             "handshakes": self._handshake_stats(),
             **({"udx": offload} if offload is not None else {}),
+            "kernel": self._kernel_stats(),
             "shed": {cause: self.blind.shed.get(cause, 0) for cause in SHED_CAUSES},
             "limits": {"config": self.config.limits.as_dict(), "rejected": rejected},
             "allow_list": None if self.config.allow is None else len(self.config.allow),

@@ -40,6 +40,16 @@ TRAFFIC_COUNTERS = (
     ("blind_relay_udp_sent_bytes", "sent_bytes", "Bytes sent from the relay's UDP socket"),
     ("blind_relay_udp_received_packets", "received_packets", "Datagrams received on the relay's UDP socket"),
     ("blind_relay_udp_sent_packets", "sent_packets", "Datagrams sent from the relay's UDP socket"),
+    (
+        "blind_relay_kernel_forwarded_packets",
+        "kernel_packets",
+        "UDX packets the kernel forwarded for established pairs (--kernel-forwarding; in relayed_packets too)",
+    ),
+    (
+        "blind_relay_kernel_forwarded_bytes",
+        "kernel_bytes",
+        "UDX bytes the kernel forwarded for established pairs (in relayed_bytes too)",
+    ),
 )
 
 DEFAULT_METRICS_HOST = "127.0.0.1"

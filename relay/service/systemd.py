@@ -132,6 +132,7 @@ def render_unit(
     log_format: str = "text",
     extra_args: Sequence[str] = (),
     command: Sequence[str] | None = None,
+    kernel_forwarding: bool = False,
 ) -> RenderedUnit:
     """Render the unit, or raise UnitError when the service would fail or run with another key.
 
@@ -170,6 +171,8 @@ def render_unit(
         args += ["--allow-file", str(path)]
     if log_format != "text":
         args += ["--log-format", log_format]
+    if kernel_forwarding:
+        args.append("--kernel-forwarding")
     args += list(extra_args)
 
     notes: list[str] = []
@@ -202,11 +205,15 @@ def render_unit(
             f"ReadWritePaths={state_text}",
             "RemoveIPC=yes",
         ]
+    wanted = [c for c, need in (("CAP_NET_BIND_SERVICE", port < 1024), ("CAP_NET_ADMIN", kernel_forwarding)) if need]
     caps = (
-        ["AmbientCapabilities=CAP_NET_BIND_SERVICE", "CapabilityBoundingSet=CAP_NET_BIND_SERVICE"]
-        if port < 1024
+        [f"AmbientCapabilities={' '.join(wanted)}", f"CapabilityBoundingSet={' '.join(wanted)}"]
+        if wanted
         else ["CapabilityBoundingSet="]
     )
+    if kernel_forwarding:  # nftables speaks netlink; the table dies with the relay's socket
+        caps.insert(0, "# --kernel-forwarding: CAP_NET_ADMIN and AF_NETLINK for the relay's nftables table")
+    families = "AF_INET AF_INET6 AF_UNIX" + (" AF_NETLINK" if kernel_forwarding else "")
     command = exec_start(args, command)
     lines = [
         "[Unit]",
@@ -241,7 +248,7 @@ def render_unit(
         "ProtectClock=yes",
         "ProtectHostname=yes",
         "ProtectProc=invisible",
-        "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX",
+        f"RestrictAddressFamilies={families}",
         "RestrictNamespaces=yes",
         "RestrictRealtime=yes",
         "RestrictSUIDSGID=yes",

@@ -35,7 +35,9 @@ from itertools import groupby
 from typing import Any
 
 from . import mmsg
+from .kernel import KernelForwarder
 from .moderation import Moderation, hold_from_env
+from .nft import Nft
 from .packet import DESTROY, U32, UDXError
 from .stream import DataReceived, EndReceived, MessageReceived, StreamClosed, StreamCore, StreamStats
 
@@ -95,6 +97,9 @@ class SocketStats:
     #: batched reads (recvmmsg calls that returned datagrams): received_packets / reads is
     #: the mean batch
     reads: int = 0
+    #: forwarded by the kernel (`relay.udx.kernel`), also counted in relayed_packets/bytes
+    kernel_packets: int = 0
+    kernel_bytes: int = 0
 
     def drop(self, cause: str, count: int = 1) -> None:
         self.dropped_packets += count
@@ -114,6 +119,9 @@ class UDX:
             i = int.from_bytes(os.urandom(4), "little")
             if i not in self.streams:
                 return i
+
+    def id_free(self, sid: int) -> bool:
+        return 0 <= sid <= U32 and sid not in self.streams
 
     def create_stream(
         self,
@@ -223,6 +231,8 @@ class UDXSocket:
         self._moderation: Moderation | None = None
         self._hold_timer: mmsg.HoldTimer | None = None
         self._reading = True
+        #: kernel forwarding of established relayed pairs, once `enable_kernel_forwarding` ran
+        self.kernel: KernelForwarder | None = None
         if use_mmsg is None:
             use_mmsg = mmsg.available() and os.environ.get("UDX_NO_MMSG") != "1"
         if use_mmsg:
@@ -286,6 +296,21 @@ class UDXSocket:
         """The `/stats` `udx` group for this socket: {gso, gro, gso_fallbacks}."""
         return {"gso": self.gso, "gro": self.gro, "gso_fallbacks": self.stats.gso_fallbacks}
 
+    def enable_kernel_forwarding(self, nft: Nft | None = None) -> KernelForwarder:
+        """Forward established relayed pairs in the kernel (nftables); raises KernelUnavailable.
+
+        UDP_GRO is switched off on this socket: GRO merges a peer's packets by address, not by
+        stream, and the kernel rule routes a merged buffer by its first packet's stream id.
+        """
+        if self.kernel is None:
+            self.kernel = KernelForwarder(self, nft)
+            io = self._mmsg
+            if io is not None and io.gro:
+                with contextlib.suppress(OSError):
+                    self._sock.setsockopt(mmsg.SOL_UDP, mmsg.UDP_GRO, 0)
+                io.gro = False
+        return self.kernel
+
     def count_dropped(self, cause: str) -> None:
         """For an `on_datagram` handler that could not use a datagram: count it by cause."""
         self.stats.drop(cause)
@@ -304,6 +329,8 @@ class UDXSocket:
     def close(self) -> None:
         if self.closed:
             return
+        if self.kernel is not None:
+            self.kernel.close()
         for s in [s for s in self.udx.streams.values() if s.socket is self]:
             s.destroy()
         self.closed = True
@@ -1349,10 +1376,14 @@ class UDXStream:
         self._core.change_remote(remote_id, ipv6=":" in addr[0])
 
     def drop_route(self) -> None:
-        """Back to the slow path for both directions until a datagram builds a route again."""
+        """Back to the slow path for both directions until a datagram builds a route again
+        (and out of the kernel: their addresses or ids may be about to change)."""
         self.route = None
-        for p in self._relayed_from:
+        for p in (self, *self._relayed_from):
             p.route = None
+            k = p._socket.kernel if p._socket is not None else None
+            if k is not None:
+                k.withdraw(p)
 
     def _set_sockaddr(self) -> None:
         """The destination as a C sockaddr, for the batched relay path."""
@@ -1488,14 +1519,11 @@ class UDXStream:
             return
         t = self._relay
         assert t is not None
-        if (
-            t.pass_on(buf, arrival)
-            and self._socket is arrival
-            and t.socket is arrival
-            and arrival.batching
-            and not arrival.backlogged
-        ):
-            self.route = t.route_from(self._src_key, arrival)
+        if t.pass_on(buf, arrival) and self._socket is arrival and t.socket is arrival:
+            if arrival.batching and not arrival.backlogged:
+                self.route = t.route_from(self._src_key, arrival)
+            if arrival.kernel is not None and not buf[2] & DESTROY:
+                arrival.kernel.offer(self, t)
         if buf[2] & DESTROY:
             self._on_relayed_destroy()
 

@@ -41,17 +41,29 @@ def blind_relay_firewall(peer_stream_id: int, learned: list[tuple[int, tuple[str
     return firewall
 
 
-@pytest.fixture(params=[True, False], ids=["gso", "no-gso"])
+def kernel_elements(sock: UDXSocket) -> int:
+    """Directions in the relay's nftables table right now, as the kernel lists them."""
+    assert sock.kernel is not None
+    doc = sock.kernel.nft.query(f"list set ip {sock.kernel.table.name} pairs")
+    return sum(len(item["set"].get("elem", [])) for item in doc["nftables"] if "set" in item)
+
+
+@pytest.fixture(params=["gso", "no-gso", "kernel"])
 async def pair(node: str, request: pytest.FixtureRequest) -> AsyncIterator[Pair]:
-    """The relay with UDP GSO/GRO on (where the kernel has them) and off (as UDX_NO_GSO=1)."""
+    """The relay with UDP GSO/GRO on (where the kernel has them), off (as UDX_NO_GSO=1), and with
+    established pairs forwarded by nftables (each relay stream's id its partner peer's, as the
+    blind relay picks them)."""
     udx = UDX()
-    sock = await udx.create_socket(LOOP, 0, use_gso=bool(request.param))
+    sock = await udx.create_socket(LOOP, 0, use_gso=request.param != "no-gso")
+    if request.param == "kernel":
+        sock.enable_kernel_forwarding()
     a = await NodePeer.start(node)
     d = await NodePeer.start(node)
     learned: list[tuple[int, tuple[str, int]]] = []
+    same = request.param == "kernel"
     try:
-        rb = udx.create_stream(firewall=blind_relay_firewall(a.id, learned))
-        rc = udx.create_stream(firewall=blind_relay_firewall(d.id, learned))
+        rb = udx.create_stream(d.id if same else None, firewall=blind_relay_firewall(a.id, learned))
+        rc = udx.create_stream(a.id if same else None, firewall=blind_relay_firewall(d.id, learned))
         rb.relay_to(rc)
         rc.relay_to(rb)
         a.cmd(cmd="connect", remote_id=rb.id, port=sock.port)
@@ -81,15 +93,25 @@ async def test_relay_forward_32mb_each_way_between_node_streams(pair: Pair) -> N
     # the relay learned each side's address from its first packet, and forwarded everything
     assert sorted(pair.learned) == sorted([(pair.rb.id, (LOOP, pair.a.port)), (pair.rc.id, (LOOP, pair.d.port))])
     st = pair.sock.stats
+    kernel = pair.sock.kernel
+    if kernel is not None:
+        kernel.refresh()
+        assert kernel_elements(pair.sock) == 2  # both directions were in the kernel
+        # nearly all of it never reached Python: only each side's first packets did
+        assert st.kernel_packets >= 0.99 * st.relayed_packets
+        assert st.kernel_bytes >= 2 * size
     assert st.relayed_bytes >= 2 * size
-    assert st.relayed_packets == st.received_packets - st.dropped_packets
-    assert st.sent_packets == st.relayed_packets
-    assert (st.gso_sends > 0) == pair.sock.gso
+    assert st.relayed_packets - st.kernel_packets == st.received_packets - st.dropped_packets
+    assert st.sent_packets == st.relayed_packets - st.kernel_packets
+    assert (st.gso_sends > 0) == (pair.sock.gso and kernel is None)
     # a graceful end passes through; the relay streams stay until their owner destroys them
     assert not pair.rb.closed and not pair.rc.closed
     pair.rb.destroy()
     assert pair.rb.closed and pair.rc.closed
     assert pair.rb.id not in pair.udx.streams and pair.rc.id not in pair.udx.streams
+    if kernel is not None:
+        await asyncio.sleep(0)  # withdrawals take effect at the end of the loop turn
+        assert kernel_elements(pair.sock) == 0
 
 
 async def test_relay_forward_destroy_from_one_end_tears_the_pair_down(pair: Pair) -> None:
@@ -100,6 +122,8 @@ async def test_relay_forward_destroy_from_one_end_tears_the_pair_down(pair: Pair
     closes: list[object] = []
     pair.rb.on_close = closes.append
     pair.rc.on_close = closes.append
+    if pair.sock.kernel is not None:
+        assert kernel_elements(pair.sock) == 2  # A's DESTROY is not the kernel's: Python sees it
     pair.a.cmd(cmd="destroy")
     err = await pair.d.expect("error", 30)
     assert err["code"] == "ECONNRESET"  # A's DESTROY was forwarded to D
@@ -108,6 +132,9 @@ async def test_relay_forward_destroy_from_one_end_tears_the_pair_down(pair: Pair
     assert pair.rb.closed and pair.rc.closed
     assert len(closes) == 2
     assert pair.rb.id not in pair.udx.streams and pair.rc.id not in pair.udx.streams
+    if pair.sock.kernel is not None:
+        await asyncio.sleep(0)
+        assert kernel_elements(pair.sock) == 0
 
 
 async def test_relay_forward_local_close_tears_the_pair_down_silently(pair: Pair) -> None:
@@ -119,10 +146,13 @@ async def test_relay_forward_local_close_tears_the_pair_down_silently(pair: Pair
             await asyncio.sleep(0.01)
     await asyncio.sleep(0)
     sent_before = pair.sock.stats.sent_packets
-    relayed_before = pair.sock.stats.relayed_packets
     pair.rc.destroy()  # e.g. the blind-relay channel closed: libudx sends nothing
     assert pair.rb.closed and pair.rc.closed
     assert pair.sock.stats.sent_packets == sent_before
+    await asyncio.sleep(0)  # with kernel forwarding: out of the kernel now, its last packets counted
+    if pair.sock.kernel is not None:
+        assert kernel_elements(pair.sock) == 0
+    relayed_before = pair.sock.stats.relayed_packets
     # whatever the ends send now reaches unknown ids: nothing is forwarded
     dropped = pair.sock.stats.dropped_packets
     pair.a.cmd(cmd="message", hex="01")

@@ -99,7 +99,10 @@ async def test_stats_has_the_contract_shape(app: RelayApp) -> None:
         "sent_bytes",
         "received_packets",
         "sent_packets",
+        "kernel_packets",
+        "kernel_bytes",
     }
+    assert s["kernel"] == {"enabled": False, "reason": "not asked (--kernel-forwarding)"}
     assert s["memory"]["rss_bytes"] > 1_000_000
 
 

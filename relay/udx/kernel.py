@@ -1,0 +1,477 @@
+"""Kernel forwarding of established relayed pairs (nftables): their packets never reach Python.
+
+Why: a blind relay's established pair is stateless forwarding. A packet from peer A's address
+and port, for relay stream X, goes to peer B's address and port, sent from the relay's port,
+with B's stream id. The relay picks each relay stream's id equal to the id of the partner
+peer's own stream (`BlindRelayServer`), so the id needs no rewrite: only the IP and UDP
+headers change, which nftables rewrites in the prerouting hook before conntrack (`notrack`),
+keeping checksums right. One Python relay then costs the kernel's forwarding per packet, not a
+wake, two copies and Python work.
+
+What stays in Python: a pair's first packets (until both peers were seen), DESTROY (the
+rule skips it, so the relay tears the pair down as before), anything from another address
+(`wrong_address`), IPv6, pairs whose ids differ, and pairs whose destination the kernel
+would not forward to (IP forwarding off). A delivery check confirms forwarded packets leave
+(postrouting) or are delivered (input); if they do not (a firewall's forward policy, a
+changed sysctl), the pair goes back to Python (`fallbacks{undelivered}`).
+
+The table is `ip blind_relay_<port>`, made with `flags owner`: the kernel deletes it with
+the relay's netlink socket, so a relay that exits or is killed leaves nothing forwarded.
+
+`KernelTable` is the sans-IO part (nft commands and counters in, nothing run);
+`KernelForwarder` runs it for one socket: one nft transaction per loop turn, counters read
+once a second into the socket's stats.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket as _socket
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .nft import Nft, NftError
+
+if TYPE_CHECKING:
+    from .runtime import UDXSocket, UDXStream
+
+log = logging.getLogger("relay.udx")
+
+Address = tuple[str, int]
+#: bytes the kernel counts per packet that the relay's own counters do not (IPv4 + UDP headers)
+HEADERS = 28
+#: counters are read this often (seconds) while pairs are forwarded in the kernel
+POLL_INTERVAL = 1.0
+#: a delivery check fails when this many packets matched and none left in one interval
+UNDELIVERED_MIN = 8
+IP_FORWARD = Path("/proc/sys/net/ipv4/ip_forward")
+
+
+class KernelUnavailable(Exception):
+    """Kernel forwarding cannot be used here; the message says why (the relay goes on in Python)."""
+
+
+def raw_id(stream_id: int) -> int:
+    """The stream id as nftables reads it: UDX stores it little-endian, a raw payload match is big-endian."""
+    return int.from_bytes((stream_id & 0xFFFFFFFF).to_bytes(4, "little"), "big")
+
+
+@dataclass(frozen=True, slots=True)
+class Direction:
+    """One way of one relayed pair: packets from `src` for relay stream `stream_id` go to `dst`,
+    sent as from `via` (the relay's address as `dst` sees it, the source the kernel picks)."""
+
+    src: Address
+    stream_id: int
+    dst: Address
+    via: str
+
+    @property
+    def key(self) -> tuple[str, int, int]:
+        return (self.src[0], self.src[1], self.stream_id)
+
+    @property
+    def delivery(self) -> tuple[str, str, int] | None:
+        """The delivery check's key, or None when A's address is the relay's own (loopback):
+        then the rewritten packet looks like one the relay sends itself, and needs no new source."""
+        if self.src[0] == self.via:
+            return None
+        return (self.src[0], self.dst[0], self.dst[1])
+
+
+def _pair_elem(d: Direction) -> str:
+    return f"{d.src[0]} . {d.src[1]} . {raw_id(d.stream_id):#x}"
+
+
+def _delivery_elem(k: tuple[str, str, int]) -> str:
+    return f"{k[0]} . {k[1]} . {k[2]}"
+
+
+@dataclass(slots=True)
+class Change:
+    """One offer or withdrawal as nft commands; a failed offer is forgotten (its pair stays in Python)."""
+
+    add: bool
+    direction: Direction
+    script: str
+
+
+class KernelTable:
+    """The nftables state for one relay port: which directions are in the kernel and their counters."""
+
+    def __init__(self, port: int, host: str | None = None) -> None:
+        self.port = port
+        self.host = host if host not in (None, "", "0.0.0.0") else None
+        self.name = f"blind_relay_{port}"
+        self.directions: dict[tuple[str, int, int], Direction] = {}
+        self._delivery_refs: Counter[tuple[str, str, int]] = Counter()
+        self._changes: list[Change] = []
+        self._seen: dict[tuple[str, int, int], tuple[int, int]] = {}
+        self._delivered_seen: dict[tuple[str, str, int], int] = {}
+
+    def setup_script(self) -> str:
+        """The table: lookups by (source, port, stream id) and the rule that rewrites headers."""
+        t, p = self.name, self.port
+        key = "ip saddr . udp sport . @th,96,32"
+        dkey = "ip saddr . ip daddr . udp dport"
+        daddr = f"ip daddr {self.host} " if self.host else ""
+        return "\n".join(
+            [
+                f"table ip {t} {{",
+                "  flags owner",
+                f"  set pairs {{ typeof {key}; counter; }}",
+                f"  map pair_daddr {{ typeof {key} : ip daddr; }}",
+                f"  map pair_dport {{ typeof {key} : udp dport; }}",
+                f"  set delivered {{ typeof {dkey}; counter; }}",
+                f"  map delivery_saddr {{ typeof {dkey} : ip saddr; }}",
+                "  chain pre {",
+                "    type filter hook prerouting priority raw; policy accept;",
+                # UDX magic+version, DESTROY clear (Python sees it and tears the pair down)
+                f"    {daddr}udp dport {p} @th,64,16 0xff01 @th,80,8 & 0x10 == 0 {key} @pairs notrack"
+                f" ip daddr set {key} map @pair_daddr udp dport set {key} map @pair_dport udp sport set {p}",
+                "  }",
+                # after every filter of the host: what is counted here really left / was delivered
+                *(
+                    f"  chain {name} {{\n    type filter hook {hook} priority 300; policy accept;\n"
+                    f"    udp sport {p} {dkey} @delivered ip saddr set {dkey} map @delivery_saddr\n  }}"
+                    for name, hook in (("post", "postrouting"), ("local", "input"))
+                ),
+                "}",
+            ]
+        )
+
+    def offer(self, d: Direction) -> bool:
+        """Put a direction in the kernel (False: it is there already)."""
+        if d.key in self.directions:
+            return False
+        t = self.name
+        e = _pair_elem(d)
+        cmds = [
+            f"add element ip {t} pair_daddr {{ {e} : {d.dst[0]} }}",
+            f"add element ip {t} pair_dport {{ {e} : {d.dst[1]} }}",
+        ]
+        dk = d.delivery
+        if dk is not None:
+            if self._delivery_refs[dk] == 0:
+                de = _delivery_elem(dk)
+                cmds += [
+                    f"add element ip {t} delivery_saddr {{ {de} : {d.via} }}",
+                    f"add element ip {t} delivered {{ {de} }}",
+                ]
+                self._delivered_seen[dk] = 0
+            self._delivery_refs[dk] += 1
+        cmds.append(f"add element ip {t} pairs {{ {e} }}")  # last: the rule matches once its maps are set
+        self.directions[d.key] = d
+        self._seen[d.key] = (0, 0)
+        self._changes.append(Change(True, d, "\n".join(cmds)))
+        return True
+
+    def withdraw(self, key: tuple[str, int, int]) -> Direction | None:
+        """Take a direction out of the kernel (its packets reach Python again)."""
+        d = self.directions.pop(key, None)
+        if d is None:
+            return None
+        self._seen.pop(key, None)
+        t = self.name
+        e = _pair_elem(d)
+        cmds = [
+            f"delete element ip {t} pairs {{ {e} }}",  # first: no packet half-rewritten
+            f"delete element ip {t} pair_daddr {{ {e} }}",
+            f"delete element ip {t} pair_dport {{ {e} }}",
+        ]
+        dk = d.delivery
+        if dk is not None:
+            self._delivery_refs[dk] -= 1
+            if self._delivery_refs[dk] <= 0:
+                del self._delivery_refs[dk]
+                self._delivered_seen.pop(dk, None)
+                de = _delivery_elem(dk)
+                cmds += [
+                    f"delete element ip {t} delivered {{ {de} }}",
+                    f"delete element ip {t} delivery_saddr {{ {de} }}",
+                ]
+        self._changes.append(Change(False, d, "\n".join(cmds)))
+        return d
+
+    def forget(self, change: Change) -> None:
+        """An offer the kernel refused: its books are undone (the pair stays in Python)."""
+        if change.add and self.directions.get(change.direction.key) == change.direction:
+            self.directions.pop(change.direction.key)
+            self._seen.pop(change.direction.key, None)
+            dk = change.direction.delivery
+            if dk is not None:
+                self._delivery_refs[dk] -= 1
+                if self._delivery_refs[dk] <= 0:
+                    del self._delivery_refs[dk]
+                    self._delivered_seen.pop(dk, None)
+
+    def take_changes(self) -> list[Change]:
+        out, self._changes = self._changes, []
+        return out
+
+    def count(self, pairs_doc: dict[str, Any], delivered_doc: dict[str, Any]) -> tuple[int, int, list[Direction]]:
+        """New packets and payload bytes forwarded since the last reading, and the directions
+        whose packets matched but did not leave (read `pairs` before `delivered`, so a packet
+        between the two hooks is never counted as lost)."""
+        packets = payload = 0
+        sent_by_delivery: Counter[tuple[str, str, int]] = Counter()
+        for key, (p, b) in _elements(pairs_doc, 3):
+            k = (str(key[0]), int(key[1]), _stream_id(int(key[2])))
+            d = self.directions.get(k)
+            if d is None:
+                continue
+            p0, b0 = self._seen.get(k, (0, 0))
+            if p < p0 or b < b0:  # re-added: the counter started again
+                p0 = b0 = 0
+            self._seen[k] = (p, b)
+            packets += p - p0
+            payload += (b - b0) - HEADERS * (p - p0)
+            if d.delivery is not None:
+                sent_by_delivery[d.delivery] += p - p0
+        lost: set[tuple[str, str, int]] = set()
+        delivered = {(str(k[0]), str(k[1]), int(k[2])): p for k, (p, _) in _elements(delivered_doc, 3)}
+        for dk, sent in sent_by_delivery.items():
+            now = delivered.get(dk, 0)
+            before = self._delivered_seen.get(dk, 0)
+            self._delivered_seen[dk] = now
+            if sent >= UNDELIVERED_MIN and now <= before:
+                lost.add(dk)
+        return packets, payload, [d for d in self.directions.values() if d.delivery in lost]
+
+
+def _stream_id(raw: int) -> int:
+    return raw_id(raw)  # the byte swap is its own inverse
+
+
+def _elements(doc: dict[str, Any], width: int) -> list[tuple[list[Any], tuple[int, int]]]:
+    """(key parts, (packets, bytes)) of every element of a `list set` JSON document."""
+    out: list[tuple[list[Any], tuple[int, int]]] = []
+    for item in doc.get("nftables", []):
+        s = item.get("set") if isinstance(item, dict) else None
+        if not isinstance(s, dict):
+            continue
+        for el in s.get("elem", []):
+            inner = el.get("elem", el) if isinstance(el, dict) else None
+            if not isinstance(inner, dict):
+                continue
+            val = inner.get("val")
+            parts = val.get("concat") if isinstance(val, dict) else None
+            ctr = inner.get("counter") or {}
+            if isinstance(parts, list) and len(parts) == width:
+                out.append((parts, (int(ctr.get("packets", 0)), int(ctr.get("bytes", 0)))))
+    return out
+
+
+def forwarding_enabled(path: Path = IP_FORWARD) -> bool:
+    try:
+        return path.read_text().strip() == "1"
+    except OSError:
+        return False
+
+
+def is_local(ip: str) -> bool:
+    """One of this host's addresses (a socket can bind to it without IP_FREEBIND)."""
+    s = _socket.socket(_socket.AF_INET, _socket.SOCK_DGRAM)
+    try:
+        s.bind((ip, 0))
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+def source_for(ip: str) -> str:
+    """The source address the kernel picks to send to `ip` (nothing is sent)."""
+    s = _socket.socket(_socket.AF_INET, _socket.SOCK_DGRAM)
+    try:
+        s.connect((ip, 9))
+        return str(s.getsockname()[0])
+    finally:
+        s.close()
+
+
+class KernelForwarder:
+    """Runs a `KernelTable` for one IPv4 UDX socket. Offers and withdrawals take effect at the
+    end of the loop turn that made them (one nft transaction for all of them)."""
+
+    def __init__(self, sock: UDXSocket, nft: Nft | None = None) -> None:
+        if sock.family != _socket.AF_INET:
+            raise KernelUnavailable("kernel forwarding needs an IPv4 socket (--host is IPv6)")
+        host, port = sock.address
+        self.sock = sock
+        self.table = KernelTable(port, host)
+        try:
+            self.nft = nft or Nft()
+            with contextlib.suppress(NftError):  # a table left by an earlier relay on this port
+                self.nft.run(f"delete table ip {self.table.name}")
+            self.nft.run(self.table.setup_script())
+        except NftError as e:
+            raise KernelUnavailable(f"nftables refused the relay's table: {e}") from e
+        self.loop = asyncio.get_running_loop()
+        self._by_stream: dict[int, tuple[str, int, int]] = {}
+        self._banned: set[int] = set()
+        self._flush_handle: asyncio.Handle | None = None
+        self._poll_handle: asyncio.TimerHandle | None = None
+        self._via: dict[str, tuple[str, bool]] = {}
+        self.skipped: Counter[str] = Counter()
+        self.fallbacks: Counter[str] = Counter()
+        self.errors = 0
+        self.closed = False
+
+    # -- what the runtime calls ---------------------------------------------------------------
+
+    def offer(self, s: UDXStream, t: UDXStream) -> None:
+        """`s` relays to `t` and both know their peers: put that direction in the kernel if it can go."""
+        if self.closed or s.id in self._by_stream or s.id in self._banned:
+            return
+        if s.id != t.remote_id:
+            self.skipped["ids_differ"] += 1
+            self._banned.add(s.id)
+            return
+        src, dst = s.remote_addr, t.remote_addr
+        if src is None or dst is None or ":" in src[0] or ":" in dst[0]:
+            self.skipped["not_ipv4"] += 1
+            self._banned.add(s.id)
+            return
+        via, local = self._route(dst[0])
+        if not local and not forwarding_enabled():
+            self.skipped["forwarding_off"] += 1
+            self._banned.add(s.id)
+            return
+        d = Direction((src[0], src[1]), s.id, (dst[0], dst[1]), via)
+        if self.table.offer(d):
+            self._by_stream[s.id] = d.key
+            self._schedule()
+
+    def withdraw(self, s: UDXStream) -> None:
+        """`s`'s direction leaves the kernel (its route changed or the pair closes)."""
+        self._banned.discard(s.id)
+        key = self._by_stream.pop(s.id, None)
+        if key is not None:
+            self.table.withdraw(key)
+            self._schedule()
+
+    def refresh(self) -> None:
+        """Bring the socket's relayed/kernel counters up to date now (they are read once a second)."""
+        if self.closed or not self.table.directions:
+            return
+        try:
+            lost = self._read_counters()
+        except NftError as e:
+            self._error("reading counters", e)
+            return
+        if lost:
+            self._fall_back(lost)
+            self._flush()
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "enabled": not self.closed,
+            "directions": len(self.table.directions),
+            "packets": self.sock.stats.kernel_packets,
+            "bytes": self.sock.stats.kernel_bytes,
+            "skipped": dict(self.skipped),
+            "fallbacks": dict(self.fallbacks),
+            "errors": self.errors,
+        }
+
+    def close(self) -> None:
+        """Read the last counters and drop the table (the kernel would on exit anyway)."""
+        if self.closed:
+            return
+        with contextlib.suppress(NftError):
+            self._read_counters()
+        self.closed = True
+        for h in (self._flush_handle, self._poll_handle):
+            if h is not None:
+                h.cancel()
+        with contextlib.suppress(NftError):
+            self.nft.run(f"delete table ip {self.table.name}")
+
+    # -- driving the table ----------------------------------------------------------------------
+
+    def _route(self, ip: str) -> tuple[str, bool]:
+        got = self._via.get(ip)
+        if got is None:
+            local = is_local(ip)
+            via = self.table.host or source_for(ip)
+            got = self._via[ip] = (via, local)
+        return got
+
+    def _schedule(self) -> None:
+        if self._flush_handle is None and not self.closed:
+            self._flush_handle = self.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        """One nft transaction for this loop turn's changes (one by one if the batch is refused)."""
+        self._flush_handle = None
+        changes = self.table.take_changes()
+        if not changes:
+            return
+        if any(not c.add for c in changes):
+            try:  # the last packets of what leaves are counted before its counters go
+                self._read_counters()
+            except NftError as e:
+                self._error("reading counters", e)
+        try:
+            self.nft.run("\n".join(c.script for c in changes))
+        except NftError:
+            for c in changes:
+                try:
+                    self.nft.run(c.script)
+                except NftError as e:
+                    self._error("offering a pair" if c.add else "withdrawing a pair", e)
+                    if c.add:
+                        self.table.forget(c)
+                        self._by_stream.pop(c.direction.stream_id, None)
+        if self.table.directions and self._poll_handle is None:
+            self._poll_handle = self.loop.call_later(POLL_INTERVAL, self._poll)
+
+    def _poll(self) -> None:
+        self._poll_handle = None
+        if self.closed:
+            return
+        try:
+            lost = self._read_counters()
+        except NftError as e:
+            self._error("reading counters", e)
+            lost = []
+        if lost:
+            self._fall_back(lost)
+            self._flush()
+        if self.table.directions and self._poll_handle is None:
+            self._poll_handle = self.loop.call_later(POLL_INTERVAL, self._poll)
+
+    def _fall_back(self, lost: list[Direction]) -> None:
+        for d in lost:
+            log.warning(
+                "udx: the kernel did not deliver a relayed pair's packets to %s:%d (a firewall's forward"
+                " policy?); that pair is forwarded in Python again",
+                *d.dst,
+            )
+            self.fallbacks["undelivered"] += 1
+            self._by_stream.pop(d.stream_id, None)
+            self._banned.add(d.stream_id)
+            self.table.withdraw(d.key)
+
+    def _read_counters(self) -> list[Direction]:
+        t = self.table.name
+        pairs = self.nft.query(f"list set ip {t} pairs")
+        delivered = self.nft.query(f"list set ip {t} delivered")
+        packets, payload, lost = self.table.count(pairs, delivered)
+        st = self.sock.stats
+        st.kernel_packets += packets
+        st.kernel_bytes += payload
+        st.relayed_packets += packets
+        st.relayed_bytes += payload
+        return lost
+
+    def _error(self, what: str, e: NftError) -> None:
+        self.errors += 1
+        if self.errors <= 3:
+            log.warning("udx: nftables failed %s: %s", what, e)
