@@ -609,3 +609,27 @@ def test_relay_connection_vector_encrypted_full_stack() -> None:
     other.receive_message(b"\x01\x00" + encode_pair(Pair(False, h(v["token"]), 3)))
     pump()
     assert b"".join(wire_out).hex() == "".join(w["hex"] for w in v["wire"] if w["from"] == "relay")
+
+
+def test_relay_stream_ids_are_the_partner_peers_own_when_free() -> None:
+    """Each relay stream's id is its partner peer's stream id, so forwarded packets keep their
+    id (the kernel can forward them untouched: relay.udx.kernel); taken ids fall back."""
+    taken = {9}
+    server = BlindRelayServer(allocate_stream_id=counter(100), stream_id_free=lambda i: i not in taken)
+    a, b, c, d = make(server, 4)
+    a.pair(True, T1, 7)
+    b.pair(False, T1, 8)
+    # A's peer stream 7 reaches the relay stream facing A, which forwards to B's peer stream 8
+    assert a.replies == [Pair(True, T1, 8)] and b.replies == [Pair(False, T1, 7)]
+    c.pair(True, T2, 9)  # 9 is taken (say a DHT connection's stream): D's side gets a fresh id
+    d.pair(False, T2, 7)  # 7 is the relay's already (the stream facing B): so does C's
+    assert d.replies == [Pair(False, T2, 100)] and c.replies == [Pair(True, T2, 101)]
+
+
+def test_relay_stream_ids_differ_when_both_peers_use_the_same_id() -> None:
+    server = BlindRelayServer(allocate_stream_id=counter(100), stream_id_free=lambda i: True)
+    a, b = make(server, 2)
+    a.pair(True, T1, 5)
+    b.pair(False, T1, 5)
+    ids = {a.replies[0].id, b.replies[0].id}
+    assert len(ids) == 2 and 5 in ids
