@@ -110,6 +110,8 @@ class KernelTable:
         self.directions: dict[tuple[str, int, int], Direction] = {}
         self._delivery_refs: Counter[tuple[str, str, int]] = Counter()
         self._changes: list[Change] = []
+        #: withdrawn, their elements not deleted yet: their last packets are still counted
+        self.leaving: dict[tuple[str, int, int], Direction] = {}
         self._seen: dict[tuple[str, int, int], tuple[int, int]] = {}
         self._delivered_seen: dict[tuple[str, str, int], int] = {}
 
@@ -166,7 +168,8 @@ class KernelTable:
             self._delivery_refs[dk] += 1
         cmds.append(f"add element ip {t} pairs {{ {e} }}")  # last: the rule matches once its maps are set
         self.directions[d.key] = d
-        self._seen[d.key] = (0, 0)
+        if self.leaving.pop(d.key, None) is None:  # back within one turn: its counter goes on
+            self._seen[d.key] = (0, 0)
         self._changes.append(Change(True, d, "\n".join(cmds)))
         return True
 
@@ -175,7 +178,7 @@ class KernelTable:
         d = self.directions.pop(key, None)
         if d is None:
             return None
-        self._seen.pop(key, None)
+        self.leaving[key] = d
         t = self.name
         e = _pair_elem(d)
         cmds = [
@@ -210,6 +213,10 @@ class KernelTable:
                     self._delivered_seen.pop(dk, None)
 
     def take_changes(self) -> list[Change]:
+        """The commands to run now; what was leaving is not counted any more (read counters first)."""
+        for key in self.leaving:
+            self._seen.pop(key, None)
+        self.leaving.clear()
         out, self._changes = self._changes, []
         return out
 
@@ -221,7 +228,7 @@ class KernelTable:
         sent_by_delivery: Counter[tuple[str, str, int]] = Counter()
         for key, (p, b) in _elements(pairs_doc, 3):
             k = (str(key[0]), int(key[1]), _stream_id(int(key[2])))
-            d = self.directions.get(k)
+            d = self.directions.get(k) or self.leaving.get(k)
             if d is None:
                 continue
             p0, b0 = self._seen.get(k, (0, 0))
@@ -358,7 +365,7 @@ class KernelForwarder:
 
     def refresh(self) -> None:
         """Bring the socket's relayed/kernel counters up to date now (they are read once a second)."""
-        if self.closed or not self.table.directions:
+        if self.closed or not (self.table.directions or self.table.leaving):
             return
         try:
             lost = self._read_counters()
@@ -410,14 +417,14 @@ class KernelForwarder:
     def _flush(self) -> None:
         """One nft transaction for this loop turn's changes (one by one if the batch is refused)."""
         self._flush_handle = None
-        changes = self.table.take_changes()
-        if not changes:
-            return
-        if any(not c.add for c in changes):
+        if self.table.leaving:
             try:  # the last packets of what leaves are counted before its counters go
                 self._read_counters()
             except NftError as e:
                 self._error("reading counters", e)
+        changes = self.table.take_changes()
+        if not changes:
+            return
         try:
             self.nft.run("\n".join(c.script for c in changes))
         except NftError:

@@ -112,3 +112,17 @@ def test_a_refused_offer_is_forgotten() -> None:
     assert t.offer(d)  # offered again later: the shared elements are added again
     (c2,) = t.take_changes()
     assert "delivered" in c2.script
+
+
+def test_a_withdrawn_direction_is_counted_until_its_elements_go() -> None:
+    t = KernelTable(5000)
+    d = Direction(A, 3, D, "10.0.2.1")
+    t.offer(d)
+    t.take_changes()
+    key = [A[0], A[1], raw_id(3)]
+    assert t.count(doc("pairs", [(key, 4, 4 * (HEADERS + 10))]), doc("delivered", []))[:2] == (4, 40)
+    t.withdraw(d.key)
+    # read before the delete runs: the packets since the last reading still count
+    assert t.count(doc("pairs", [(key, 6, 6 * (HEADERS + 10))]), doc("delivered", []))[:2] == (2, 20)
+    t.take_changes()
+    assert t.count(doc("pairs", [(key, 9, 9 * (HEADERS + 10))]), doc("delivered", []))[:2] == (0, 0)
