@@ -103,7 +103,8 @@ async def test_relay_forward_32mb_each_way_between_node_streams(pair: Pair) -> N
     assert st.relayed_bytes >= 2 * size
     assert st.relayed_packets - st.kernel_packets == st.received_packets - st.dropped_packets
     assert st.sent_packets == st.relayed_packets - st.kernel_packets
-    assert (st.gso_sends > 0) == (pair.sock.gso and kernel is None)
+    if kernel is None:
+        assert (st.gso_sends > 0) == pair.sock.gso
     # a graceful end passes through; the relay streams stay until their owner destroys them
     assert not pair.rb.closed and not pair.rc.closed
     pair.rb.destroy()
@@ -123,7 +124,12 @@ async def test_relay_forward_destroy_from_one_end_tears_the_pair_down(pair: Pair
     pair.rb.on_close = closes.append
     pair.rc.on_close = closes.append
     if pair.sock.kernel is not None:
-        assert kernel_elements(pair.sock) == 2  # A's DESTROY is not the kernel's: Python sees it
+        # both ways are in the kernel once each side's packets reached a connected partner (a
+        # side whose first flight came before the other's waits for its retransmission)
+        async with asyncio.timeout(30):
+            while kernel_elements(pair.sock) < 2:
+                await asyncio.sleep(0.05)
+        # A's DESTROY is not the kernel's: Python sees it
     pair.a.cmd(cmd="destroy")
     err = await pair.d.expect("error", 30)
     assert err["code"] == "ECONNRESET"  # A's DESTROY was forwarded to D
