@@ -108,13 +108,15 @@ class Wan:
     def __exit__(self, *exc: object) -> None:
         self.topo.close()
 
-    def start_relay(self, kind: str, port: int | None = None, *, told_public: bool = False) -> RelayInNs:
+    def start_relay(
+        self, kind: str, port: int | None = None, *, told_public: bool = False, extra: tuple[str, ...] = ()
+    ) -> RelayInNs:
         """`told_public`: the Node relay starts as `firewalled: false, ephemeral: false` (what it
         becomes once dht-rpc's NAT check concludes), as benchmarks/relay_bench.py runs it."""
         port = next(_ports) if port is None else port
         if kind == "python":
             store = self.tmp / f"store{port}"
-            return self.topo.python_relay(store, port, "--log-level", "warning")
+            return self.topo.python_relay(store, port, "--log-level", "warning", *extra)
         dht = {"firewalled": False, "ephemeral": False} if told_public else None
         return self.topo.node_relay(f"{next(_seeds):064x}", port, dht=dht)
 

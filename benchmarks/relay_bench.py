@@ -1,6 +1,7 @@
 """Python relay vs Node relay (npm hyperdht + blind-relay, as blind-relay-service runs them), one run.
 
-    python3 benchmarks/relay_bench.py [--bytes 67108864] [--setup 20] [--pending 1000] [--rounds 3] [--json out.json]
+    python3 benchmarks/relay_bench.py [--bytes 67108864] [--setup 20] [--pending 1000] [--rounds 3] [--kernel]
+                                      [--json out.json]
 
 Both relays run as their own processes on one loopback hyperdht testnet (npm `hyperdht/testnet`);
 the peers are real Node hyperdht peers (benchmarks/js/relay_bench_peers.js) using client-side
@@ -36,6 +37,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.udx_forward import machine_cpu  # noqa: E402
 from tests.interop._relay_net import INTEROP, Testnet  # noqa: E402
 
 BENCH_JS = ROOT / "benchmarks" / "js"
@@ -46,7 +48,7 @@ class Relay:
 
     def __init__(self, kind: str, bootstrap: str, workdir: Path) -> None:
         self.kind = kind
-        if kind == "python":
+        if kind.startswith("python"):
             argv = [
                 sys.executable,
                 "-m",
@@ -63,6 +65,7 @@ class Relay:
                 "off",
                 "--log-level",
                 "warning",
+                *(["--kernel-forwarding"] if kind == "python-kernel" else []),
             ]
             cwd = ROOT
         else:
@@ -78,7 +81,7 @@ class Relay:
         )
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
-            if kind == "python" and line.startswith("Server listening on "):
+            if kind.startswith("python") and line.startswith("Server listening on "):
                 self.key = line.split()[-1]
                 rt = json.loads((workdir / "py-store" / "relay-runtime.json").read_text())
                 self.port = int(rt["port"])
@@ -163,9 +166,9 @@ def measure(kind: str, bootstrap: str, args: argparse.Namespace, workdir: Path) 
         settle(relay)
         idle = relay.rss()
         setup = run_peers(bootstrap, relay, args.setup, 0)
-        cpu0 = relay.cpu()
+        cpu0, m0 = relay.cpu(), machine_cpu()
         tp = run_peers(bootstrap, relay, 0, args.bytes)
-        cpu = relay.cpu() - cpu0
+        cpu, machine = relay.cpu() - cpu0, machine_cpu() - m0
         busy_rss = relay.rss()
         pend = pending_rss(bootstrap, relay, args.pending)
         opens = [s["openMs"] for s in setup["setup"]]
@@ -180,6 +183,9 @@ def measure(kind: str, bootstrap: str, args: argparse.Namespace, workdir: Path) 
             "bytes": tp["throughput"]["bytes"],
             # CPU for the throughput run (which also includes one connection setup) per GB relayed
             "cpu_s_per_gb": cpu / (tp["throughput"]["bytes"] / 1e9),
+            # the whole machine's (peers, testnet, relay, kernel): kernel forwarding's work is
+            # not the relay process's, so only this total compares it fairly
+            "machine_cpu_s_per_gb": machine / (tp["throughput"]["bytes"] / 1e9),
             "idle_rss_mb": idle / 2**20,
             "rss_after_transfer_mb": busy_rss / 2**20,
             "pending_rss_mb": pend / 2**20,
@@ -194,6 +200,7 @@ ROWS = [
     ("connection setup, connect → first echo (median ms)", "setup_first_echo_ms_median", "lower"),
     ("relayed throughput, end to end (MB/s)", "throughput_mb_s", "higher"),
     ("relay CPU-seconds per GB relayed", "cpu_s_per_gb", "lower"),
+    ("machine CPU-seconds per GB relayed (every process and the kernel)", "machine_cpu_s_per_gb", "lower"),
     ("idle RSS (MB)", "idle_rss_mb", "lower"),
     ("RSS with {pending} pending pairings (MB)", "pending_rss_mb", "lower"),
 ]
@@ -209,11 +216,19 @@ def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def table(py: dict[str, Any], nd: dict[str, Any]) -> str:
-    lines = ["| measure | Python relay | Node relay | Python / Node |", "|---|---:|---:|---:|"]
+def table(py: dict[str, Any], nd: dict[str, Any], kern: dict[str, Any] | None = None) -> str:
+    head = "| measure | Python relay | Node relay | Python / Node |"
+    rule = "|---|---:|---:|---:|"
+    if kern is not None:
+        head += " Python --kernel-forwarding | --kernel-forwarding / Node |"
+        rule += "---:|---:|"
+    lines = [head, rule]
     for label, key, _better in ROWS:
         a, b = py[key], nd[key]
-        lines.append(f"| {label.format(pending=py['pending'])} | {a:.1f} | {b:.1f} | {a / b:.2f} |")
+        row = f"| {label.format(pending=py['pending'])} | {a:.1f} | {b:.1f} | {a / b:.2f} |"
+        if kern is not None:
+            row += f" {kern[key]:.1f} | {kern[key] / b:.2f} |"
+        lines.append(row)
     return "\n".join(lines)
 
 
@@ -225,8 +240,13 @@ def main() -> None:
     p.add_argument("--json", type=Path, default=None, help="also write the raw results here")
     p.add_argument("--only", choices=("python", "node"), default=None)
     p.add_argument("--rounds", type=int, default=1, help="repeat, alternating which relay goes first; medians")
+    p.add_argument(
+        "--kernel", action="store_true", help="also the Python relay with --kernel-forwarding (nftables, root)"
+    )
     args = p.parse_args()
     kinds = [k for k in ("python", "node") if not args.only or k == args.only]
+    if args.kernel:
+        kinds.append("python-kernel")
     runs: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
     with tempfile.TemporaryDirectory(prefix="relay-bench-") as tmp, Testnet("node", size=5) as tn:
         for r in range(args.rounds):
@@ -237,12 +257,13 @@ def main() -> None:
     results = {k: median_of(v) for k, v in runs.items()}
     if args.json:
         args.json.write_text(json.dumps({"medians": results, "runs": runs}, indent=2))
-    if len(results) == 2:
+    if "python" in results and "node" in results:
         print(
             f"<!-- python3 benchmarks/relay_bench.py --bytes {args.bytes} --setup {args.setup} "
-            f"--pending {args.pending} --rounds {args.rounds}; {os.cpu_count()} CPUs -->"
+            f"--pending {args.pending} --rounds {args.rounds}{' --kernel' if args.kernel else ''}; "
+            f"{os.cpu_count()} CPUs -->"
         )
-        print(table(results["python"], results["node"]))
+        print(table(results["python"], results["node"], results.get("python-kernel")))
 
 
 if __name__ == "__main__":

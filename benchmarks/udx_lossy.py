@@ -3,11 +3,14 @@ UDX_COALESCE_US=100 (receive coalescing), and the Node relay, in the namespace t
 benchmarks/blocked_network_bench.py (its `Wan`: two NATed LANs, a userspace delay line per
 uplink, nftables loss on the wan). Issue #12.
 
-    sudo python3 benchmarks/udx_lossy.py [--delay-ms 10] [--loss 0.5] [--mib 12] [--rounds 3] [--gro]
+    sudo python3 benchmarks/udx_lossy.py [--delay-ms 10] [--loss 0.5] [--mib 12] [--rounds 3] [--gro] [--kernel]
 
 Per relay, rounds alternating which goes first: MB/s of one echo of `--mib` MiB from LAN b to LAN a
 through the relay, and the relay process's CPU-seconds per GB crossing it (echo = 2x payload).
-Needs root, `ip`, `nft` and the npm packages of tests/interop (as the topology does).
+Needs root, `ip`, `nft` and the npm packages of tests/interop (as the topology does). `--kernel`
+adds the Python relay with `--kernel-forwarding` (established pairs forwarded by nftables); its
+CPU is then mostly the kernel's, spent outside the relay process, so every relay also gets the
+machine's CPU-seconds per GB (all processes, the delay lines included).
 
 `--gro` turns generic receive offload on for every veth of the topology (the legacy ethtool
 ioctls, so no ethtool binary is needed) and prints what each device reports afterwards. On
@@ -32,6 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.blocked_network_bench import Wan, cpu_seconds, warm_up
+from benchmarks.udx_forward import machine_cpu
 
 #: Run inside a namespace: `gro|tso 0|1 DEV...` sets the feature with the legacy ethtool ioctl
 #: (ETHTOOL_SGRO / ETHTOOL_STSO) and prints what each device reports back, or the errno.
@@ -151,6 +155,11 @@ def main() -> None:
     ap.add_argument("--gro", action="store_true", help="turn GRO on for the topology's veths first")
     ap.add_argument("--gro-flush-us", type=int, default=100, help="with --gro: the relay uplink's GRO flush timeout")
     ap.add_argument("--probe-gro", action="store_true", help="only probe which veth settings make GRO merge")
+    ap.add_argument(
+        "--kernel",
+        action="store_true",
+        help="also run the Python relay with --kernel-forwarding (ip_forward=1 on the relay host for every relay)",
+    )
     args = ap.parse_args()
     if args.probe_gro:
         probe_gro(args.gro_flush_us)
@@ -163,6 +172,11 @@ def main() -> None:
                 print(line, flush=True)
         probe = wan.probe_rtt()
         relays = {"node": wan.start_relay("node"), "python": wan.start_relay("python")}
+        if args.kernel:
+            # a relay host forwarding pairs in the kernel needs IP forwarding (the Node relay and
+            # the plain Python relay do not forward, so this changes nothing for them)
+            wan.topo.exec_in("relay", "sysctl", "-qw", "net.ipv4.ip_forward=1")
+            relays["python --kernel-forwarding"] = wan.start_relay("python", extra=("--kernel-forwarding",))
         for name, value in (("UDX_NO_GSO", "1"), ("UDX_COALESCE_US", "100")):
             os.environ[name] = value  # inherited by the next relay process only
             try:
@@ -175,28 +189,34 @@ def main() -> None:
         for r in range(args.rounds):
             for kind in kinds if r % 2 == 0 else kinds[::-1]:
                 relay = relays[kind]
-                cpu0 = cpu_seconds(relay)
+                cpu0, m0 = cpu_seconds(relay), machine_cpu()
                 out = wan.echo(relay, nbytes, timeout_ms=300_000)
-                cpu = cpu_seconds(relay) - cpu0
+                cpu, machine = cpu_seconds(relay) - cpu0, machine_cpu() - m0
                 if not out.get("ok"):
                     print(f"round {r + 1} {kind}: failed: {out.get('error')}", flush=True)
                     continue
                 mb_s = nbytes / 1e6 / (out["echoMs"] / 1000)
                 per_gb = cpu / (2 * nbytes / 1e9)
-                results.setdefault(kind, []).append((mb_s, per_gb))
-                print(f"round {r + 1} {kind:20} {mb_s:6.2f} MB/s  {per_gb:6.2f} CPU-s/GB", flush=True)
+                machine_gb = machine / (2 * nbytes / 1e9)
+                results.setdefault(kind, []).append((mb_s, per_gb, machine_gb))
+                print(
+                    f"round {r + 1} {kind:20} {mb_s:6.2f} MB/s  {per_gb:6.2f} CPU-s/GB  "
+                    f"machine {machine_gb:6.2f} CPU-s/GB",
+                    flush=True,
+                )
     print(
         f"\n{args.mib} MiB echoed, {args.delay_ms:g} ms one way per uplink (RTT LAN→relay {probe['rtt_ms']:.1f} ms, "
         f"{probe['answered']}/{probe['sent']} answered), {args.loss:g} % loss, median of {args.rounds} rounds, "
         f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}"
     )
-    print("| relay | MB/s (min–max) | CPU-s per GB (min–max) |")
-    print("|---|---:|---:|")
+    print("| relay | MB/s (min–max) | relay CPU-s per GB (min–max) | machine CPU-s per GB (min–max) |")
+    print("|---|---:|---:|---:|")
     for kind, v in results.items():
-        mbs, cpu = [x for x, _ in v], [y for _, y in v]
+        mbs, cpu, mach = [x[0] for x in v], [x[1] for x in v], [x[2] for x in v]
         print(
             f"| {kind} | {statistics.median(mbs):.2f} ({min(mbs):.2f}–{max(mbs):.2f}) | "
-            f"{statistics.median(cpu):.2f} ({min(cpu):.2f}–{max(cpu):.2f}) |"
+            f"{statistics.median(cpu):.2f} ({min(cpu):.2f}–{max(cpu):.2f}) | "
+            f"{statistics.median(mach):.2f} ({min(mach):.2f}–{max(mach):.2f}) |"
         )
 
 

@@ -102,6 +102,8 @@ class Settings:
     relay_address: str = ""
     relay_metrics: str = RELAY_METRICS
     relay_bootstrap: tuple[str, ...] = ()
+    #: start the relay with --kernel-forwarding (established pairs forwarded by nftables; root)
+    relay_kernel_forwarding: bool = False
     ssh_known_hosts: str = "~/.ssh/known_hosts"
     ssh_identity: tuple[str, ...] = ()
     ssh_connect_timeout: float = 10.0
@@ -152,6 +154,7 @@ _TOML_KEYS: dict[tuple[str | None, str], str] = {
     ("relay", "address"): "relay_address",
     ("relay", "metrics"): "relay_metrics",
     ("relay", "bootstrap"): "relay_bootstrap",
+    ("relay", "kernel_forwarding"): "relay_kernel_forwarding",
     ("ssh", "known_hosts"): "ssh_known_hosts",
     ("ssh", "identity"): "ssh_identity",
     ("ssh", "connect_timeout"): "ssh_connect_timeout",
@@ -176,6 +179,10 @@ def _coerce(name: str, value: Any) -> Any:
     """Bring TOML/flag values into the field's type, with an error naming the field."""
     kind = str(_FIELD_TYPES[name])
     try:
+        if kind == "bool":
+            if not isinstance(value, bool):
+                raise TypeError
+            return value
         if kind == "int":
             if isinstance(value, bool):
                 raise TypeError

@@ -173,8 +173,9 @@ def relay_command(
     bootstrap: tuple[str, ...] | list[str] = (),
     metrics: str | None = None,
     python: str = sys.executable,
+    kernel_forwarding: bool = False,
 ) -> list[str]:
-    """`python -m relay --storage S --port P [--host H] [--bootstrap ...] [--metrics ...]`."""
+    """`python -m relay --storage S --port P [--host H] [--bootstrap ...] [--metrics ...] [--kernel-forwarding]`."""
     cmd = [python, "-m", "relay", "--storage", _abs(storage), "--port", str(port)]
     if host and host != "0.0.0.0":
         cmd += ["--host", host]
@@ -182,6 +183,8 @@ def relay_command(
         cmd += ["--bootstrap", ",".join(bootstrap)]
     if metrics:
         cmd += ["--metrics", metrics]
+    if kernel_forwarding:
+        cmd.append("--kernel-forwarding")
     return cmd
 
 
@@ -206,6 +209,7 @@ async def start_relay(
     metrics: str | None = None,
     timeout: float = 30.0,
     python: str = sys.executable,
+    kernel_forwarding: bool = False,
 ) -> RelayRuntime:
     """Start the relay detached and wait until it listens; attach instead if it already runs.
 
@@ -229,7 +233,7 @@ async def start_relay(
             f"cannot create storage directory {root}: {e.strerror or e}",
             "create it with the right owner (sudo mkdir -p DIR && sudo chown $USER DIR) or choose another",
         ) from None
-    cmd = relay_command(storage, port, host, bootstrap, metrics, python)
+    cmd = relay_command(storage, port, host, bootstrap, metrics, python, kernel_forwarding)
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     spec = importlib.util.find_spec("relay")
     if spec is not None and spec.origin:  # run the same relay package we import, wherever cwd is

@@ -256,7 +256,7 @@ class JobWatch:
                 "unknown": f"now shows {('status ' + repr(now.status)) if now.status.strip() else 'no status'}",
             }.get(kind, f"is {now.status} now")
         return WatchVerdict(
-            "withdrawn", now or was, f"Job {was.id} {why}: the earlier \"left Creating\" no longer holds. Watching …"
+            "withdrawn", now or was, f'Job {was.id} {why}: the earlier "left Creating" no longer holds. Watching …'
         )
 
 
@@ -281,6 +281,8 @@ def keep_running_commands(settings: Settings, storage: str, port: int) -> list[s
     flags = [f"--storage {shlex.quote(storage)}", f"--port {int(port)}"]
     if settings.relay_bootstrap:
         flags.append("--bootstrap " + shlex.quote(",".join(settings.relay_bootstrap)))
+    if settings.relay_kernel_forwarding:
+        flags.append("--kernel-forwarding")
     return [
         f"{shlex.quote(exe)} --systemd-unit {' '.join(flags)} > /etc/systemd/system/blind-relay.service",
         "systemctl daemon-reload && systemctl enable --now blind-relay",

@@ -239,12 +239,15 @@ class RelayStep(Step):
     async def start(self, storage: str, port: int) -> None:
         s = self.ctx.settings
         metrics = s.relay_metrics if s.relay_metrics else None
-        cmd = relayproc.relay_command(storage, port, s.relay_host, s.relay_bootstrap, metrics)
+        kernel = s.relay_kernel_forwarding
+        cmd = relayproc.relay_command(storage, port, s.relay_host, s.relay_bootstrap, metrics, kernel_forwarding=kernel)
         entry = self.ctx.begin_local(shlex.join(cmd) + f"  &> {relayproc.log_path(storage)} &")
         self.busy = True
         self.status.set("Starting the relay (waiting for it to listen) …", "busy")
         try:
-            rt = await relayproc.start_relay(storage, port, s.relay_host, s.relay_bootstrap, metrics)
+            rt = await relayproc.start_relay(
+                storage, port, s.relay_host, s.relay_bootstrap, metrics, kernel_forwarding=kernel
+            )
         except RelayProcError as e:
             self.ctx.end_local(entry, 1, (e.log_tail or "").strip())
             msg = sentences(f"The relay did not start: {e.what.rstrip('.')}", f"Fix: {e.fix}" if e.fix else None)

@@ -35,6 +35,7 @@ def test_toml_then_overrides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
         "port = 50000\n"
         'bootstrap = ["10.0.0.1:49737"]\n'
         'metrics = "off"\n'
+        "kernel_forwarding = true\n"
         "[jobs]\n"
         "stuck_after = 60\n"
     )
@@ -43,7 +44,7 @@ def test_toml_then_overrides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     assert s.deployment == "ssh://ops@gpu/opt/cosmicac" and s.list_command == "cosmicac jobs list --json"
     assert s.command_env == {"PATH": "/opt/bin:/usr/bin"}
     assert s.relay_port == 50000 and s.relay_bootstrap == ("10.0.0.1:49737",) and s.metrics_url is None
-    assert s.stuck_after == 60.0 and s.config_path == str(cfg)
+    assert s.stuck_after == 60.0 and s.config_path == str(cfg) and s.relay_kernel_forwarding is True
     o = load_settings(cfg, relay_port="50001", deployment=None, relay_bootstrap="a:1,b:2")
     assert o.relay_port == 50001 and o.deployment == "ssh://ops@gpu/opt/cosmicac"
     assert o.relay_bootstrap == ("a:1", "b:2")
@@ -54,6 +55,7 @@ def test_toml_then_overrides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     [
         ("[relay]\nport = 'many'\n", "relay_port must be int"),
         ("[relay]\ncolour = 1\n", "unknown key [relay] colour"),
+        ("[relay]\nkernel_forwarding = 'yes'\n", "relay_kernel_forwarding must be bool"),
         ("nonsense = 1\n", "unknown key nonsense"),
         ("[relay\n", "not valid TOML"),
     ],

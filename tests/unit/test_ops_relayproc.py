@@ -158,3 +158,9 @@ def test_restarting_on_the_known_storage_is_no_key_change_even_beside_other_rela
     assert first_time.count("already runs here") <= 3 and "and 3 more" in first_time
     # a key that differs from the .env's still warns, whatever else runs
     assert key_change_warning(str(storage), configured_keys=["someotherkey"], running=others) is not None
+
+
+def test_relay_command_with_kernel_forwarding() -> None:
+    cmd = relay_command("/var/lib/blind-relay", 49737, python="py", kernel_forwarding=True)
+    assert cmd[-1] == "--kernel-forwarding"
+    assert "--kernel-forwarding" not in relay_command("/var/lib/blind-relay", 49737, python="py")
