@@ -178,8 +178,8 @@ class RelayApp:
         self.port = self.socket.port
         if cfg.kernel_forwarding:
             try:
-                self.socket.enable_kernel_forwarding()
-                log.info("established pairs are forwarded in the kernel (nftables table ip blind_relay_%d)", self.port)
+                k = self.socket.enable_kernel_forwarding()
+                log.info("established pairs are forwarded in the kernel (nftables table ip %s)", k.table.name)
             except KernelUnavailable as e:
                 self.kernel_error = str(e)
                 log.warning("kernel forwarding is off, pairs are forwarded in Python: %s", e)

@@ -15,8 +15,9 @@ would not forward to (IP forwarding off). A delivery check confirms forwarded pa
 (postrouting) or are delivered (input); if they do not (a firewall's forward policy, a
 changed sysctl), the pair goes back to Python (`fallbacks{undelivered}`).
 
-The table is `ip blind_relay_<port>`, made with `flags owner`: the kernel deletes it with
-the relay's netlink socket, so a relay that exits or is killed leaves nothing forwarded.
+The table is `ip blind_relay_<port>` (`..._<address>` for a relay bound to one address), made
+with `flags owner`: the kernel deletes it with the relay's netlink socket, so a relay that exits
+or is killed leaves nothing forwarded.
 
 `KernelTable` is the sans-IO part (nft commands and counters in, nothing run);
 `KernelForwarder` runs it for one socket: one nft transaction per loop turn, counters read
@@ -46,8 +47,10 @@ Address = tuple[str, int]
 HEADERS = 28
 #: counters are read this often (seconds) while pairs are forwarded in the kernel
 POLL_INTERVAL = 1.0
-#: a delivery check fails when this many packets matched and none left in one interval
-UNDELIVERED_MIN = 8
+#: a delivery check fails when this many packets matched since the last one that left. Low on
+#: purpose: a stalled sender retransmits on a doubling timer (1, 2, 4 s ...), and a wrong verdict
+#: only costs CPU (the pair is forwarded in Python, as without the kernel path)
+UNDELIVERED_MIN = 3
 IP_FORWARD = Path("/proc/sys/net/ipv4/ip_forward")
 
 
@@ -106,7 +109,8 @@ class KernelTable:
     def __init__(self, port: int, host: str | None = None) -> None:
         self.port = port
         self.host = host if host not in (None, "", "0.0.0.0") else None
-        self.name = f"blind_relay_{port}"
+        # two relays may share a port on different addresses: each gets its own table
+        self.name = f"blind_relay_{port}" + (f"_{self.host.replace('.', '_')}" if self.host else "")
         self.directions: dict[tuple[str, int, int], Direction] = {}
         self._delivery_refs: Counter[tuple[str, str, int]] = Counter()
         self._changes: list[Change] = []
@@ -114,6 +118,8 @@ class KernelTable:
         self.leaving: dict[tuple[str, int, int], Direction] = {}
         self._seen: dict[tuple[str, int, int], tuple[int, int]] = {}
         self._delivered_seen: dict[tuple[str, str, int], int] = {}
+        #: packets matched since the last one left, per delivery key
+        self._undelivered: dict[tuple[str, str, int], int] = {}
 
     def setup_script(self) -> str:
         """The table: lookups by (source, port, stream id) and the rule that rewrites headers."""
@@ -192,6 +198,7 @@ class KernelTable:
             if self._delivery_refs[dk] <= 0:
                 del self._delivery_refs[dk]
                 self._delivered_seen.pop(dk, None)
+                self._undelivered.pop(dk, None)
                 de = _delivery_elem(dk)
                 cmds += [
                     f"delete element ip {t} delivered {{ {de} }}",
@@ -222,8 +229,8 @@ class KernelTable:
 
     def count(self, pairs_doc: dict[str, Any], delivered_doc: dict[str, Any]) -> tuple[int, int, list[Direction]]:
         """New packets and payload bytes forwarded since the last reading, and the directions
-        whose packets matched but did not leave (read `pairs` before `delivered`, so a packet
-        between the two hooks is never counted as lost)."""
+        whose packets matched but did not leave: UNDELIVERED_MIN of them since the last one that
+        did (read `pairs` before `delivered`, so a packet between the two hooks is never lost)."""
         packets = payload = 0
         sent_by_delivery: Counter[tuple[str, str, int]] = Counter()
         for key, (p, b) in _elements(pairs_doc, 3):
@@ -245,7 +252,13 @@ class KernelTable:
             now = delivered.get(dk, 0)
             before = self._delivered_seen.get(dk, 0)
             self._delivered_seen[dk] = now
-            if sent >= UNDELIVERED_MIN and now <= before:
+            if now > before:
+                self._undelivered.pop(dk, None)
+                continue
+            # nothing left since the last delivery: a stalled sender retransmits only on its
+            # backed-off timer, so the packets that vanished add up over readings
+            self._undelivered[dk] = self._undelivered.get(dk, 0) + sent
+            if self._undelivered[dk] >= UNDELIVERED_MIN:
                 lost.add(dk)
         return packets, payload, [d for d in self.directions.values() if d.delivery in lost]
 
@@ -321,7 +334,10 @@ class KernelForwarder:
             raise KernelUnavailable(f"nftables refused the relay's table: {e}") from e
         self.loop = asyncio.get_running_loop()
         self._by_stream: dict[int, tuple[str, int, int]] = {}
-        self._banned: set[int] = set()
+        #: stream id -> (its peer, its partner's peer) for which it must stay in Python
+        self._banned: dict[int, tuple[Address, Address]] = {}
+        #: stream id -> the relay stream it forwards to (whose direction is the pair's other way)
+        self._partner: dict[int, int] = {}
         self._flush_handle: asyncio.Handle | None = None
         self._poll_handle: asyncio.TimerHandle | None = None
         self._via: dict[str, tuple[str, bool]] = {}
@@ -334,30 +350,34 @@ class KernelForwarder:
 
     def offer(self, s: UDXStream, t: UDXStream) -> None:
         """`s` relays to `t` and both know their peers: put that direction in the kernel if it can go."""
-        if self.closed or s.id in self._by_stream or s.id in self._banned:
-            return
-        if s.id != t.remote_id:
-            self.skipped["ids_differ"] += 1
-            self._banned.add(s.id)
-            return
         src, dst = s.remote_addr, t.remote_addr
-        if src is None or dst is None or ":" in src[0] or ":" in dst[0]:
-            self.skipped["not_ipv4"] += 1
-            self._banned.add(s.id)
+        if self.closed or s.id in self._by_stream or src is None or dst is None:
             return
-        via, local = self._route(dst[0])
-        if not local and not forwarding_enabled():
-            self.skipped["forwarding_off"] += 1
-            self._banned.add(s.id)
+        if self._banned.get(s.id) == (src, dst):
+            return
+        why = None
+        if s.id != t.remote_id:
+            why = "ids_differ"
+        elif ":" in src[0] or ":" in dst[0]:
+            why = "not_ipv4"
+        via, local = self._route(dst[0]) if why is None else ("", False)
+        if why is None and not local and not forwarding_enabled():
+            why = "forwarding_off"
+        if why is not None:
+            self.skipped[why] += 1
+            self._banned[s.id] = (src, dst)
             return
         d = Direction((src[0], src[1]), s.id, (dst[0], dst[1]), via)
         if self.table.offer(d):
             self._by_stream[s.id] = d.key
+            self._partner[s.id] = t.id
             self._schedule()
 
-    def withdraw(self, s: UDXStream) -> None:
-        """`s`'s direction leaves the kernel (its route changed or the pair closes)."""
-        self._banned.discard(s.id)
+    def withdraw(self, s: UDXStream, *, forget: bool = False) -> None:
+        """`s`'s direction leaves the kernel (an address changes, or with `forget` it closes)."""
+        if forget:
+            self._banned.pop(s.id, None)
+        self._partner.pop(s.id, None)
         key = self._by_stream.pop(s.id, None)
         if key is not None:
             self.table.withdraw(key)
@@ -455,16 +475,27 @@ class KernelForwarder:
             self._poll_handle = self.loop.call_later(POLL_INTERVAL, self._poll)
 
     def _fall_back(self, lost: list[Direction]) -> None:
+        """Both ways of each pair with a lost direction go back to Python: the other way crosses
+        the same host (its forward policy, its sysctls), and left in the kernel it would lose the
+        ACKs of what Python now forwards, stalling the pair for another backed-off timeout."""
         for d in lost:
+            if self._banned.get(d.stream_id) == (d.src, d.dst):
+                continue  # already taken back with its partner
             log.warning(
                 "udx: the kernel did not deliver a relayed pair's packets to %s:%d (a firewall's forward"
                 " policy?); that pair is forwarded in Python again",
                 *d.dst,
             )
             self.fallbacks["undelivered"] += 1
-            self._by_stream.pop(d.stream_id, None)
-            self._banned.add(d.stream_id)
-            self.table.withdraw(d.key)
+            partner = self._partner.pop(d.stream_id, None)
+            for sid, src, dst in ((d.stream_id, d.src, d.dst), (partner, d.dst, d.src)):
+                if sid is None:
+                    continue
+                self._banned[sid] = (src, dst)
+                key = self._by_stream.pop(sid, None)
+                if key is not None:
+                    self._partner.pop(sid, None)
+                    self.table.withdraw(key)
 
     def _read_counters(self) -> list[Direction]:
         t = self.table.name

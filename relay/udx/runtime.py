@@ -1376,18 +1376,23 @@ class UDXStream:
         self._core.change_remote(remote_id, ipv6=":" in addr[0])
 
     def drop_route(self) -> None:
-        """Back to the slow path for both directions until a datagram builds a route again
-        (and out of the kernel: their addresses or ids may be about to change)."""
+        """Back to the slow path for both directions until a datagram builds a route again."""
         self.route = None
-        for p in (self, *self._relayed_from):
+        for p in self._relayed_from:
             p.route = None
+
+    def leave_kernel(self, *, closing: bool = False) -> None:
+        """Both directions through this stream out of kernel forwarding: its peer's address or
+        id changes, or it closes (then what the kernel path remembers of it goes too)."""
+        for p in (self, *self._relayed_from):
             k = p._socket.kernel if p._socket is not None else None
             if k is not None:
-                k.withdraw(p)
+                k.withdraw(p, forget=closing)
 
     def _set_sockaddr(self) -> None:
         """The destination as a C sockaddr, for the batched relay path."""
         self.drop_route()
+        self.leave_kernel()
         sock, addr = self._socket, self._remote_addr
         if sock is None or addr is None or not sock.batching:
             return
@@ -1685,6 +1690,7 @@ class UDXStream:
             return
         self._finished = True
         self.drop_route()
+        self.leave_kernel(closing=True)
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None

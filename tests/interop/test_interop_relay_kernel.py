@@ -41,7 +41,7 @@ def test_interop_relay_kernel_forwards_real_hyperdht_pairs(node: str, testnet: T
         relay.start()
         assert relay.key is not None, relay.stderr
         assert relay.stats()["kernel"]["enabled"] is True, relay.stats()["kernel"]
-        assert f"blind_relay_{relay.port}" in tables()
+        assert f"blind_relay_{relay.port}_127_0_0_1" in tables()
         res = run_peers(node, testnet.bootstrap, relay.key, relay.port, "client", pairs=3, size=PAYLOAD)
         assert_relayed(res, relay, pairs=3)  # every pair echoed 2 MB intact through our port
         st = relay.stats()
@@ -61,7 +61,7 @@ def test_interop_relay_killed_leaves_no_kernel_forwarding(node: str, testnet: Te
     """The table belongs to the relay's netlink socket: SIGKILL and the kernel drops it."""
     with RelayProcess(tmp_path / "store", "--kernel-forwarding", bootstrap=testnet.bootstrap) as relay:
         relay.start()
-        name = f"blind_relay_{relay.port}"
+        name = f"blind_relay_{relay.port}_127_0_0_1"
         assert name in tables()
         relay.terminate(signal.SIGKILL)
         deadline = time.monotonic() + 10
@@ -82,7 +82,7 @@ def test_interop_relay_kernel_forwarding_unavailable_still_relays(node: str, tes
         kernel = relay.stats()["kernel"]
         assert kernel["enabled"] is False and "nftables" in kernel["reason"], kernel
         assert "kernel forwarding is off" in relay.stderr
-        assert f"blind_relay_{relay.port}" not in tables()
+        assert f"blind_relay_{relay.port}_127_0_0_1" not in tables()
         res = run_peers(node, testnet.bootstrap, relay.key, relay.port, "client", size=200_000)
         assert_relayed(res, relay)
         traffic = relay.stats()["traffic"]

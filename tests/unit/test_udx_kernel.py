@@ -126,3 +126,24 @@ def test_a_withdrawn_direction_is_counted_until_its_elements_go() -> None:
     assert t.count(doc("pairs", [(key, 6, 6 * (HEADERS + 10))]), doc("delivered", []))[:2] == (2, 20)
     t.take_changes()
     assert t.count(doc("pairs", [(key, 9, 9 * (HEADERS + 10))]), doc("delivered", []))[:2] == (0, 0)
+
+
+def test_a_stalled_sender_is_reported_lost_over_several_readings() -> None:
+    """A sender whose packets vanish retransmits on its backed-off timer: one per reading or fewer."""
+    t = KernelTable(5000)
+    d = Direction(A, 3, D, "10.0.2.1")
+    t.offer(d)
+    key = [A[0], A[1], raw_id(3)]
+    dk = [A[0], D[0], D[1]]
+    for sent in range(1, UNDELIVERED_MIN):
+        assert t.count(doc("pairs", [(key, sent, 0)]), doc("delivered", [(dk, 0, 0)]))[2] == []
+        assert t.count(doc("pairs", [(key, sent, 0)]), doc("delivered", [(dk, 0, 0)]))[2] == []  # quiet
+    lost = t.count(doc("pairs", [(key, UNDELIVERED_MIN, 0)]), doc("delivered", [(dk, 0, 0)]))[2]
+    assert lost == [d]
+    # one that left in between starts the count again
+    t2 = KernelTable(5000)
+    t2.offer(d)
+    got = []
+    for i, delivered in enumerate((0, 1, 1, 1, 1)):
+        got.append(t2.count(doc("pairs", [(key, i + 1, 0)]), doc("delivered", [(dk, delivered, 0)]))[2])
+    assert got == [[], [], [], [], [d]]
