@@ -425,6 +425,8 @@ class KernelForwarder:
     def _route(self, ip: str) -> tuple[str, bool]:
         got = self._via.get(ip)
         if got is None:
+            if len(self._via) >= 4096:  # peers come and go: the routes are cheap to look up again
+                self._via.clear()
             local = is_local(ip)
             via = self.table.host or source_for(ip)
             got = self._via[ip] = (via, local)
