@@ -146,6 +146,16 @@ def test_unit_low_port_gets_only_the_bind_capability() -> None:
     assert "CapabilityBoundingSet=CAP_NET_BIND_SERVICE" in unit
 
 
+def test_unit_with_kernel_forwarding_gets_net_admin_and_netlink() -> None:
+    lines = _unit_cli("--kernel-forwarding", "-p", "443").stdout.splitlines()
+    assert "AmbientCapabilities=CAP_NET_BIND_SERVICE CAP_NET_ADMIN" in lines
+    assert "CapabilityBoundingSet=CAP_NET_BIND_SERVICE CAP_NET_ADMIN" in lines
+    assert "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX AF_NETLINK" in lines
+    assert "--kernel-forwarding" in _exec_words("\n".join(lines))
+    plain = _unit().text.splitlines()
+    assert "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX" in plain and "CapabilityBoundingSet=" in plain
+
+
 def test_unit_without_storage_notes_the_unit_key_path_and_the_plain_run_path(tmp_path: Path) -> None:
     res = _unit_cli(cwd=tmp_path)
     assert res.returncode == 0, res.stderr
@@ -291,6 +301,7 @@ def test_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
         "blind-relay-odd.service": _unit(
             storage="/var/lib/relay%i", allow_files=['/etc/blind relay/allow 100% "$HOME".txt'], log_format="json"
         ).text,
+        "blind-relay-kernel.service": _unit_cli("--kernel-forwarding", "-p", "443").stdout,
     }
     for name, text in units.items():
         assert text.startswith("[Unit]"), name
