@@ -133,3 +133,27 @@ def test_blocked_network_relay_restart_keeps_key_and_relays_again(
         assert rec["remotes"] == [second.address] and server_side is not None
     finally:
         second.stop()
+
+
+def test_blocked_network_kernel_forwarding_across_the_nats(
+    net: Topology, peers: tuple[Peer, Peer], tmp_path: Path
+) -> None:
+    """`--kernel-forwarding` on a relay host that forwards: the pair crosses it in nftables, from
+    one NAT's public mapping to the other's, and each NAT takes the packets as replies (the
+    source is rewritten to the relay's address and port, or the routers would drop them)."""
+    net.exec_in("relay", "sysctl", "-qw", "net.ipv4.ip_forward=1")
+    kernel = net.python_relay(tmp_path / "store", next(_ports), "--kernel-forwarding")
+    try:
+        assert kernel.stats()["kernel"]["enabled"] is True
+        rec, server_side = connect(*peers, server_relay=None, client_relay=kernel.key, bytes=4 * MIB)
+        assert rec["ok"], rec
+        assert rec["remotes"] == [kernel.address] and server_side is not None
+        assert server_side["remotes"] == [kernel.address], server_side
+        st = kernel.stats()
+        traffic, k = st["traffic"], st["kernel"]
+        assert k["skipped"] == {} and k["fallbacks"] == {} and k["errors"] == 0, k
+        assert traffic["kernel_bytes"] >= 2 * 4 * MIB, traffic  # the echo, both ways
+        assert traffic["kernel_packets"] >= 0.9 * traffic["relayed_packets"], traffic
+    finally:
+        kernel.stop()
+        net.exec_in("relay", "sysctl", "-qw", "net.ipv4.ip_forward=0")
