@@ -108,6 +108,22 @@ class RelayFacts(Static):
         self.update(table.to_text(), layout=rows != self._rows)
         self._rows = rows
 
+    def _kernel_row(self, t: _Rows, kernel: dict[str, Any], traffic: Any, width: int) -> None:
+        """--kernel-forwarding: how much of what was relayed nftables carried, or why it is off
+        when it was asked for (the relay then forwards in Python; nothing else to do)."""
+        if kernel.get("enabled") is True:
+            tr = traffic if isinstance(traffic, dict) else {}
+            rel, kb = tr.get("relayed_bytes"), tr.get("kernel_bytes")
+            share = "on"
+            if isinstance(rel, int | float) and isinstance(kb, int | float) and rel > 0:
+                share = f"{min(100.0, 100 * kb / rel):.0f}% of relayed bytes"
+            ways = kernel.get("directions")
+            t.add_row("kernel", share + (f" · {int(ways)} ways now" if isinstance(ways, int) else ""))
+            return
+        reason = kernel.get("reason")
+        if isinstance(reason, str) and reason and not reason.startswith("not asked"):
+            t.add_wrapped("kernel", f"off: {reason}", width, style=self._style("$text-warning"))
+
     def render_facts(self, w: RelayWatch, key_width: int, roomy: bool, now: float) -> _Rows:
         t = _Rows()
         badge = Text(f" {STATE_BADGE[w.state]} ", style=self._style(STATE_STYLE[w.state]))
@@ -166,6 +182,10 @@ class RelayFacts(Static):
         t.add_row(
             "relayed", f"{human_bytes(r['relayed_bytes'], True)}  drop {_rate(r['dropped_packets'])}" if r else "–"
         )
+        stats = s.stats if s is not None and isinstance(s.stats, dict) else {}
+        kernel = stats.get("kernel")
+        if isinstance(kernel, dict):
+            self._kernel_row(t, kernel, stats.get("traffic"), width)
         if s is not None and isinstance(s.stats, dict):
             # new in the relay's /stats: shown only when the relay sends them, wrapped (causes
             # are words like unknown_stream, and the pane is narrow at 80 columns)

@@ -120,3 +120,19 @@ async def test_a_bug_in_one_relays_poll_costs_that_row_only(monkeypatch: pytest.
         assert app.return_code == 0
     finally:
         good.close()
+
+
+def test_kernel_forwarding_shows_its_share_or_why_it_is_off() -> None:
+    def shown(stats: dict[str, object]) -> list[str]:
+        w = m.RelayWatch(m.Target(metrics="127.0.0.1:9"))
+        w.observe(m.Scrape(at=1.0, wall=1000.0, values={}, stats=stats))
+        return [" ".join(line.split()) for line in facts_text(w, 1000.0).splitlines() if line.startswith("kernel")]
+
+    on = {"kernel": {"enabled": True, "directions": 6}, "traffic": {"relayed_bytes": 1000, "kernel_bytes": 990}}
+    assert shown(on) == ["kernel 99% of relayed bytes · 6 ways now"]
+    off = {"kernel": {"enabled": False, "reason": "nftables refused the relay's table: Operation not permitted"}}
+    assert shown(off)[0].startswith("kernel off: nftables refused")
+    # not asked for, or a hostile/odd /stats: nothing, and no crash
+    assert shown({"kernel": {"enabled": False, "reason": "not asked (--kernel-forwarding)"}}) == []
+    assert shown({"kernel": {"enabled": True}, "traffic": {"relayed_bytes": "x"}}) == ["kernel on"]
+    assert shown({"kernel": "yes"}) == [] and shown({}) == []
