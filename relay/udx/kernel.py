@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .nft import Nft, NftError
+from .nft import Nft, NftError, read_counters
 
 if TYPE_CHECKING:
     from .runtime import UDXSocket, UDXStream
@@ -47,6 +47,8 @@ Address = tuple[str, int]
 HEADERS = 28
 #: counters are read this often (seconds) while pairs are forwarded in the kernel
 POLL_INTERVAL = 1.0
+#: the per-pair listing that finds a losing pair runs at most this often while it finds none
+SCAN_BACKOFF_MAX = 64.0
 #: a delivery check fails when this many packets matched since the last one that left. Low on
 #: purpose: a stalled sender retransmits on a doubling timer (1, 2, 4 s ...), and a wrong verdict
 #: only costs CPU (the pair is forwarded in Python, as without the kernel path)
@@ -104,7 +106,14 @@ class Change:
 
 
 class KernelTable:
-    """The nftables state for one relay port: which directions are in the kernel and their counters."""
+    """The nftables state for one relay port: which directions are in the kernel, the totals.
+
+    Totals come from three named counters (`local`, `remote`: packets the rule forwarded;
+    `delivered`: remote ones seen after every filter of the host), read straight from the kernel
+    (`relay.udx.nft.read_counters`, ~50-150 us). Any libnftables listing costs ~0.4 s with 8,192
+    directions in the table (it loads every element first), so per-pair counters are listed only
+    to find which pair is losing packets (`lost`), when the totals say one is.
+    """
 
     def __init__(self, port: int, host: str | None = None) -> None:
         self.port = port
@@ -114,43 +123,50 @@ class KernelTable:
         self.directions: dict[tuple[str, int, int], Direction] = {}
         self._delivery_refs: Counter[tuple[str, str, int]] = Counter()
         self._changes: list[Change] = []
-        #: withdrawn, their elements not deleted yet: their last packets are still counted
-        self.leaving: dict[tuple[str, int, int], Direction] = {}
-        self._seen: dict[tuple[str, int, int], tuple[int, int]] = {}
-        self._delivered_seen: dict[tuple[str, str, int], int] = {}
-        #: packets matched since the last one left, per delivery key
-        self._undelivered: dict[tuple[str, str, int], int] = {}
+        self._totals: dict[str, tuple[int, int]] = {}
+        #: remote packets forwarded but not (yet) seen delivered, since the last per-pair listing
+        self.missing = 0
 
     def setup_script(self) -> str:
-        """The table: lookups by (source, port, stream id) and the rule that rewrites headers."""
+        """The table: lookups by (source, port, stream id) and the rules that rewrite headers."""
         t, p = self.name, self.port
         key = "ip saddr . udp sport . @th,96,32"
         dkey = "ip saddr . ip daddr . udp dport"
         daddr = f"ip daddr {self.host} " if self.host else ""
+        # UDX magic+version, DESTROY clear (Python sees it and tears the pair down)
+        match = f"{daddr}udp dport {p} @th,64,16 0xff01 @th,80,8 & 0x10 == 0 {key}"
+        rewrite = f"notrack ip daddr set {key} map @pair_daddr udp dport set {key} map @pair_dport udp sport set {p}"
         return "\n".join(
             [
                 f"table ip {t} {{",
                 "  flags owner",
+                *(f"  counter {c} {{ }}" for c in ("local", "remote", "delivered")),
+                # remote directions' elements count packets: read only to find a pair that loses them
                 f"  set pairs {{ typeof {key}; counter; }}",
+                f"  set pairs_local {{ typeof {key}; }}",
                 f"  map pair_daddr {{ typeof {key} : ip daddr; }}",
                 f"  map pair_dport {{ typeof {key} : udp dport; }}",
                 f"  set delivered {{ typeof {dkey}; counter; }}",
                 f"  map delivery_saddr {{ typeof {dkey} : ip saddr; }}",
                 "  chain pre {",
                 "    type filter hook prerouting priority raw; policy accept;",
-                # UDX magic+version, DESTROY clear (Python sees it and tears the pair down)
-                f"    {daddr}udp dport {p} @th,64,16 0xff01 @th,80,8 & 0x10 == 0 {key} @pairs notrack"
-                f" ip daddr set {key} map @pair_daddr udp dport set {key} map @pair_dport udp sport set {p}",
+                f'    {match} @pairs_local counter name "local" {rewrite}',
+                f'    {match} @pairs counter name "remote" {rewrite}',
                 "  }",
                 # after every filter of the host: what is counted here really left / was delivered
                 *(
                     f"  chain {name} {{\n    type filter hook {hook} priority 300; policy accept;\n"
-                    f"    udp sport {p} {dkey} @delivered ip saddr set {dkey} map @delivery_saddr\n  }}"
-                    for name, hook in (("post", "postrouting"), ("local", "input"))
+                    f'    udp sport {p} {dkey} @delivered counter name "delivered" ip saddr set {dkey} map '
+                    "@delivery_saddr\n  }"
+                    for name, hook in (("post", "postrouting"), ("local_in", "input"))
                 ),
                 "}",
             ]
         )
+
+    @staticmethod
+    def _set_of(d: Direction) -> str:
+        return "pairs_local" if d.delivery is None else "pairs"
 
     def offer(self, d: Direction) -> bool:
         """Put a direction in the kernel (False: it is there already)."""
@@ -170,12 +186,10 @@ class KernelTable:
                     f"add element ip {t} delivery_saddr {{ {de} : {d.via} }}",
                     f"add element ip {t} delivered {{ {de} }}",
                 ]
-                self._delivered_seen[dk] = 0
             self._delivery_refs[dk] += 1
-        cmds.append(f"add element ip {t} pairs {{ {e} }}")  # last: the rule matches once its maps are set
+        # last: the rule matches once its maps are set
+        cmds.append(f"add element ip {t} {self._set_of(d)} {{ {e} }}")
         self.directions[d.key] = d
-        if self.leaving.pop(d.key, None) is None:  # back within one turn: its counter goes on
-            self._seen[d.key] = (0, 0)
         self._changes.append(Change(True, d, "\n".join(cmds)))
         return True
 
@@ -184,83 +198,73 @@ class KernelTable:
         d = self.directions.pop(key, None)
         if d is None:
             return None
-        self.leaving[key] = d
         t = self.name
         e = _pair_elem(d)
         cmds = [
-            f"delete element ip {t} pairs {{ {e} }}",  # first: no packet half-rewritten
+            f"delete element ip {t} {self._set_of(d)} {{ {e} }}",  # first: no packet half-rewritten
             f"delete element ip {t} pair_daddr {{ {e} }}",
             f"delete element ip {t} pair_dport {{ {e} }}",
         ]
         dk = d.delivery
-        if dk is not None:
-            self._delivery_refs[dk] -= 1
-            if self._delivery_refs[dk] <= 0:
-                del self._delivery_refs[dk]
-                self._delivered_seen.pop(dk, None)
-                self._undelivered.pop(dk, None)
-                de = _delivery_elem(dk)
-                cmds += [
-                    f"delete element ip {t} delivered {{ {de} }}",
-                    f"delete element ip {t} delivery_saddr {{ {de} }}",
-                ]
+        if dk is not None and self._unref(dk):
+            de = _delivery_elem(dk)
+            cmds += [
+                f"delete element ip {t} delivered {{ {de} }}",
+                f"delete element ip {t} delivery_saddr {{ {de} }}",
+            ]
         self._changes.append(Change(False, d, "\n".join(cmds)))
         return d
+
+    def _unref(self, dk: tuple[str, str, int]) -> bool:
+        """One direction fewer uses this delivery key; True when it was the last."""
+        self._delivery_refs[dk] -= 1
+        if self._delivery_refs[dk] > 0:
+            return False
+        del self._delivery_refs[dk]
+        return True
 
     def forget(self, change: Change) -> None:
         """An offer the kernel refused: its books are undone (the pair stays in Python)."""
         if change.add and self.directions.get(change.direction.key) == change.direction:
             self.directions.pop(change.direction.key)
-            self._seen.pop(change.direction.key, None)
             dk = change.direction.delivery
             if dk is not None:
-                self._delivery_refs[dk] -= 1
-                if self._delivery_refs[dk] <= 0:
-                    del self._delivery_refs[dk]
-                    self._delivered_seen.pop(dk, None)
+                self._unref(dk)
 
     def take_changes(self) -> list[Change]:
-        """The commands to run now; what was leaving is not counted any more (read counters first)."""
-        for key in self.leaving:
-            self._seen.pop(key, None)
-        self.leaving.clear()
         out, self._changes = self._changes, []
         return out
 
-    def count(self, pairs_doc: dict[str, Any], delivered_doc: dict[str, Any]) -> tuple[int, int, list[Direction]]:
-        """New packets and payload bytes forwarded since the last reading, and the directions
-        whose packets matched but did not leave: UNDELIVERED_MIN of them since the last one that
-        did (read `pairs` before `delivered`, so a packet between the two hooks is never lost)."""
-        packets = payload = 0
-        sent_by_delivery: Counter[tuple[str, str, int]] = Counter()
-        for key, (p, b) in _elements(pairs_doc, 3):
-            k = (str(key[0]), int(key[1]), _stream_id(int(key[2])))
-            d = self.directions.get(k) or self.leaving.get(k)
-            if d is None:
-                continue
-            p0, b0 = self._seen.get(k, (0, 0))
-            if p < p0 or b < b0:  # re-added: the counter started again
+    def totals(self, now: dict[str, tuple[int, int]]) -> tuple[int, int]:
+        """New packets and payload bytes the kernel forwarded since the last reading, from the
+        named counters {name: (packets, bytes)}; adds what left the rule for another host but
+        was not seen leaving to `missing`."""
+        delta = {}
+        for name in ("local", "remote", "delivered"):
+            p, b = now.get(name, (0, 0))
+            p0, b0 = self._totals.get(name, (0, 0))
+            if p < p0 or b < b0:  # a new table: its counters started again
                 p0 = b0 = 0
-            self._seen[k] = (p, b)
-            packets += p - p0
-            payload += (b - b0) - HEADERS * (p - p0)
-            if d.delivery is not None:
-                sent_by_delivery[d.delivery] += p - p0
-        lost: set[tuple[str, str, int]] = set()
+            self._totals[name] = (p, b)
+            delta[name] = (p - p0, b - b0)
+        packets = delta["local"][0] + delta["remote"][0]
+        payload = delta["local"][1] + delta["remote"][1] - HEADERS * packets
+        # signed: a packet counted by `remote` just before the listing and by `delivered` just
+        # after shows up one reading early or late, and evens out
+        self.missing += delta["remote"][0] - delta["delivered"][0]
+        return packets, payload
+
+    def lost(self, pairs_doc: dict[str, Any], delivered_doc: dict[str, Any]) -> list[Direction]:
+        """The directions whose packets the rule forwarded but that never left: per delivery key,
+        UNDELIVERED_MIN more matched (over the elements' lives) than were delivered."""
+        sent: Counter[tuple[str, str, int]] = Counter()
+        for key, (p, _) in _elements(pairs_doc, 3):
+            d = self.directions.get((str(key[0]), int(key[1]), _stream_id(int(key[2]))))
+            if d is not None and d.delivery is not None:
+                sent[d.delivery] += p
         delivered = {(str(k[0]), str(k[1]), int(k[2])): p for k, (p, _) in _elements(delivered_doc, 3)}
-        for dk, sent in sent_by_delivery.items():
-            now = delivered.get(dk, 0)
-            before = self._delivered_seen.get(dk, 0)
-            self._delivered_seen[dk] = now
-            if now > before:
-                self._undelivered.pop(dk, None)
-                continue
-            # nothing left since the last delivery: a stalled sender retransmits only on its
-            # backed-off timer, so the packets that vanished add up over readings
-            self._undelivered[dk] = self._undelivered.get(dk, 0) + sent
-            if self._undelivered[dk] >= UNDELIVERED_MIN:
-                lost.add(dk)
-        return packets, payload, [d for d in self.directions.values() if d.delivery in lost]
+        bad = {dk for dk, n in sent.items() if n - delivered.get(dk, 0) >= UNDELIVERED_MIN}
+        return [d for d in self.directions.values() if d.delivery in bad]
 
 
 def _stream_id(raw: int) -> int:
@@ -341,6 +345,8 @@ class KernelForwarder:
         self._flush_handle: asyncio.Handle | None = None
         self._poll_handle: asyncio.TimerHandle | None = None
         self._via: dict[str, tuple[str, bool]] = {}
+        self._scan_backoff = POLL_INTERVAL
+        self._next_scan = 0.0
         self.skipped: Counter[str] = Counter()
         self.fallbacks: Counter[str] = Counter()
         self.errors = 0
@@ -385,16 +391,12 @@ class KernelForwarder:
 
     def refresh(self) -> None:
         """Bring the socket's relayed/kernel counters up to date now (they are read once a second)."""
-        if self.closed or not (self.table.directions or self.table.leaving):
+        if self.closed:
             return
         try:
-            lost = self._read_counters()
+            self._read_totals()
         except NftError as e:
             self._error("reading counters", e)
-            return
-        if lost:
-            self._fall_back(lost)
-            self._flush()
 
     def stats(self) -> dict[str, Any]:
         return {
@@ -412,7 +414,7 @@ class KernelForwarder:
         if self.closed:
             return
         with contextlib.suppress(NftError):
-            self._read_counters()
+            self._read_totals()
         self.closed = True
         for h in (self._flush_handle, self._poll_handle):
             if h is not None:
@@ -439,11 +441,6 @@ class KernelForwarder:
     def _flush(self) -> None:
         """One nft transaction for this loop turn's changes (one by one if the batch is refused)."""
         self._flush_handle = None
-        if self.table.leaving:
-            try:  # the last packets of what leaves are counted before its counters go
-                self._read_counters()
-            except NftError as e:
-                self._error("reading counters", e)
         changes = self.table.take_changes()
         if not changes:
             return
@@ -462,17 +459,31 @@ class KernelForwarder:
             self._poll_handle = self.loop.call_later(POLL_INTERVAL, self._poll)
 
     def _poll(self) -> None:
+        """Once a second while pairs are in the kernel: the totals, and when they say packets
+        went missing, which pairs lost them (that listing is per pair: backed off while it finds
+        none, up to SCAN_BACKOFF_MAX)."""
         self._poll_handle = None
         if self.closed:
             return
         try:
-            lost = self._read_counters()
+            self._read_totals()
+            if self.table.missing < UNDELIVERED_MIN:
+                self._scan_backoff = POLL_INTERVAL
+            elif self.loop.time() >= self._next_scan:
+                t = self.table.name
+                pairs = self.nft.query(f"list set ip {t} pairs")
+                lost = self.table.lost(pairs, self.nft.query(f"list set ip {t} delivered"))
+                # the listing counts over each pair's life: what it did not blame on one pair
+                # (a few strays spread over many) is not counted twice
+                self.table.missing = 0
+                if lost:
+                    self._fall_back(lost)
+                    self._flush()
+                else:
+                    self._scan_backoff = min(SCAN_BACKOFF_MAX, 2 * self._scan_backoff)
+                self._next_scan = self.loop.time() + self._scan_backoff
         except NftError as e:
             self._error("reading counters", e)
-            lost = []
-        if lost:
-            self._fall_back(lost)
-            self._flush()
         if self.table.directions and self._poll_handle is None:
             self._poll_handle = self.loop.call_later(POLL_INTERVAL, self._poll)
 
@@ -499,17 +510,16 @@ class KernelForwarder:
                     self._partner.pop(sid, None)
                     self.table.withdraw(key)
 
-    def _read_counters(self) -> list[Direction]:
-        t = self.table.name
-        pairs = self.nft.query(f"list set ip {t} pairs")
-        delivered = self.nft.query(f"list set ip {t} delivered")
-        packets, payload, lost = self.table.count(pairs, delivered)
+    def _read_totals(self) -> None:
+        now = read_counters(self.table.name)
+        if not {"local", "remote", "delivered"} <= set(now):
+            raise NftError(f"the relay's nftables table {self.table.name} or its counters are gone")
+        packets, payload = self.table.totals(now)
         st = self.sock.stats
         st.kernel_packets += packets
         st.kernel_bytes += payload
         st.relayed_packets += packets
         st.relayed_bytes += payload
-        return lost
 
     def _error(self, what: str, e: NftError) -> None:
         self.errors += 1

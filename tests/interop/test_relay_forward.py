@@ -44,8 +44,11 @@ def blind_relay_firewall(peer_stream_id: int, learned: list[tuple[int, tuple[str
 def kernel_elements(sock: UDXSocket) -> int:
     """Directions in the relay's nftables table right now, as the kernel lists them."""
     assert sock.kernel is not None
-    doc = sock.kernel.nft.query(f"list set ip {sock.kernel.table.name} pairs")
-    return sum(len(item["set"].get("elem", [])) for item in doc["nftables"] if "set" in item)
+    n = 0
+    for name in ("pairs", "pairs_local"):  # remote peers' directions, loopback ones
+        doc = sock.kernel.nft.query(f"list set ip {sock.kernel.table.name} {name}")
+        n += sum(len(item["set"].get("elem", [])) for item in doc["nftables"] if "set" in item)
+    return n
 
 
 @pytest.fixture(params=["gso", "no-gso", "kernel"])
