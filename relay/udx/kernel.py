@@ -370,6 +370,11 @@ class KernelForwarder:
         if why is None and not local and not forwarding_enabled():
             why = "forwarding_off"
         if why is not None:
+            if why == "forwarding_off" and not self.skipped[why]:
+                log.warning(
+                    "udx: pairs between other hosts stay in Python: net.ipv4.ip_forward is 0 "
+                    "(sysctl -w net.ipv4.ip_forward=1 lets the kernel forward them)"
+                )
             self.skipped[why] += 1
             self._banned[s.id] = (src, dst)
             return

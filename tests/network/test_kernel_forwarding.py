@@ -352,6 +352,8 @@ def test_kernel_forwarding_with_ip_forward_off_stays_in_python(make_pair: Callab
     k = st["kernel"]
     assert k["skipped"].get("forwarding_off", 0) >= 1 and k["fallbacks"] == {}, k
     assert k["directions"] == 0 and pair.pairs() == [], k
+    # the operator is told once what to change, not once per pair
+    assert pair.relay.p.stderr.count("net.ipv4.ip_forward is 0 (sysctl -w net.ipv4.ip_forward=1") == 1
     assert st["kernel_packets"] == 0 and st["relayed_bytes"] >= 2 * SIZE, st
     for side in ("a", "d"):
         from_relay, total = pair.sources(side)
