@@ -20,7 +20,7 @@ with `flags owner`: the kernel deletes it with the relay's netlink socket, so a 
 or is killed leaves nothing forwarded.
 
 `KernelTable` is the sans-IO part (nft commands and counters in, nothing run);
-`KernelForwarder` runs it for one socket: one nft transaction per loop turn, counters read
+`KernelForwarder` runs it for one socket: one nft transaction per loop turn, the totals read
 once a second into the socket's stats.
 """
 
@@ -61,7 +61,8 @@ class KernelUnavailable(Exception):
 
 
 def raw_id(stream_id: int) -> int:
-    """The stream id as nftables reads it: UDX stores it little-endian, a raw payload match is big-endian."""
+    """The stream id as nftables reads it: UDX stores it little-endian, a raw payload match is
+    big-endian (the byte swap is its own inverse: it also turns nft's number back into the id)."""
     return int.from_bytes((stream_id & 0xFFFFFFFF).to_bytes(4, "little"), "big")
 
 
@@ -258,22 +259,18 @@ class KernelTable:
         """The directions whose packets the rule forwarded but that never left: per delivery key,
         UNDELIVERED_MIN more matched (over the elements' lives) than were delivered."""
         sent: Counter[tuple[str, str, int]] = Counter()
-        for key, (p, _) in _elements(pairs_doc, 3):
-            d = self.directions.get((str(key[0]), int(key[1]), _stream_id(int(key[2]))))
+        for key, p in _elements(pairs_doc):
+            d = self.directions.get((str(key[0]), int(key[1]), raw_id(int(key[2]))))
             if d is not None and d.delivery is not None:
                 sent[d.delivery] += p
-        delivered = {(str(k[0]), str(k[1]), int(k[2])): p for k, (p, _) in _elements(delivered_doc, 3)}
+        delivered = {(str(k[0]), str(k[1]), int(k[2])): p for k, p in _elements(delivered_doc)}
         bad = {dk for dk, n in sent.items() if n - delivered.get(dk, 0) >= UNDELIVERED_MIN}
         return [d for d in self.directions.values() if d.delivery in bad]
 
 
-def _stream_id(raw: int) -> int:
-    return raw_id(raw)  # the byte swap is its own inverse
-
-
-def _elements(doc: dict[str, Any], width: int) -> list[tuple[list[Any], tuple[int, int]]]:
-    """(key parts, (packets, bytes)) of every element of a `list set` JSON document."""
-    out: list[tuple[list[Any], tuple[int, int]]] = []
+def _elements(doc: dict[str, Any]) -> list[tuple[list[Any], int]]:
+    """(key parts, packets) of every element of a `list set` JSON document (keys of 3 parts)."""
+    out: list[tuple[list[Any], int]] = []
     for item in doc.get("nftables", []):
         s = item.get("set") if isinstance(item, dict) else None
         if not isinstance(s, dict):
@@ -285,8 +282,8 @@ def _elements(doc: dict[str, Any], width: int) -> list[tuple[list[Any], tuple[in
             val = inner.get("val")
             parts = val.get("concat") if isinstance(val, dict) else None
             ctr = inner.get("counter") or {}
-            if isinstance(parts, list) and len(parts) == width:
-                out.append((parts, (int(ctr.get("packets", 0)), int(ctr.get("bytes", 0)))))
+            if isinstance(parts, list) and len(parts) == 3:
+                out.append((parts, int(ctr.get("packets", 0))))
     return out
 
 
