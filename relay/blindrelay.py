@@ -23,14 +23,14 @@ Driving it (no I/O here):
     server = BlindRelayServer(allocate_stream_id=udx.next_stream_id)      # optional hook
     session = server.accept(id=conn.remote_public_key)                     # opens the channel
     session.receive_message(msg, now)       # each secret-stream message; raises BlindRelayError
-    for ev in server.poll_events(): ...     # PairingMatched -> create streams first,
-                                            # DestroyStream -> destroy a raw stream
-    for sess, msgs in server.drain_output(): write msgs on sess's secret-stream
+    while (ev := server.next_event()) is not None: ...  # PairingMatched -> create streams
+                                            # first, DestroyStream -> destroy a raw stream
+    for sess, msgs in server.data_to_send(): write msgs on sess's secret-stream
     server.stream_closed(stream_id)         # a relay raw stream closed by itself
     server.stream_error(stream_id)          # ... or failed (counted in streams_errors)
     session.connection_closed()             # the secret-stream ended or broke
     server.stream_carried(stream_id)        # a relay raw stream received its first packet
-    server.expire(now); server.next_deadline()   # timeouts and reaping (see fair shares)
+    server.get_timer(); server.handle_timer(now)  # timeouts and reaping (see fair shares)
     server.shed_session(now)                # at the service's session cap: close the heaviest's
 
 Stats (`server.stats`, `BlindRelayStats`; `as_dict()` gives the `/stats` JSON groups) move
@@ -50,7 +50,7 @@ holder instead of refusing the newcomer, so one peer can fill a cap but never lo
   heaviest session of the owner holding the most pending tokens;
 * `max_active_pairs`: a match over it destroys a pair of the owner holding the most relay links
   (a pair that never carried a packet first, else its oldest);
-* `pairing_timeout`: pending tokens older than that are cancelled by `expire(now)` (also in
+* `pairing_timeout`: pending tokens older than that are cancelled by `handle_timer(now)` (also in
   `pairings_timed_out` and `pairings_cancelled`);
 * `pair_idle_timeout`: a matched pair whose two streams have not both carried a packet by then
   is destroyed (the runtime reports traffic with `stream_carried(stream_id)`);
@@ -75,10 +75,11 @@ with itself keeps both links (JS keeps one per token and leaks the other until i
 from __future__ import annotations
 
 import random
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from relay.core import drain_events
 from relay.encoding import DecodeError, Reader, Writer
 from relay.protomux import (
     ChannelClosed,
@@ -392,7 +393,7 @@ class BlindRelaySession:
         if not self.channel.closed:
             self.channel.close()
             self._server._dirty[self] = None
-            self._process(self.mux.poll_events(), 0.0)
+            self._process(drain_events(self.mux), 0.0)
 
     # ---------------------------------------------------------------- internals
 
@@ -474,7 +475,7 @@ class BlindRelayServer:
         self._owners: dict[object, _Owner] = {}
         self._by_stream: dict[int, _Link] = {}
         self._silent: dict[_Link, float] = {}  # non-initiator link of a pair not yet carried both ways -> matched at
-        self._events: list[RelayEvent] = []
+        self._events: deque[RelayEvent] = deque()
         self._dirty: dict[BlindRelaySession, None] = {}  # ordered: replies go out in pairing order
 
     # ---------------------------------------------------------------- runtime API
@@ -502,7 +503,7 @@ class BlindRelayServer:
         self._owner(owner).sessions[session] = None
         self.stats.sessions_accepted += 1
         self._dirty[session] = None
-        session._process(session.mux.poll_events(), 0.0)
+        session._process(drain_events(session.mux), 0.0)
         return session
 
     def sessions_of(self, owner: object) -> int:
@@ -530,11 +531,11 @@ class BlindRelayServer:
         victim.destroy()
         return victim
 
-    def poll_events(self) -> list[RelayEvent]:
-        events, self._events = self._events, []
-        return events
+    def next_event(self) -> RelayEvent | None:
+        """The oldest event not yet taken (a `PairingMatched` before the replies it queued)."""
+        return self._events.popleft() if self._events else None
 
-    def drain_output(self) -> list[tuple[BlindRelaySession, list[bytes]]]:
+    def data_to_send(self) -> list[tuple[BlindRelaySession, list[bytes]]]:
         """Messages to write, per session that has any (pair replies go to other sessions too)."""
         out = []
         for session in list(self._dirty):
@@ -567,7 +568,7 @@ class BlindRelayServer:
         if stream_id in self._by_stream:
             self.stats.streams_errors += 1
 
-    def expire(self, now: float) -> None:
+    def handle_timer(self, now: float) -> None:
         """Cancel pending pairings, reap silent pairs and close idle sessions whose time is up."""
         self._now = now
         if self.pairing_timeout is not None:
@@ -590,8 +591,8 @@ class BlindRelayServer:
                     self.shed[SHED_IDLE_SESSION] += 1
                     session.destroy()
 
-    def next_deadline(self) -> float | None:
-        """When `expire` next has work (pending timeouts and silent pairs), or None."""
+    def get_timer(self) -> float | None:
+        """When `handle_timer` next has work (pending timeouts and silent pairs), or None."""
         times = []
         if self.pairing_timeout is not None and self._pairing:
             times.append(next(iter(self._pairing.values())).created + self.pairing_timeout)

@@ -30,9 +30,10 @@ Public API:
   `open_channel` (accept) or `reject(protocol, id)`; messages for it are buffered meanwhile.
   `id=None` matches every id of that protocol.
 * `Mux.receive_message(data) -> list[Event]` processes one incoming message (empty ones are
-  ignored, batches are unpacked) and returns every queued event; `Mux.poll_events()` returns
-  events queued by API calls alone. Bad input raises `ProtomuxError`: the stream must then
-  be destroyed (protomux destroys it too) and `stream_closed()` called.
+  ignored, batches are unpacked) and returns every queued event; `Mux.next_event()` returns
+  events queued by API calls alone, one at a time (None when there are none). Bad input
+  raises `ProtomuxError`: the stream must then be destroyed (protomux destroys it too) and
+  `stream_closed()` called.
 * `Mux.data_to_send() -> list[bytes]`: messages to write, one secret-stream write each.
 * `Mux.cork()` / `Mux.uncork()`: nestable; while corked, sends collect into one batch message.
 * `Mux.stream_closed()`: closes every channel locally (`ChannelClosed(is_remote=True)`), as a
@@ -385,7 +386,7 @@ class Mux:
                 except ProtomuxError:
                     self.destroyed = True
                     raise
-                return self.poll_events()
+                return self._take_events()
         if n:
             buf = bytes(data)
             try:
@@ -397,9 +398,13 @@ class Mux:
             except ProtomuxError:
                 self.destroyed = True
                 raise
-        return self.poll_events()
+        return self._take_events()
 
-    def poll_events(self) -> list[Event]:
+    def next_event(self) -> Event | None:
+        """The oldest event queued by API calls (open, close, send), or None."""
+        return self._events.pop(0) if self._events else None
+
+    def _take_events(self) -> list[Event]:
         events, self._events = self._events, []
         return events
 
@@ -428,7 +433,7 @@ class Mux:
         for chan in list(self._local):
             if chan is not None:
                 self._close_channel(chan, is_remote=True)
-        return self.poll_events()
+        return self._take_events()
 
     @property
     def buffered(self) -> int:

@@ -20,6 +20,7 @@ protomux input raises `BlindRelayError` (the caller drops the relay connection).
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 from relay.blindrelay import PAIR_MESSAGE, PROTOCOL, UNPAIR_MESSAGE, BlindRelayError, Pair, Unpair
@@ -64,6 +65,7 @@ class BlindRelayClient:
         self.opened = False
         self.closed = False
         self._requests: dict[bytes, bool] = {}  # token -> is_initiator
+        self._queued: deque[ClientEvent] = deque()
 
     @property
     def pending(self) -> int:
@@ -102,8 +104,11 @@ class BlindRelayClient:
     def stream_closed(self) -> list[ClientEvent]:
         return self._process(self.mux.stream_closed())
 
-    def poll_events(self) -> list[ClientEvent]:
-        return self._process(self.mux.poll_events())
+    def next_event(self) -> ClientEvent | None:
+        """The next event queued by our own calls (e.g. `close()`), or None."""
+        while not self._queued and (ev := self.mux.next_event()) is not None:
+            self._queued.extend(self._process([ev]))
+        return self._queued.popleft() if self._queued else None
 
     def _process(self, events: list) -> list[ClientEvent]:
         out: list[ClientEvent] = []

@@ -355,7 +355,7 @@ class RelayApp:
     def _pump(self) -> None:
         """Carry out what the blind-relay core asked for: make/destroy streams, send replies."""
         blind = self.blind
-        for ev in blind.poll_events():
+        while (ev := blind.next_event()) is not None:
             if isinstance(ev, PairingMatched):
                 self._link(ev)
             elif isinstance(ev, DestroyStream):
@@ -370,7 +370,7 @@ class RelayApp:
                 s = self._sessions.pop(ev.session, None)
                 if s is not None and not s.conn.secret_stream.stream.closed:
                     s.conn.close()
-        for session, msgs in blind.drain_output():
+        for session, msgs in blind.data_to_send():
             s = self._sessions.get(session)
             if s is None:
                 continue
@@ -421,7 +421,7 @@ class RelayApp:
 
     def _tick(self) -> None:
         """Once a second: expire pending pairings, reap silent pairs and idle sessions."""
-        self.blind.expire(time.monotonic())
+        self.blind.handle_timer(time.monotonic())
         self._pump()
         if not self._closed:
             self._ticker = asyncio.get_running_loop().call_later(1.0, self._tick)

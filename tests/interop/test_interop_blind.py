@@ -23,6 +23,7 @@ from relay.blindrelay import (
     PairingMatched,
     RelayEvent,
 )
+from relay.core import drain_events
 from relay.keys import key_pair
 from relay.secretstream import Opened
 from tests.interop._mux_peers import SecretConn, Watch, node_peer
@@ -82,8 +83,8 @@ class PyRelay:
 
     def pump(self) -> None:
         """What the service runtime does after every input: take events, then write output."""
-        self.events += self.server.poll_events()
-        for session, msgs in self.server.drain_output():
+        self.events += drain_events(self.server)
+        for session, msgs in self.server.data_to_send():
             self.conns[session].send(msgs)
         self.watch.notify()
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from relay.core import drain_events
 from relay.keys import key_pair
 from relay.protomux import (
     Channel,
@@ -70,7 +71,7 @@ class PyMuxPeer:
         self.watch.notify()
 
     def flush(self) -> None:
-        self.events += self.mux.poll_events()
+        self.events += drain_events(self.mux)
         out = self.mux.data_to_send()
         if out and self.conn is not None:
             self.conn.send(out)

@@ -27,6 +27,7 @@ from relay.blindrelay import (
     encode_pair,
     encode_unpair,
 )
+from relay.core import drain_events
 from relay.keys import key_pair
 from relay.protomux import Channel, ChannelClosed, ChannelOpened, MessageReceived, Mux
 from relay.secretstream import HandshakeResult, Message, Opened, SecretStream
@@ -97,7 +98,7 @@ class Client:
             for msg in self.mux.data_to_send():
                 self.session.receive_message(msg, now)
                 moved = True
-            for session, msgs in self.server.drain_output():
+            for session, msgs in self.server.data_to_send():
                 for msg in msgs:
                     session_client[session].receive(msg)
                 moved = True
@@ -151,18 +152,18 @@ def test_exchange_vector_byte_for_byte() -> None:
     sa = server.accept(id=key_a)
     sb = server.accept(id=key_b)
     out = {sa: [], sb: []}  # type: dict[BlindRelaySession, list[str]]
-    for session, msgs in server.drain_output():
+    for session, msgs in server.data_to_send():
         out[session] += [m.hex() for m in msgs]
     for w in v["wire"]:
         if w["from"] == "clientA":
             sa.receive_message(h(w["hex"]))
         elif w["from"] == "clientB":
             sb.receive_message(h(w["hex"]))
-        for session, msgs in server.drain_output():
+        for session, msgs in server.data_to_send():
             out[session] += [m.hex() for m in msgs]
     assert out[sa] == [w["hex"] for w in v["wire"] if w["from"] == "server->A"]
     assert out[sb] == [w["hex"] for w in v["wire"] if w["from"] == "server->B"]
-    events = server.poll_events()
+    events = drain_events(server)
     assert events[:2] == [SessionOpened(sa), SessionOpened(sb)]
     (matched,) = [e for e in events if isinstance(e, PairingMatched)]
     assert [(link.session, link.is_initiator, link.stream_id, link.remote_stream_id) for link in matched.links] == [
@@ -182,14 +183,14 @@ def test_relay_connection_vector_plaintext() -> None:
     server = BlindRelayServer(allocate_stream_id=counter(200))
     client_key = h(plain[0]["hex"])[-32:]
     session = server.accept(id=client_key)
-    (first,) = server.drain_output()
+    (first,) = server.data_to_send()
     assert first[1][0].hex() == plain[1]["hex"]
     session.receive_message(h(plain[0]["hex"]))
     session.receive_message(h(plain[2]["hex"]))
     other = server.accept(id=b"\x07" * 32)
     other.receive_message(h("0001010b626c696e642d72656c617920") + b"\x07" * 32)
     other.receive_message(b"\x01\x00" + encode_pair(Pair(False, h(v["token"]), 3)))
-    replies = {s: msgs for s, msgs in server.drain_output()}
+    replies = {s: msgs for s, msgs in server.data_to_send()}
     assert replies[session] == [h(plain[3]["hex"])]
     assert decode_pair(replies[session][0][2:]).id == v["client_pair_event_remoteId"]
 
@@ -230,9 +231,9 @@ def test_unpair_active_destroys_both_streams() -> None:
     a, b = make(server, 2)
     a.pair(True, T1, 7)
     b.pair(False, T1, 8)
-    server.poll_events()
+    drain_events(server)
     a.unpair(T1)
-    assert [(e.stream_id, e.reason) for e in server.poll_events() if isinstance(e, DestroyStream)] == [
+    assert [(e.stream_id, e.reason) for e in drain_events(server) if isinstance(e, DestroyStream)] == [
         (101, "unpaired"),
         (100, "unpaired"),
     ]
@@ -251,9 +252,9 @@ def test_session_close_cancels_pending_and_destroys_own_links_only() -> None:
     b.pair(False, T1, 8)
     a.pair(True, T2, 9)
     a.pair(False, T3, 10)
-    server.poll_events()
+    drain_events(server)
     a.session.connection_closed()
-    events = server.poll_events()
+    events = drain_events(server)
     assert [e.stream_id for e in events if isinstance(e, DestroyStream)] == [101]
     assert events[-1] == SessionClosed(a.session)
     s = stats(server)
@@ -278,7 +279,7 @@ def test_remote_close_and_reject_close_the_session() -> None:
     # a client whose channel id differs rejects our open: the session closes unopened
     mux = Mux()
     session = server.accept(id=b"\x09" * 32)
-    for _, msgs in server.drain_output():
+    for _, msgs in server.data_to_send():
         for msg in msgs:
             mux.receive_message(msg)
     for msg in mux.data_to_send():
@@ -309,7 +310,7 @@ def test_a_session_pairing_with_itself() -> None:
     a.pair(False, T1, 8)
     assert a.replies == [Pair(False, T1, 100), Pair(True, T1, 101)]
     a.session.destroy()
-    assert {e.stream_id for e in server.poll_events() if isinstance(e, DestroyStream)} == {100, 101}
+    assert {e.stream_id for e in drain_events(server) if isinstance(e, DestroyStream)} == {100, 101}
     assert stats(server)["streams"]["closed"] == 2 and server.stats.pairings_active == 0
 
 
@@ -321,7 +322,7 @@ def test_default_allocator_gives_distinct_32_bit_ids() -> None:
         token = i.to_bytes(32, "big")
         clients[0].pair(True, token, i)
         clients[1].pair(False, token, i)
-    for e in server.poll_events():
+    for e in drain_events(server):
         if isinstance(e, PairingMatched):
             ids.update(link.stream_id for link in e.links)
     assert len(ids) == 100 and all(0 <= x <= 0xFFFFFFFF for x in ids)
@@ -350,12 +351,12 @@ def test_pending_caps_shed_the_heaviest_never_the_newcomer() -> None:
     assert server.shed["pending_total"] == 1
     c.pair(False, tok(6), 2**32, now=5.0)  # not a UDX stream id
     assert server.stats.pairings_refused_invalid == 1
-    assert server.next_deadline() == 13.0  # tok 4, made at 3.0
-    server.expire(12.9)
+    assert server.get_timer() == 13.0  # tok 4, made at 3.0
+    server.handle_timer(12.9)
     assert server.stats.pairings_pending == 2
-    server.expire(13.0)
+    server.handle_timer(13.0)
     assert server.stats.pairings_pending == 1 and server.stats.pairings_timed_out == 1
-    server.expire(100.0)
+    server.handle_timer(100.0)
     s = server.stats
     assert (s.pairings_pending, s.pairings_timed_out) == (0, 2)
     assert server._owners["hog"].pending == 0 and server._owners["new"].pending == 0
@@ -392,7 +393,7 @@ def test_active_pairs_cap_sheds_the_self_pairing_hog() -> None:
     assert server.stats.pairings_active == 3 and server.shed["active_pairs"] == 8
     assert x.session.active_links == 1 and y.session.active_links == 1
     assert hog.session.active_links == 4 and set(hog.session._links) == {tok(8), tok(9)}
-    destroyed = [e for e in server.poll_events() if isinstance(e, DestroyStream)]
+    destroyed = [e for e in drain_events(server) if isinstance(e, DestroyStream)]
     assert len(destroyed) == 16 and all(e.session is hog.session for e in destroyed)
 
 
@@ -420,15 +421,15 @@ def test_silent_pairs_are_reaped_carried_ones_kept() -> None:
     server.stream_carried(100)
     server.stream_carried(101)
     server.stream_carried(102)  # one way only: still silent
-    assert server.next_deadline() == 6.0
-    server.poll_events()
-    server.expire(5.9)
+    assert server.get_timer() == 6.0
+    drain_events(server)
+    server.handle_timer(5.9)
     assert server.stats.pairings_active == 2
-    server.expire(6.0)
+    server.handle_timer(6.0)
     assert server.stats.pairings_active == 1 and server.shed["silent_pair"] == 1
-    assert sorted(e.stream_id for e in server.poll_events() if isinstance(e, DestroyStream)) == [102, 103]
-    server.expire(1000.0)
-    assert server.stats.pairings_active == 1 and server.next_deadline() is None
+    assert sorted(e.stream_id for e in drain_events(server) if isinstance(e, DestroyStream)) == [102, 103]
+    server.handle_timer(1000.0)
+    assert server.stats.pairings_active == 1 and server.get_timer() is None
 
 
 def test_idle_sessions_are_closed_busy_ones_kept() -> None:
@@ -437,17 +438,17 @@ def test_idle_sessions_are_closed_busy_ones_kept() -> None:
     idle.pair(True, tok(9), 9, now=1.0)  # pending alone is not pairing anything
     a.pair(True, tok(1), 1, now=2.0)
     b.pair(False, tok(1), 2, now=2.0)
-    server.expire(9.9)
+    server.handle_timer(9.9)
     assert server.stats.sessions_closed == 0
-    server.expire(10.0)
+    server.handle_timer(10.0)
     assert idle.session.closed and server.stats.sessions_closed == 1 and server.shed["idle_session"] == 1
     assert server.stats.pairings_pending == 0
-    server.expire(50.0)
+    server.handle_timer(50.0)
     assert server.stats.sessions_closed == 1  # a and b hold a link
     a.unpair(tok(1), now=50.0)  # links gone at t=50: idle from now
-    server.expire(59.9)
+    server.handle_timer(59.9)
     assert server.stats.sessions_closed == 1
-    server.expire(60.0)
+    server.handle_timer(60.0)
     assert a.session.closed and b.session.closed and server.shed["idle_session"] == 3
 
 
@@ -560,7 +561,7 @@ def test_random_messages_on_a_session_only_raise_blind_relay_error(msgs: list[by
     session.connection_closed()
     s = server.stats
     assert s.sessions_closed == 1 and s.pairings_pending == 0 and s.pairings_active == 0
-    assert isinstance(server.poll_events()[-1], SessionClosed)
+    assert isinstance(drain_events(server)[-1], SessionClosed)
 
 
 def test_session_events_other_channels_are_returned() -> None:
@@ -591,7 +592,7 @@ def test_relay_connection_vector_encrypted_full_stack() -> None:
                 sessions.append(server.accept(id=ev.remote_public_key))
             elif isinstance(ev, Message):
                 sessions[0].receive_message(ev.data)
-        for _session, msgs in server.drain_output():
+        for _session, msgs in server.data_to_send():
             for m in msgs:
                 if _session is sessions[0]:
                     stream.send(m)

@@ -7,6 +7,7 @@ import os
 import pytest
 
 from relay.blindrelay import BlindRelayError, BlindRelayServer, BlindRelaySession, PairingMatched
+from relay.core import drain_events
 from relay.dht.blindclient import BlindRelayClient, Paired, RelayChannelClosed, RelayChannelOpened
 
 SERVER_EVENTS: list = []
@@ -22,8 +23,8 @@ def wire(server: BlindRelayServer, *pairs: tuple[BlindRelayClient, BlindRelaySes
             for m in c.data_to_send():
                 sess.receive_message(m)
                 moved = True
-        SERVER_EVENTS.extend(server.poll_events())
-        for sess, msgs in server.drain_output():
+        SERVER_EVENTS.extend(drain_events(server))
+        for sess, msgs in server.data_to_send():
             for m in msgs:
                 events[by_session[sess]] += by_session[sess].receive_message(m)
                 moved = True

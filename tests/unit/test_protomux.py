@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import relay.protomux as pm
+from relay.core import drain_events
 from relay.protomux import (
     ChannelClosed,
     ChannelOpened,
@@ -40,8 +41,8 @@ def pipe(src: Mux, dst: Mux) -> list[pm.Event]:
 
 def settle(a: Mux, b: Mux) -> tuple[list[pm.Event], list[pm.Event]]:
     """Exchange messages until both are quiet; returns (a's events, b's events)."""
-    ea: list[pm.Event] = a.poll_events()
-    eb: list[pm.Event] = b.poll_events()
+    ea: list[pm.Event] = drain_events(a)
+    eb: list[pm.Event] = drain_events(b)
     for _ in range(20):
         got_b = pipe(a, b)
         got_a = pipe(b, a)
@@ -122,7 +123,7 @@ def test_remote_open_first_is_buffered_until_accepted() -> None:
     assert b.buffered == 2 * 512 + 14
     cb = b.open_channel("proto", b"\x01" * 32, handshake=b"hs-b")
     assert cb is not None
-    eb = b.poll_events()
+    eb = drain_events(b)
     assert eb == [
         ChannelOpened(cb, b"hs-a"),
         MessageReceived(cb, 0, b"early-1"),
@@ -203,7 +204,7 @@ def test_ids_reuse_after_paired_close_and_after_reject() -> None:
         assert isinstance(ev, ChannelRequested)
         b.open_channel("p", ev.id)
     pipe(b, a)
-    b.poll_events()
+    drain_events(b)
     c1.close()
     assert [e.is_remote for e in pipe(a, b)] == [True]  # type: ignore[attr-defined]
     c3 = a.open_channel("p", b"\x03")
@@ -230,7 +231,7 @@ def test_open_crossing_our_close_frees_the_id_on_both_sides() -> None:
     from_a = a.data_to_send()
     ca.close()
     from_a += a.data_to_send()
-    a.poll_events()
+    drain_events(a)
     # b's open reaches a after a closed: protomux frees the id; we also repeat our close
     assert pipe(b, a) == []
     again = a.data_to_send()
@@ -478,7 +479,7 @@ def test_two_muxes_stay_consistent(ops: list[tuple[str, int]]) -> None:
                     b.open_channel(e.protocol, e.id, unique=False)
                 elif isinstance(e, MessageReceived):
                     got.append(e.message)
-            got.extend(e.message for e in b.poll_events() if isinstance(e, MessageReceived))
+            got.extend(e.message for e in drain_events(b) if isinstance(e, MessageReceived))
 
     opened = 0
     closed_early: set[int] = set()
