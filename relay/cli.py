@@ -22,11 +22,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import relay
+from relay.dhtprom import ScraperConfig, check_alias, default_alias
+from relay.keys import KeyEncodingError, decode_id, encode_id
 from relay.service.allow import AllowListError, build_allow_list, parse_key
 from relay.service.limits import Limits
 from relay.service.logs import configure_logging
 from relay.service.metrics import DEFAULT_METRICS_HOST, DEFAULT_METRICS_PORT, MetricsError, parse_address
-from relay.service.storage import StorageError, StorageLock, check_writable, load_primary_key, relay_key_pair
+from relay.service.storage import (
+    NEW_KEY_FLAG,
+    StorageError,
+    StorageLock,
+    check_writable,
+    load_primary_key,
+    relay_key_pair,
+)
 from relay.service.systemd import DEFAULT_STATE_DIR, render_unit
 
 if TYPE_CHECKING:
@@ -109,6 +118,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-p", "--port", type=_port, default=49737, help="UDP port (default 49737)")
     p.add_argument("--host", default="0.0.0.0", help="address to bind (default 0.0.0.0)")
     p.add_argument(
+        NEW_KEY_FLAG,
+        action="store_true",
+        help="make a new relay key in a storage that held one before but lost it (without this the relay "
+        "refuses to start there, so the key never changes silently; a key that is there is always kept)",
+    )
+    p.add_argument(
         "--bootstrap", type=_bootstrap, default=None, help="HOST:PORT[,HOST:PORT...] (default: public HyperDHT nodes)"
     )
     p.add_argument(
@@ -139,19 +154,11 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: this one; it must not live under /home, /root or /tmp)",
     )
     for flag, what in (
-        ("--scraper-public-key", "public key of a dht-prometheus scraper"),
-        ("--scraper-secret", "secret of the dht-prometheus scraper"),
-        ("--scraper-alias", "alias to register with at the scraper"),
+        ("--scraper-public-key", "public key of a dht-prometheus scraper (hyperdht-prometheus-bridge), hex or z32"),
+        ("--scraper-secret", "secret shared with the dht-prometheus scraper, hex or z32"),
+        ("--scraper-alias", "alias to register with at the scraper (default blind-relay-<relay key>, <= 99 chars)"),
     ):
-        p.add_argument(
-            flag,
-            nargs="?",
-            const="",
-            default=None,
-            metavar="VALUE",
-            help=f"blind-relay-service's {what}: accepted, not used (scraping over the DHT is not "
-            "supported; --metrics serves Prometheus directly)",
-        )
+        p.add_argument(flag, nargs="?", const="", default=None, metavar="VALUE", help=what)
     p.add_argument("--version", action="version", version=f"blind-relay (cosmictui relay) {relay.__version__}")
     d = Limits()
     g = p.add_argument_group("limits")
@@ -319,6 +326,38 @@ def _systemd_unit(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _scraper_flags(args: argparse.Namespace) -> tuple[bytes, bytes, str | None] | None:
+    """(scraper key, secret, alias or None) from --scraper-*, or None; bad values exit 2 naming the flag."""
+    key, secret, alias = args.scraper_public_key, args.scraper_secret, args.scraper_alias
+    if not key:
+        if secret is not None or alias is not None:
+            log.warning("--scraper-secret/--scraper-alias given without --scraper-public-key: not registering")
+        return None
+    if not secret:
+        build_parser().error("--scraper-public-key needs --scraper-secret (the scraper's shared secret, hex or z32)")
+    try:
+        key_bytes = decode_id(key)
+    except KeyEncodingError:
+        build_parser().error(f"--scraper-public-key {key!r} is not a 32-byte key in hex (64 chars) or z32 (52 chars)")
+    try:
+        secret_bytes = decode_id(secret)
+    except KeyEncodingError:
+        build_parser().error("--scraper-secret is not 32 bytes in hex (64 chars) or z32 (52 chars)")
+    if alias is not None:
+        try:
+            check_alias(alias)
+        except ValueError as e:
+            build_parser().error(f"--scraper-alias: {e}")
+    return key_bytes, secret_bytes, alias or None
+
+
+def _scraper_config(flags: tuple[bytes, bytes, str | None] | None, relay_key: str) -> ScraperConfig | None:
+    if flags is None:
+        return None
+    key, secret, alias = flags
+    return ScraperConfig(public_key=key, secret=secret, alias=alias or default_alias(relay_key))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     configure_logging(args.log_format, args.log_level)
@@ -326,21 +365,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.systemd_unit:
         return _systemd_unit(args)
 
+    scraper_flags = _scraper_flags(args)
     storage = Path(args.storage or "./corestore").resolve()
     print(f"Using corestore storage at {storage}", flush=True)
-    if any(v is not None for v in (args.scraper_public_key, args.scraper_secret, args.scraper_alias)):
-        log.warning(
-            "--scraper-* given: registering with a dht-prometheus scraper over the DHT is not supported; "
-            "--metrics serves Prometheus directly (GET /metrics)"
-        )
     try:
         allow = build_allow_list(args.allow, args.allow_file)
-        primary = load_primary_key(storage)
+        primary = load_primary_key(storage, new_key=args.new_key)
         check_writable(storage)
         lock = StorageLock(storage)
     except (StorageError, AllowListError) as e:
         return _fail(str(e))
     log.info(primary.describe())
+    if args.new_key:
+        if primary.source == "created":
+            log.warning(
+                "made a new relay key as asked (%s): deployments naming the old key need this one", NEW_KEY_FLAG
+            )
+        else:
+            log.warning("%s given but the storage holds a key: it is kept (%s)", NEW_KEY_FLAG, primary.path)
     key_pair = relay_key_pair(primary.key)
 
     from relay.service.app import PUBLIC_BOOTSTRAP, RelayApp, RelayConfig, RelayStartError
@@ -356,6 +398,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         allow=allow,
         limits=_limits(args),
         kernel_forwarding=args.kernel_forwarding,
+        scraper=_scraper_config(scraper_flags, encode_id(key_pair.public_key)),
     )
 
     def reload_allow(app: RelayApp) -> None:

@@ -14,6 +14,12 @@ written atomically and never over an existing file). That is the layout corestor
 migrates on first open (hypercore-storage migration 0 copies the file into its head), so the
 same directory given to the Node blind-relay-service later yields the very same key.
 
+A key is only made in a storage that never held one. A directory with a trace of an earlier
+run (`relay.lock`, `relay-runtime.json`, corestore's `CORESTORE` or `db/`, RocksDB files) but no
+readable key lost it: starting would silently give a new key that no job knows, so the relay
+refuses, naming the file to restore, unless the operator asks for a new key (`--new-key`).
+Errors name the operator's files, never the scratch copy the database is read from.
+
 The relay key is corestore's `createKeyPair('blind-relay')` on the root namespace.
 """
 
@@ -21,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import shutil
 import tempfile
@@ -29,8 +36,11 @@ from pathlib import Path
 
 from relay.encoding import DecodeError, Reader
 from relay.keys import KeyPair, corestore_key_pair
+from relay.service.runtime import RUNTIME_FILE
 
 PRIMARY_KEY_FILE = "primary-key"
+LOCK_FILE = "relay.lock"
+NEW_KEY_FLAG = "--new-key"
 RELAY_KEY_NAME = "blind-relay"
 KEY_BYTES = 32
 # corestore 7 head record: column family and key (index-encoder UINT(TL_HEAD = 0)).
@@ -114,20 +124,28 @@ def read_corestore_seed(db_dir: Path) -> bytes | None:
                 "(no new key is made while the old one cannot be read)"
             ) from e
         except OSError as e:
-            raise StorageError(f"cannot copy the corestore database in {db_dir}: {e}") from e
+            raise StorageError(
+                f"cannot copy the corestore database in {db_dir}: {_operator_paths(e, copy, db_dir)}"
+            ) from e
         try:
             opts, cfs = rocksdict.Options.load_latest(str(copy), ignore_unknown_options=True)
             db = rocksdict.Rdict(
                 str(copy), options=opts, column_families=cfs, access_type=rocksdict.AccessType.read_only()
             )
         except Exception as e:
-            raise StorageError(f"cannot open the corestore database in {db_dir}: {e}") from e
+            raise StorageError(
+                f"cannot open the corestore database in {db_dir}: {_operator_paths(e, copy, db_dir)}; "
+                f"{_damaged_db_fix(db_dir)}"
+            ) from e
         try:
             if CORESTORE_COLUMN_FAMILY not in cfs:
                 return None
             value = db.get_column_family(CORESTORE_COLUMN_FAMILY).get(CORESTORE_HEAD_KEY)
         except Exception as e:
-            raise StorageError(f"cannot read the corestore head in {db_dir}: {e}") from e
+            raise StorageError(
+                f"cannot read the corestore head in {db_dir}: {_operator_paths(e, copy, db_dir)}; "
+                f"{_damaged_db_fix(db_dir)}"
+            ) from e
         finally:
             db.close()
     if value is None:
@@ -137,7 +155,51 @@ def read_corestore_seed(db_dir: Path) -> bytes | None:
     try:
         return decode_corestore_head(bytes(value))
     except DecodeError as e:
-        raise StorageError(f"corestore head in {db_dir} is damaged: {e}") from e
+        raise StorageError(f"corestore head in {db_dir} is damaged: {e}; {_damaged_db_fix(db_dir)}") from e
+
+
+def _operator_paths(e: Exception, copy: Path, db_dir: Path) -> str:
+    """The error text with the scratch copy's path replaced by the operator's own directory
+    (the copy is deleted by the time anyone reads the message)."""
+    return " ".join(str(e).replace(str(copy), str(db_dir)).split())
+
+
+def _damaged_db_fix(db_dir: Path) -> str:
+    return (
+        f"restore {db_dir} from a backup (the relay key is in it), or set it aside "
+        f"(mv {db_dir} {db_dir}.damaged) and start with {NEW_KEY_FLAG} to make a new key deliberately"
+    )
+
+
+_ROCKSDB_NAMES = ("CURRENT", "IDENTITY", "MANIFEST-", "OPTIONS-")
+
+
+def previous_run_traces(root: Path, entries: set[str]) -> list[str]:
+    """Files in `root` that show a relay (ours or Node's) ran on it, so it once held a key."""
+    found = [n for n in (LOCK_FILE, RUNTIME_FILE, "CORESTORE", "db") if n in entries]
+    found += sorted(n for n in entries if n.startswith(_ROCKSDB_NAMES) or n.endswith((".sst", ".log")))
+    return found
+
+
+def _served_key(root: Path) -> str | None:
+    """The relay key the last run announced, as its runtime file recorded it."""
+    try:
+        key = json.loads((root / RUNTIME_FILE).read_text()).get("key")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return key if isinstance(key, str) and key.isalnum() else None
+
+
+def _lost_key_error(root: Path, traces: list[str]) -> StorageError:
+    key_file = root / PRIMARY_KEY_FILE
+    served = _served_key(root)
+    what = f"it served {served}; " if served else ""
+    restore = f"{key_file} (or {root / 'db'})" if "db" in traces or "CORESTORE" in traces else str(key_file)
+    return StorageError(
+        f"{key_file} is missing, yet {root} held a relay key before ({what}found {', '.join(traces)}): "
+        f"refusing to start with a different key; restore {restore} from a backup, or start with "
+        f"{NEW_KEY_FLAG} to make a new key deliberately (every deployment naming the old key then needs the new one)"
+    )
 
 
 def _read_primary_key_file(path: Path) -> bytes:
@@ -151,7 +213,11 @@ def _read_primary_key_file(path: Path) -> bytes:
     except OSError as e:
         raise StorageError(f"cannot read {path}: {e.strerror or e}") from e
     if len(data) < KEY_BYTES:
-        raise StorageError(f"{path} holds {len(data)} bytes, a primary key needs {KEY_BYTES}; refusing to replace it")
+        raise StorageError(
+            f"{path} holds {len(data)} bytes, a primary key needs {KEY_BYTES}; refusing to replace it: restore it "
+            f"from a backup, or set it aside (mv {path} {path}.damaged) and start with {NEW_KEY_FLAG} to make a new "
+            "key deliberately"
+        )
     return data[:KEY_BYTES]
 
 
@@ -175,8 +241,11 @@ def _write_new_key(path: Path, key: bytes) -> None:
         os.close(dfd)
 
 
-def load_primary_key(storage: str | os.PathLike[str], *, create: bool = True) -> PrimaryKey:
-    """Find the primary key in `storage`, or create it when the directory holds no key at all."""
+def load_primary_key(storage: str | os.PathLike[str], *, create: bool = True, new_key: bool = False) -> PrimaryKey:
+    """Find the primary key in `storage`, or create it when the directory never held one.
+
+    A storage with traces of an earlier run but no key is refused unless `new_key` (the
+    operator's deliberate `--new-key`); `new_key` never replaces a key that is there."""
     root = Path(storage).resolve()
     try:
         exists = root.exists()
@@ -210,12 +279,11 @@ def load_primary_key(storage: str | os.PathLike[str], *, create: bool = True) ->
     if PRIMARY_KEY_FILE in entries:
         path = root / PRIMARY_KEY_FILE
         return PrimaryKey(_read_primary_key_file(path), "primary-key", path)
-    if "CORESTORE" in entries:
-        raise StorageError(
-            f"{root} has a CORESTORE file but no database (db/ is missing); refusing to make a new key there"
-        )
     if not create:
         raise StorageError(f"{root} holds no relay key")
+    traces = previous_run_traces(root, entries)
+    if traces and not new_key:
+        raise _lost_key_error(root, traces)
 
     try:
         root.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -258,9 +326,6 @@ def check_writable(storage: Path) -> None:
     finally:
         os.close(fd)
         os.unlink(tmp)
-
-
-LOCK_FILE = "relay.lock"
 
 
 class StorageLock:

@@ -82,3 +82,64 @@ def test_interop_storage_python_store_opens_in_node_with_the_same_key(
     assert node_corestore_key(node, storage) == ours
     assert (storage / "db" / "CURRENT").exists()  # Node migrated it into RocksDB
     assert relay_prints(storage, testnet) == ours  # and we read the migrated store too
+
+
+def _refused(storage: Path, testnet: Testnet, *args: str) -> str:
+    """Start the relay on `storage`; it must exit 1 with exactly one error line, which is returned."""
+    with RelayProcess(storage, *args, bootstrap=testnet.bootstrap) as r:
+        r.start()
+        assert r.wait() == 1 and r.key is None, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("blind-relay: error: "), r.stderr
+    return lines[0]
+
+
+def test_interop_storage_deleted_key_is_refused_not_replaced(tmp_path: Path, testnet: Testnet) -> None:
+    """`rm S/primary-key` after a run (relay.lock and relay-runtime.json still there): the relay
+    refuses, names the file and the key it served, and only `--new-key` makes a new one."""
+    storage = tmp_path / "corestore"
+    with RelayProcess(storage, bootstrap=testnet.bootstrap) as r:
+        r.start()
+        old = r.key
+        assert old is not None, r.stderr
+        r.stop()  # killed: its runtime file stays, as after a crash
+    assert (storage / "relay.lock").exists() and (storage / "relay-runtime.json").exists()
+    (storage / PRIMARY_KEY_FILE).unlink()
+    line = _refused(storage, testnet)
+    assert f"{storage.resolve() / PRIMARY_KEY_FILE} is missing" in line
+    assert f"it served {old}" in line and "--new-key" in line and "restore" in line
+    assert not (storage / PRIMARY_KEY_FILE).exists()
+    # a clean exit removes the runtime file; relay.lock alone is still enough to refuse
+    (storage / "relay-runtime.json").unlink()
+    assert "--new-key" in _refused(storage, testnet)
+    with RelayProcess(storage, "--new-key", bootstrap=testnet.bootstrap) as r:
+        r.start()
+        assert r.key is not None and r.key != old, r.stderr
+        assert "made a new relay key as asked (--new-key)" in r.stderr
+        assert r.terminate(signal.SIGTERM) == 0
+    assert relay_prints(storage, testnet) == r.key  # and kept from then on, without the flag
+
+
+def test_interop_storage_garbled_manifest_names_the_operators_file(node: str, tmp_path: Path, testnet: Testnet) -> None:
+    """A damaged db/MANIFEST-* in a Node-made storage: one line naming the operator's file (not the
+    scratch copy it was read from) and how to restore or start fresh; no key is made."""
+    storage = tmp_path / "corestore"
+    node_corestore_key(node, storage)
+    (manifest,) = (storage / "db").glob("MANIFEST-*")
+    data = bytearray(manifest.read_bytes())
+    for i in range(0, len(data), 3):
+        data[i] ^= 0x5A
+    manifest.write_bytes(bytes(data))
+    line = _refused(storage, testnet)
+    db = storage.resolve() / "db"
+    assert "blind-relay-corestore" not in line and "/tmp/blind-relay" not in line, line
+    assert str(db / manifest.name) in line, line
+    assert f"restore {db} from a backup" in line and "--new-key" in line, line
+    assert not (storage / PRIMARY_KEY_FILE).exists()
+    # the operator sets the database aside as told: still no silent new key (CORESTORE remains)
+    db.rename(db.with_name("db.damaged"))
+    assert "--new-key" in _refused(storage, testnet)
+    with RelayProcess(storage, "--new-key", bootstrap=testnet.bootstrap) as r:
+        r.start()
+        assert r.key is not None, r.stderr
+        assert r.terminate(signal.SIGTERM) == 0

@@ -106,7 +106,7 @@ def test_storage_that_is_a_file_is_an_error(tmp_path: Path) -> None:
 
 def test_corestore_file_without_db_is_an_error_not_a_new_key(tmp_path: Path) -> None:
     (tmp_path / "CORESTORE").write_text("device/platform=linux\n")
-    with pytest.raises(StorageError, match="refusing to make a new key"):
+    with pytest.raises(StorageError, match="refusing to start with a different key"):
         load_primary_key(tmp_path)
     assert not (tmp_path / PRIMARY_KEY_FILE).exists()
 
@@ -189,3 +189,62 @@ def test_readable_but_unwritable_storage_is_an_error(open_tmp: Path) -> None:
     assert code == 3, msg
     assert msg == f"storage directory {store} is not writable: permission denied"
     assert (store / PRIMARY_KEY_FILE).read_bytes() == key
+
+
+@pytest.mark.parametrize(
+    "traces",
+    [
+        {"relay.lock": "4242\n"},
+        {"relay-runtime.json": '{"key": "%s", "pid": 4242}\n'},
+        {"relay.lock": "", "relay-runtime.json": '{"key": "%s"}\n'},
+        {"CORESTORE": "device/platform=linux\n"},
+        {"db/IDENTITY": "x"},  # a corestore database whose CURRENT is gone
+    ],
+)
+def test_storage_that_held_a_key_refuses_to_make_another(tmp_path: Path, traces: dict[str, str]) -> None:
+    """The key file went missing after a run: a silent new key would strand every job, so refuse."""
+    first = load_primary_key(tmp_path)
+    old = encode_id(relay_key_pair(first.key).public_key)
+    (tmp_path / PRIMARY_KEY_FILE).unlink()
+    for name, text in traces.items():
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(text.replace("%s", old))
+    with pytest.raises(StorageError) as e:
+        load_primary_key(tmp_path)
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert msg.startswith(f"{tmp_path.resolve() / PRIMARY_KEY_FILE} is missing, yet {tmp_path.resolve()} held")
+    assert "restore" in msg and "--new-key" in msg
+    for name in traces:
+        assert name.split("/")[0] in msg
+    assert (f"it served {old}" in msg) == ("relay-runtime.json" in traces)
+    assert not (tmp_path / PRIMARY_KEY_FILE).exists()
+    # asked for deliberately, a new key is made (and kept from then on)
+    made = load_primary_key(tmp_path, new_key=True)
+    assert made.source == "created" and made.key != first.key
+    assert load_primary_key(tmp_path).key == made.key
+
+
+def test_new_key_never_replaces_a_key_that_is_there(tmp_path: Path) -> None:
+    key = load_primary_key(tmp_path).key
+    (tmp_path / "relay.lock").write_text("")
+    again = load_primary_key(tmp_path, new_key=True)
+    assert again.source == "primary-key" and again.key == key
+
+
+def test_brand_new_storage_needs_no_flag(tmp_path: Path) -> None:
+    """blind-relay-service compatibility: an empty or missing directory just gets a key."""
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "unrelated").mkdir()
+    (tmp_path / "unrelated" / "notes.txt").write_text("mine")
+    for store in ("empty", "missing", "unrelated"):
+        assert load_primary_key(tmp_path / store).source == "created"
+
+
+def test_damaged_key_file_error_says_how_to_restore_or_start_fresh(tmp_path: Path) -> None:
+    (tmp_path / PRIMARY_KEY_FILE).write_bytes(b"short")
+    with pytest.raises(StorageError) as e:
+        load_primary_key(tmp_path, new_key=True)
+    msg = str(e.value)
+    assert "restore it from a backup" in msg and "--new-key" in msg
+    assert (tmp_path / PRIMARY_KEY_FILE).read_bytes() == b"short"
