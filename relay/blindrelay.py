@@ -125,7 +125,6 @@ SHED_ACTIVE_PAIRS = "active_pairs"
 SHED_SILENT_PAIR = "silent_pair"
 SHED_IDLE_SESSION = "idle_session"
 SHED_SESSIONS = "sessions"
-SHED_SCAN = 64  # links looked at for a silent one before the oldest is shed
 SHED_CAUSES = (
     SHED_PENDING_PER_SESSION,
     SHED_PENDING_TOTAL,
@@ -225,6 +224,8 @@ class BlindRelayStats:
     pairings_refused_total_limit: int = 0
     pairings_refused_invalid: int = 0
     pairings_timed_out: int = 0
+    sessions_refused_full: int = 0
+    pairings_refused_full: int = 0
 
     def as_dict(self) -> dict[str, dict[str, int]]:
         """The `/stats` groups: sessions, pairings, streams, refusals."""
@@ -247,6 +248,8 @@ class BlindRelayStats:
                 "total_limit": self.pairings_refused_total_limit,
                 "invalid": self.pairings_refused_invalid,
                 "timed_out": self.pairings_timed_out,
+                "full_sessions": self.sessions_refused_full,
+                "full_pairs": self.pairings_refused_full,
             },
         }
 
@@ -309,6 +312,7 @@ class _Link:
     stream_id: int | None = None
     remote: _Link | None = None
     carried: bool = False  # our stream for this side has received a packet
+    both: bool = False  # the pair carried both ways: counted in its session's `_carrying`
 
 
 @dataclass(eq=False, slots=True)
@@ -347,6 +351,7 @@ class BlindRelaySession:
         self._pairing: dict[bytes, None] = {}  # ordered: oldest pending token first
         self._links: dict[bytes, list[_Link]] = {}
         self._link_count = 0
+        self._carrying = 0  # links whose pair carried packets both ways: never shed for room
 
     def __repr__(self) -> str:
         return (
@@ -425,20 +430,28 @@ class BlindRelaySession:
 class _Owner:
     """What one owner (source host) holds: its sessions, pending tokens and relay links."""
 
-    __slots__ = ("linked", "links", "pending", "sessions")
+    __slots__ = ("carried_links", "carrying", "linked", "links", "pending", "sessions")
 
     def __init__(self) -> None:
         self.sessions: dict[BlindRelaySession, None] = {}
         self.pending = 0
         self.links = 0
         self.linked = 0  # sessions with at least one relay link
+        self.carrying = 0  # sessions with a link whose pair carried both ways
+        self.carried_links = 0  # links whose pair carried both ways
 
     def shed_weight(self) -> tuple[float, int]:
-        """How much this owner holds, for the session cap: a session that relays weighs 1/8,
-        one waiting for its partner (pending tokens) 1/2, an idle one 1; ties: fewer relaying."""
+        """What this owner holds that may go to make room for a newcomer: an idle session
+        weighs 1, one waiting for its partner (pending tokens) 1/2, one whose pairs never
+        carried a packet 1/8; a session relaying traffic weighs nothing, it is never shed.
+        Ties: fewer relaying sessions lose first."""
         unlinked = len(self.sessions) - self.linked
         waiting = min(self.pending, unlinked)
-        return (unlinked - waiting / 2 + self.linked / 8, -self.linked)
+        silent = self.linked - self.carrying
+        return (unlinked - waiting / 2 + silent / 8, -self.carrying)
+
+    def silent_links(self) -> int:
+        return self.links - self.carried_links
 
 
 class BlindRelayServer:
@@ -455,6 +468,7 @@ class BlindRelayServer:
         max_active_pairs: int | None = None,
         pair_idle_timeout: float | None = None,
         session_idle_timeout: float | None = None,
+        max_sessions: int | None = None,
         rng: random.Random | None = None,
     ) -> None:
         self._allocate_hook = allocate_stream_id
@@ -466,12 +480,14 @@ class BlindRelayServer:
         self.max_active_pairs = max_active_pairs
         self.pair_idle_timeout = pair_idle_timeout
         self.session_idle_timeout = session_idle_timeout
+        self.max_sessions = max_sessions
         self.stats = BlindRelayStats()
         self.shed: Counter[str] = Counter()
         self._now = 0.0
         self._pairing: dict[bytes, _PendingPair] = {}
         self._active_refs: dict[bytes, int] = {}
         self._sessions: dict[BlindRelaySession, None] = {}
+        self._idle: dict[BlindRelaySession, float] = {}  # sessions without a link -> since; oldest first
         self._owners: dict[object, _Owner] = {}
         self._by_stream: dict[int, _Link] = {}
         self._silent: dict[_Link, float] = {}  # non-initiator link of a pair not yet carried both ways -> matched at
@@ -500,6 +516,7 @@ class BlindRelayServer:
             self._now = now
         session = BlindRelaySession(self, mux or Mux(), id, handshake, owner, self._now)
         self._sessions[session] = None
+        self._idle[session] = self._now
         self._owner(owner).sessions[session] = None
         self.stats.sessions_accepted += 1
         self._dirty[session] = None
@@ -510,23 +527,46 @@ class BlindRelayServer:
         o = self._owners.get(owner)
         return len(o.sessions) if o is not None else 0
 
-    def shed_session(self, now: float) -> BlindRelaySession | None:
-        """Close one session to make room for a newcomer; counted as `sessions`.
+    @property
+    def session_count(self) -> int:
+        return len(self._sessions)
 
-        The owner holding the most loses (`_Owner.shed_weight`): sessions that carry pairs
-        weigh little, so when the cap has left every address one or two sessions, a host whose
-        sessions relay is not the "heaviest" for holding two. Within it, an idle session goes
-        first (no links, no pending tokens), then one waiting for its partner, then the one
-        least recently busy."""
-        if not self._owners:
-            return None
-        owner = max(self._owners.values(), key=_Owner.shed_weight)
-        if not owner.sessions:
+    def room_for_session(self, now: float) -> bool:
+        """Whether a newcomer may have a session now, under `max_sessions`: at the cap one
+        session goes (`shed_session`); when every session relays traffic, none may go and the
+        newcomer is refused (counted in `sessions_refused_full`; the caller tells its peer)."""
+        if self.max_sessions is None or len(self._sessions) < self.max_sessions:
+            return True
+        if self.shed_session(now) is not None and len(self._sessions) < self.max_sessions:
+            return True
+        self.stats.sessions_refused_full += 1
+        return False
+
+    def shed_session(self, now: float) -> BlindRelaySession | None:
+        """Close one session to make room for a newcomer; counted as `sessions`. None when
+        every session has a pair that carried traffic: those are never shed.
+
+        The owner holding the most that may go loses (`_Owner.shed_weight`), so one address
+        hoarding idle sessions pays first, and a worker address whose thousands of sessions all
+        relay is never picked for its size. Within it, an idle session goes first (no links, no
+        pending tokens), then one waiting for its partner, then one whose pairs never carried a
+        packet; the least recently busy first."""
+        self._now = now
+        best: _Owner | None = None
+        best_weight: tuple[float, int] = (0.0, 0)
+        for o in self._owners.values():
+            w = o.shed_weight()
+            if w[0] > 0 and (best is None or w > best_weight):
+                best, best_weight = o, w
+        if best is None:
             return None
         victim = min(
-            owner.sessions,
+            (s for s in best.sessions if s._carrying == 0),
             key=lambda s: (s._link_count > 0, bool(s._pairing), s.idle_since if s.idle_since is not None else now),
+            default=None,
         )
+        if victim is None:
+            return None
         self.shed[SHED_SESSIONS] += 1
         victim.destroy()
         return victim
@@ -554,6 +594,14 @@ class BlindRelayServer:
         remote = link.remote
         if remote is not None and remote.carried:
             self._silent.pop(link if not link.is_initiator else remote, None)
+            for side in (link, remote):
+                side.both = True
+                side.session._carrying += 1
+                o = self._owners.get(side.session.owner)
+                if o is not None:
+                    o.carried_links += 1
+                    if side.session._carrying == 1:
+                        o.carrying += 1
 
     def stream_closed(self, stream_id: int) -> None:
         """A relay raw stream closed by itself (peer ended, timed out); unknown ids are ignored."""
@@ -585,19 +633,22 @@ class BlindRelayServer:
                 self.shed[SHED_SILENT_PAIR] += 1
                 self._destroy_pair(link, "never carried a packet")
         if self.session_idle_timeout is not None:
-            for session in list(self._sessions):
-                since = session.idle_since
-                if since is not None and now - since >= self.session_idle_timeout and not session.closed:
+            for session, since in list(self._idle.items()):
+                if now - since < self.session_idle_timeout:
+                    break  # insertion order = the order they became idle
+                if not session.closed:
                     self.shed[SHED_IDLE_SESSION] += 1
                     session.destroy()
 
     def get_timer(self) -> float | None:
-        """When `handle_timer` next has work (pending timeouts and silent pairs), or None."""
+        """When `handle_timer` next has work (pending timeouts, silent pairs, idle sessions), or None."""
         times = []
         if self.pairing_timeout is not None and self._pairing:
             times.append(next(iter(self._pairing.values())).created + self.pairing_timeout)
         if self.pair_idle_timeout is not None and self._silent:
             times.append(next(iter(self._silent.values())) + self.pair_idle_timeout)
+        if self.session_idle_timeout is not None and self._idle:
+            times.append(next(iter(self._idle.values())) + self.session_idle_timeout)
         return min(times) if times else None
 
     def close(self) -> None:
@@ -652,6 +703,10 @@ class BlindRelayServer:
         a, b = pair.links
         if a is None or b is None:
             return
+        cap = self.max_active_pairs
+        if cap is not None and self.stats.pairings_active >= cap and not self._shed_active():
+            self._refuse_pairing(key, pair)
+            return
         del self._pairing[key]
         self.stats.pairings_pending -= 1
         self.stats.pairings_matched += 1
@@ -664,6 +719,7 @@ class BlindRelayServer:
             link.session._links.setdefault(key, []).append(link)
             link.session._link_count += 1
             link.session.idle_since = None
+            self._idle.pop(link.session, None)
             o = self._owner(link.session.owner)
             o.links += 1
             if link.session._link_count == 1:
@@ -688,8 +744,6 @@ class BlindRelayServer:
             link.session.channel.send(0, Pair(link.is_initiator, key, link.stream_id, 0))
             self._dirty[link.session] = None
             link.session._end_maybe()
-        if self.max_active_pairs is not None and self.stats.pairings_active > self.max_active_pairs:
-            self._shed_active()
 
     def _shed_pending(self) -> None:
         """Total pending cap: the heaviest owner's heaviest session loses its oldest pending token."""
@@ -702,24 +756,36 @@ class BlindRelayServer:
         self.shed[SHED_PENDING_TOTAL] += 1
         self._cancel_pending(oldest, self._pairing[oldest])
 
-    def _shed_active(self) -> None:
-        """Active pairs cap: the owner with the most relay links loses a pair of its heaviest
-        session, one that never carried a packet if it has one, else its oldest."""
-        owner = max(self._owners.values(), key=lambda o: o.links)
-        victim = max(owner.sessions, key=lambda s: s._link_count)
-        oldest = chosen = None
-        for i, link in enumerate(link for ls in victim._links.values() for link in ls):
-            if oldest is None:
-                oldest = link
-            if not (link.carried and link.remote is not None and link.remote.carried):
-                chosen = link
-                break
-            if i >= SHED_SCAN:  # bounded: a session relaying thousands of live pairs costs no more
-                break
-        if oldest is None:
-            return
-        self.shed[SHED_ACTIVE_PAIRS] += 1
-        self._destroy_pair(chosen or oldest, "relay at its active pairs cap")
+    def _shed_active(self) -> bool:
+        """Active pairs cap: make room for a new pair. The owner holding the most links whose
+        pair never carried a packet loses its oldest such pair; a pair that carried traffic both
+        ways is never shed (False: nothing may go, the new pairing is refused)."""
+        owner = max(self._owners.values(), key=_Owner.silent_links, default=None)
+        if owner is None or owner.silent_links() <= 0:
+            return False
+        for link in self._silent:  # oldest match first
+            remote = link.remote
+            if self._owners.get(link.session.owner) is owner or (
+                remote is not None and self._owners.get(remote.session.owner) is owner
+            ):
+                self.shed[SHED_ACTIVE_PAIRS] += 1
+                self._destroy_pair(link, "relay at its active pairs cap")
+                return True
+        return False
+
+    def _refuse_pairing(self, key: bytes, pair: _PendingPair) -> None:
+        """The relay is full of pairs that carry traffic: the pairing is off, and a session
+        left with nothing else closes its channel, so its peer learns at once (the blind-relay
+        protocol has no refusal message; npm's client fails the pairing with CHANNEL_CLOSED)
+        instead of waiting out its 15 s pairing timeout."""
+        self.stats.pairings_refused_full += 1
+        self._cancel_pending(key, pair, cancelled=False)
+        for link in pair.links:
+            if link is None:
+                continue
+            session = link.session
+            if not session.closed and session._link_count == 0 and not session._pairing:
+                session.destroy()
 
     def _destroy_pair(self, link: _Link, reason: str) -> None:
         remote = link.remote
@@ -749,11 +815,11 @@ class BlindRelayServer:
                     self._destroy_link(remote, "unpaired")
             self.stats.pairings_cancelled += 1
 
-    def _cancel_pending(self, key: bytes, pair: _PendingPair) -> None:
+    def _cancel_pending(self, key: bytes, pair: _PendingPair, *, cancelled: bool = True) -> None:
         """Drop a pending token for every side present (npm: any session may unpair it)."""
         del self._pairing[key]
         self.stats.pairings_pending -= 1
-        self.stats.pairings_cancelled += 1
+        self.stats.pairings_cancelled += cancelled
         for link in pair.links:
             if link is not None:
                 self._drop_pending_ref(link.session, key)
@@ -775,6 +841,7 @@ class BlindRelayServer:
         session._pairing.clear()
         session._links.clear()
         self._sessions.pop(session, None)
+        self._idle.pop(session, None)
         o = self._owners.get(session.owner)
         if o is not None:
             o.sessions.pop(session, None)
@@ -811,8 +878,16 @@ class BlindRelayServer:
                     o.links -= 1
                     if session._link_count == 0:
                         o.linked -= 1
-                if session._link_count == 0:
+                    if link.both:
+                        o.carried_links -= 1
+                        if session._carrying == 1:
+                            o.carrying -= 1
+                if link.both:
+                    link.both = False
+                    session._carrying -= 1
+                if session._link_count == 0 and not session.closed:
                     session.idle_since = self._now
+                    self._idle[session] = self._now
             if not links:
                 del session._links[link.key]
         refs = self._active_refs.get(link.key)

@@ -47,11 +47,13 @@ from relay.dht.connection import KEEP_ALIVE
 from relay.keys import KeyPair, encode_id
 from relay.secretstream import Closed, Ended, FrameTooLarge, Message, SecretStreamError
 from relay.service.limits import (
+    LIMIT_ACTIVE_PAIRS,
     LIMIT_CONTROL_FRAME,
     LIMIT_NOT_ALLOWED,
     LIMIT_PENDING_PER_SESSION,
     LIMIT_PENDING_TIMEOUT,
     LIMIT_PENDING_TOTAL,
+    LIMIT_SESSIONS,
     HandshakeGate,
     LimitCounters,
     Limits,
@@ -154,6 +156,7 @@ class RelayApp:
             max_active_pairs=lim.max_active_pairs,
             pair_idle_timeout=lim.silent_pair_timeout,
             session_idle_timeout=lim.session_idle_timeout,
+            max_sessions=lim.max_sessions,
         )
         self.handshakes = HandshakeGate(lim)
         self._sessions: dict[BlindRelaySession, _Session] = {}
@@ -306,14 +309,15 @@ class RelayApp:
             return
         now = time.monotonic()
         lim = self.config.limits
-        for _ in range(8):  # bounded: a shed that frees nothing must not spin
-            if len(self._sessions) < lim.max_sessions:
-                break
-            victim = self.blind.shed_session(now)  # the heaviest address's idlest session, never the newcomer
-            self._pump()
-            if victim is None:
-                break
-            log.info("session cap reached, closed a session of the heaviest address", extra={"peer": peer})
+        # at --max-sessions an idle or never-paired session goes (the heaviest address's), never
+        # one relaying traffic; with none to spare the newcomer is refused at once
+        room = self.blind.room_for_session(now)
+        self._pump()
+        if not room:
+            self.limit_counters.hit(LIMIT_SESSIONS)
+            log.info("relay full: every session relays traffic; refused a new session", extra={"peer": peer})
+            self._refuse(conn)
+            return
         conn.secret_stream.stream.max_frame = lim.max_control_frame
         session = self.blind.accept(id=conn.remote_public_key, owner=conn.client_address[0], now=now)
         s = _Session(conn, session)
@@ -460,6 +464,20 @@ class RelayApp:
         asked = self.config.kernel_forwarding
         return {"enabled": False, "reason": self.kernel_error if asked else "not asked (--kernel-forwarding)"}
 
+    def _capacity(self) -> dict[str, int]:
+        """`/stats` `capacity`: how full the relay is against its caps, and what a full relay
+        refused (a session or a pairing, each told to its peer at once; never a live pair shed)."""
+        lim = self.config.limits
+        b = self.blind.stats
+        return {
+            "sessions": self.blind.session_count,
+            "max_sessions": lim.max_sessions,
+            "active_pairs": b.pairings_active,
+            "max_active_pairs": lim.max_active_pairs,
+            "refused_sessions": b.sessions_refused_full,
+            "refused_pairings": b.pairings_refused_full,
+        }
+
     def snapshot(self) -> dict[str, Any]:
         """The `/stats` document (interfaces.md); `/metrics` is rendered from the same dict."""
         traffic = Traffic()
@@ -501,6 +519,7 @@ class RelayApp:
         rejected[LIMIT_PENDING_PER_SESSION] += b.pairings_refused_session_limit
         rejected[LIMIT_PENDING_TOTAL] += b.pairings_refused_total_limit
         rejected[LIMIT_PENDING_TIMEOUT] += b.pairings_timed_out
+        rejected[LIMIT_ACTIVE_PAIRS] += b.pairings_refused_full
         if self.node is not None:
             dht = self.node.stats()
         else:
@@ -540,6 +559,7 @@ class RelayApp:
             **({"udx": offload} if offload is not None else {}),
             "kernel": self._kernel_stats(),
             "shed": {cause: self.blind.shed.get(cause, 0) for cause in SHED_CAUSES},
+            "capacity": self._capacity(),
             "limits": {"config": self.config.limits.as_dict(), "rejected": rejected},
             "allow_list": None if self.config.allow is None else len(self.config.allow),
         }

@@ -127,6 +127,23 @@ class RelayCollector(Collector):
                 "Times the kernel refused GSO and it was switched off",
                 value=udx.get("gso_fallbacks", 0),
             )
+        cap = s.get("capacity")
+        if isinstance(cap, Mapping):
+            for metric, key, doc in (
+                ("blind_relay_capacity_sessions", "sessions", "Sessions open now (each relayed connection holds two)"),
+                ("blind_relay_capacity_sessions_limit", "max_sessions", "The session cap (--max-sessions)"),
+                ("blind_relay_capacity_pairs", "active_pairs", "Relayed pairs active now"),
+                ("blind_relay_capacity_pairs_limit", "max_active_pairs", "The active pairs cap (--max-active-pairs)"),
+            ):
+                yield GaugeMetricFamily(metric, doc, value=cap.get(key, 0))
+            refused = CounterMetricFamily(
+                "blind_relay_refused",
+                "New sessions or pairings refused because every slot relays traffic (the peer is told at once)",
+                labels=["what"],
+            )
+            refused.add_metric(["session"], cap.get("refused_sessions", 0))
+            refused.add_metric(["pairing"], cap.get("refused_pairings", 0))
+            yield refused
         limits = s.get("limits", {}).get("rejected", {})
         rejected = CounterMetricFamily(
             "blind_relay_limit_rejections", "Requests refused because a resource cap was reached", labels=["limit"]

@@ -317,7 +317,7 @@ def test_a_session_pairing_with_itself() -> None:
 def test_default_allocator_gives_distinct_32_bit_ids() -> None:
     server = BlindRelayServer()
     clients = make(server, 2)
-    ids = set()
+    ids: set[int] = set()
     for i in range(50):
         token = i.to_bytes(32, "big")
         clients[0].pair(True, token, i)
@@ -360,7 +360,14 @@ def test_pending_caps_shed_the_heaviest_never_the_newcomer() -> None:
     s = server.stats
     assert (s.pairings_pending, s.pairings_timed_out) == (0, 2)
     assert server._owners["hog"].pending == 0 and server._owners["new"].pending == 0
-    assert stats(server)["refusals"] == {"session_limit": 0, "total_limit": 0, "invalid": 1, "timed_out": 2}
+    assert stats(server)["refusals"] == {
+        "session_limit": 0,
+        "total_limit": 0,
+        "invalid": 1,
+        "timed_out": 2,
+        "full_sessions": 0,
+        "full_pairs": 0,
+    }
     assert dict(server.shed) == {"pending_per_session": 1, "pending_total": 1, "pending_timeout": 2}
 
 
@@ -515,6 +522,96 @@ def test_shed_session_an_address_whose_many_sessions_all_relay_still_pays() -> N
     new.pair(True, tok(99), 3)
     victim = server.shed_session(60.0)
     assert victim is not None and victim is not new.session and victim.owner == "hog"
+
+
+def _carry(server: BlindRelayServer, a: Client, b: Client, token: bytes, ids: tuple[int, int]) -> None:
+    """Pair `a` and `b` on `token` and report a packet on both relay streams (a live pair)."""
+    a.pair(True, token, ids[0])
+    b.pair(False, token, ids[1])
+    for link in (*a.session._links[token], *b.session._links[token]):
+        assert link.stream_id is not None
+        server.stream_carried(link.stream_id)
+
+
+def test_session_cap_spares_a_worker_address_whose_sessions_relay() -> None:
+    """The deployment's shape: every job's connection to the worker is a session from the
+    worker's address, so one address legitimately holds most sessions. At the cap the idle
+    hoard goes, never a session relaying traffic (counting relaying sessions at 1/8 made the
+    worker's 80 sessions outweigh 8 idle ones, and a live pair died)."""
+    server = BlindRelayServer(allocate_stream_id=counter(), max_sessions=168)
+    worker = [Client(server, bytes([1, i]) * 16, "worker", now=1.0) for i in range(80)]
+    jobs = [Client(server, bytes([2, i]) * 16, "jobs", now=1.0) for i in range(80)]
+    hoard = [Client(server, bytes([3, i]) * 16, "hoard", now=0.0) for i in range(8)]
+    for c in worker + jobs + hoard:
+        session_client[c.session] = c
+    for c in worker + jobs + hoard:
+        c.flush()
+    for i, (w, j) in enumerate(zip(worker, jobs, strict=True)):
+        _carry(server, w, j, tok(i), (2 * i + 1, 2 * i + 2))
+    for k in range(8):
+        assert server.room_for_session(5.0)
+        session_client[Client(server, bytes([4, k]) * 16, f"new{k}", now=5.0).session] = None  # type: ignore[assignment]
+    assert all(c.session.closed for c in hoard) and server.shed["sessions"] == 8
+    assert server.session_count == 168
+    assert not any(c.session.closed for c in worker + jobs)
+
+
+def test_full_relay_refuses_the_newcomer_when_every_session_relays() -> None:
+    server = BlindRelayServer(allocate_stream_id=counter(), max_sessions=4)
+    a, b, c, d = make(server, 4, owners=["w", "j", "w", "j"])
+    _carry(server, a, b, tok(1), (1, 2))
+    _carry(server, c, d, tok(2), (3, 4))
+    assert not server.room_for_session(1.0)
+    assert server.stats.sessions_refused_full == 1 and server.shed["sessions"] == 0
+    assert stats(server)["refusals"]["full_sessions"] == 1
+    assert not any(x.session.closed for x in (a, b, c, d))
+    c.session.destroy()  # a pair ends: d's side stays until its stream closes, c's slot is free
+    assert server.room_for_session(2.0)
+
+
+def test_session_cap_takes_a_silent_pairs_session_before_refusing() -> None:
+    """Sessions whose pairs never carried a packet (a self-pairing hoard) may still go."""
+    server = BlindRelayServer(allocate_stream_id=counter(), max_sessions=3)
+    a, b, hog = make(server, 3, owners=["w", "j", "hog"])
+    _carry(server, a, b, tok(1), (1, 2))
+    hog.pair(True, tok(2), 3)
+    hog.pair(False, tok(2), 4)  # matched, never carried
+    assert server.room_for_session(1.0)
+    assert hog.session.closed and not a.session.closed and not b.session.closed
+    assert server.stats.sessions_refused_full == 0
+
+
+def test_active_pairs_cap_refuses_a_new_pairing_when_every_pair_carries() -> None:
+    """Full of live pairs: the new pairing is refused, its sessions close their channel so the
+    peers learn at once (npm's client fails it with CHANNEL_CLOSED), and no live pair dies."""
+    server = BlindRelayServer(allocate_stream_id=counter(), max_active_pairs=2)
+    a, b, c, d, e, f = make(server, 6, owners=["w", "j", "w", "j", "w", "j"])
+    _carry(server, a, b, tok(1), (1, 2))
+    _carry(server, c, d, tok(2), (3, 4))
+    drain_events(server)
+    e.pair(True, tok(3), 5)
+    f.pair(False, tok(3), 6)
+    s = server.stats
+    assert (s.pairings_refused_full, s.pairings_active, s.pairings_pending) == (1, 2, 0)
+    assert s.pairings_cancelled == 0 and server.shed["active_pairs"] == 0
+    assert e.closed and f.closed and e.session.closed and f.session.closed
+    assert not any(x.session.closed for x in (a, b, c, d))
+    assert not any(isinstance(ev, DestroyStream) for ev in drain_events(server))
+    assert stats(server)["refusals"]["full_pairs"] == 1
+
+
+def test_get_timer_includes_the_idle_session_deadline() -> None:
+    """One timer for the glue: idle sessions expire at `get_timer()`, not on a 1 s poll."""
+    server = BlindRelayServer(allocate_stream_id=counter(), session_idle_timeout=10.0)
+    a, b = make(server, 2, owners=["x", "y"], now=3.0)
+    assert server.get_timer() == 13.0
+    a.pair(True, tok(1), 1, now=4.0)
+    b.pair(False, tok(1), 2, now=4.0)
+    assert server.get_timer() is None
+    a.unpair(tok(1), now=6.0)
+    assert server.get_timer() == 16.0
+    server.handle_timer(16.0)
+    assert a.session.closed and b.session.closed and server.get_timer() is None
 
 
 def test_server_close_destroys_everything() -> None:
