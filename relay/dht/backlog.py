@@ -59,7 +59,8 @@ class _Entry(Generic[T]):
 
 
 class HandshakeBacklog(Generic[T]):
-    """`push(key, host, item, now)` queues, `pop(now)` hands out the next item to answer."""
+    """`push(key, host, item, now)` queues, `pop(now)` hands out the next item to answer;
+    `get_timer()` / `handle_timer(now)` release held entries at their time (relay.core)."""
 
     def __init__(
         self,
@@ -170,9 +171,13 @@ class HandshakeBacklog(Generic[T]):
             else:
                 del self._keys[e.key]
 
-    def next_release(self) -> float | None:
-        """When the next held entry is due (for the runtime's timer), or None."""
+    def get_timer(self) -> float | None:
+        """When the next held entry is due (the runtime arms its one timer for it), or None."""
         return self._waiting[0][0] if self._waiting else None
+
+    def handle_timer(self, now: float) -> None:
+        """Release the held entries due at `now` into their hosts' queues (`pop` hands them out)."""
+        self._release(now)
 
     def ready(self, now: float) -> bool:
         """Whether `pop(now)` has something to hand out (or shed)."""

@@ -11,6 +11,7 @@ the runtime's job: `accept` tells it whether to open one, `reply` takes its id.
 from __future__ import annotations
 
 import os
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -75,6 +76,13 @@ class Attempt:
         return self.noise.remote_static
 
 
+@dataclass(frozen=True, slots=True)
+class AttemptTimedOut:
+    """The client never showed up on the attempt's UDX stream within its passive wait."""
+
+    attempt: Attempt
+
+
 class HandshakeResponder:
     """Noise IK responder plus the dedup table for one announced key pair."""
 
@@ -87,6 +95,7 @@ class HandshakeResponder:
         self.attempts: dict[bytes, Attempt] = {}
         self.slots: list[Attempt | None] = []
         self.stats = {"handshakes": 0, "rejected": 0, "failed": 0, "duplicates": 0}
+        self._events: deque[AttemptTimedOut] = deque()
 
     # ------------------------------------------------------------------ handshake
 
@@ -198,22 +207,24 @@ class HandshakeResponder:
             while self.slots and self.slots[-1] is None:
                 self.slots.pop()
 
-    def expired(self, now: float) -> tuple[list[Attempt], list[Attempt]]:
-        """(attempts whose passive wait ran out, attempts to forget now)."""
-        timed_out: list[Attempt] = []
-        cleared: list[Attempt] = []
+    def handle_timer(self, now: float) -> None:
+        """Time out the attempts whose passive wait ran out at `now` (each an `AttemptTimedOut`
+        from `next_event`) and forget those past their dedup window."""
         for a in list(self.attempts.values()):
             if a.deadline is not None and now >= a.deadline:
-                timed_out.append(a)
+                self._events.append(AttemptTimedOut(a))
                 self.finish(a, now)
             if a.clear_at is not None and now >= a.clear_at:
-                cleared.append(a)
                 self.drop(a)
-        return timed_out, cleared
 
     def get_timer(self) -> float | None:
+        """The earliest attempt deadline or dedup expiry, or None."""
         times = [t for a in self.attempts.values() for t in (a.deadline, a.clear_at) if t is not None]
         return min(times) if times else None
+
+    def next_event(self) -> AttemptTimedOut | None:
+        """The next attempt that timed out (the runtime destroys its stream and puncher)."""
+        return self._events.popleft() if self._events else None
 
     # ------------------------------------------------------------------ holepunch
 

@@ -250,7 +250,7 @@ class HyperDHTServer:
 
     def _schedule_release(self) -> None:
         """Wake the drain when the backlog's next held handshake is due (one timer)."""
-        due = self.backlog.next_release()
+        due = self.backlog.get_timer()
         if due is None or self.closed or self._loop is None:
             return
         if self._release_handle is not None:
@@ -261,6 +261,7 @@ class HyperDHTServer:
 
     def _on_release(self) -> None:
         self._release_handle = None
+        self.backlog.handle_timer(self.node._now())
         self._schedule_drain()
 
     def _drain(self) -> None:
@@ -586,8 +587,9 @@ class HyperDHTServer:
 
     def _on_timer(self) -> None:
         self._timer = None
-        timed_out, _ = self.responder.expired(self.node._now())
-        for a in timed_out:
+        self.responder.handle_timer(self.node._now())
+        while (ev := self.responder.next_event()) is not None:
+            a = ev.attempt
             s = self._streams.pop(a.key, None)
             if s is not None and not a.connected:
                 self.stats["timeouts"] += 1

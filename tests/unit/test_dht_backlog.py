@@ -88,14 +88,14 @@ def test_a_handshake_held_for_its_rate_is_answered_when_due_and_ages_from_arriva
     assert b.push(b"w2", "nat", "w2", 0.0, wait=1.0)
     assert not b.push(b"w3", "nat", "w3", 0.0, wait=1.0)  # the waiting room is full
     assert not b.push(b"w1", "nat", "copy", 0.1)  # a retransmission of a held one: a duplicate
-    assert b.next_release() == 0.5 and not b.ready(0.4) and b.pop(0.4) is None
+    assert b.get_timer() == 0.5 and not b.ready(0.4) and b.pop(0.4) is None
     assert b.push(b"now", "other", "now", 0.4)  # held ones do not take the queue's room
     assert b.pop(0.4) == "now"
     assert b.ready(0.5) and b.pop(0.6) == "w1" and b.pop(0.6) is None
-    assert b.next_release() == 1.0
+    assert b.get_timer() == 1.0
     assert b.pop(3.0) is None  # w2 arrived at 0.0: by 3.0 it is stale, shed on release
     assert b.stats["waited"] == 2 and b.stats["shed_stale"] == 1 and b.stats["shed_full"] == 1
-    assert len(b) == 0 and b.next_release() is None
+    assert len(b) == 0 and b.get_timer() is None
 
 
 def test_a_held_handshake_released_into_a_full_queue_is_shed_when_its_host_is_heaviest() -> None:

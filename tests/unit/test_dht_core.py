@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from relay.dht.announcer import AnnounceState, sign_announce
-from relay.dht.handshake import HandshakeResponder, open_payload, seal_payload
+from relay.dht.handshake import AttemptTimedOut, HandshakeResponder, open_payload, seal_payload
 from relay.dht.holepunch import NatAnalyzer, PunchState
 from relay.dht.messages import (
     NS_ANNOUNCE,
@@ -378,10 +378,12 @@ def test_responder_dedups_by_message1_and_clears_after_10s() -> None:
     assert r.reply(a, 1.0, stream_id=8, remote_address=None, local_addresses=[], relay_addresses=[], relays=[]) == reply
     payload = NoisePayload.decode(client_view_of_reply(a))
     assert payload.firewall == 0 and payload.holepunch is not None and payload.holepunch.id == a.slot
-    timed_out, cleared = r.expired(10.0)  # passive wait for the client's UDX packet ran out
-    assert timed_out == [a] and cleared == []
-    timed_out, cleared = r.expired(20.0)
-    assert cleared == [a] and r.lookup(msg1) is None and r.slots == []
+    assert r.get_timer() == 10.0
+    r.handle_timer(10.0)  # passive wait for the client's UDX packet ran out
+    assert r.next_event() == AttemptTimedOut(a) and r.next_event() is None
+    assert r.lookup(msg1) is a and r.get_timer() == 20.0
+    r.handle_timer(20.0)  # its dedup window is over: forgotten, nothing to report
+    assert r.next_event() is None and r.lookup(msg1) is None and r.slots == []
 
 
 def client_view_of_reply(a) -> bytes:  # type: ignore[no-untyped-def]

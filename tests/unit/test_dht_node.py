@@ -328,7 +328,7 @@ def test_a_handshake_the_admit_hook_holds_is_answered_after_its_wait_not_refused
         node._on_datagram("server", req.encode(), holder.getsockname())
         node._on_datagram("server", req.encode(), holder.getsockname())  # the client retransmitted
         assert server.backlog.stats["waited"] == 1 and server.backlog.stats["duplicates"] == 1
-        due = server.backlog.next_release()
+        due = server.backlog.get_timer()
         assert due is not None
 
         async def turns(n: int) -> None:  # let the loop run whatever is ready, n times
@@ -343,7 +343,7 @@ def test_a_handshake_the_admit_hook_holds_is_answered_after_its_wait_not_refused
         assert isinstance(msg, Request) and msg.command == Command.PEER_HANDSHAKE and msg.value
         assert Handshake.decode(msg.value).mode == Mode.FROM_SERVER
         assert server.responder.stats["handshakes"] == 1 and server.responder.stats["rejected"] == 0
-        assert len(server.backlog) == 0 and server.backlog.next_release() is None
+        assert len(server.backlog) == 0 and server.backlog.get_timer() is None
     finally:
         holder.close()
         lb.close()
