@@ -33,12 +33,11 @@ import socket as _socket
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from .forwarding import RelaySocket as UDXSocket
+from .forwarding import RelayStream as UDXStream
 from .nft import Nft, NftError, read_counters
-
-if TYPE_CHECKING:
-    from .runtime import UDXSocket, UDXStream
 
 log = logging.getLogger("relay.udx")
 

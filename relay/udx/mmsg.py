@@ -33,6 +33,8 @@ import os
 import socket
 import struct
 import sys
+from array import array
+from collections.abc import Sequence
 from typing import Any
 
 MSG_DONTWAIT = 0x40
@@ -104,18 +106,15 @@ def sockaddr(family: int, host: str, port: int) -> bytearray:
     return bytearray(struct.pack("=H", socket.AF_INET6) + struct.pack("!HI", port, 0) + raw + bytes(4))
 
 
-def source_key(sa: bytearray) -> tuple[int, int, int]:
-    """The words the fast path compares with a received `msg_name` (family, port, address)."""
-    q = memoryview(bytes(sa)[:24].ljust(24, b"\0")).cast("Q")
-    return (q[0], q[1], q[2])
-
-
 class BatchIO:
     """Fixed receive/send batches for one non-blocking UDP socket.
 
-    Send side: entry `e` of the `sendmmsg` vector owns iovecs `e * GSO_MAX_SEGMENTS ...`, so
-    a run for one destination can grow while entries for other destinations are added after
-    it. The runtime fills entries through the `shdr_q` / `siov_q` / `sctl16` views and calls
+    The `mmsghdr`/`iovec`/`cmsghdr` layout is known here only: the runtime reads a batch
+    through `received`, `heads`, `ids`, `sources`, `segment_size`, `address`, and rewrites ids
+    with `set_ids`. Send side: entry `e` of the `sendmmsg` vector owns iovecs
+    `e * GSO_MAX_SEGMENTS ...`, so a run for one destination can grow (`extend`) while entries
+    for other destinations are added after it; the runtime fills entries with `put_slots`
+    (slots as they lie), `put_gather` (slots apart), `put_span` (one buffer) and calls
     `flush(count)`.
     """
 
@@ -231,6 +230,134 @@ class BatchIO:
         if self.gro:
             self._rused = n * HDR_SIZE
         return n
+
+    # --- the received batch, as the runtime reads it (msghdr/iovec layout stays here) -------
+
+    def received(self, count: int) -> list[int]:
+        """The lengths of the first `count` received entries; also copied into the per-slot
+        send iovecs, so a run of slots can be sent as it lies in the receive buffer."""
+        lens = self.lens[14 : count * 16 : 16]
+        self.fiov32[2 : count * 4 : 4] = lens
+        return lens.tolist()
+
+    def coalesced(self, count: int) -> bool:
+        """Some of the first `count` entries are GRO runs (they carry a control message)."""
+        return self.gro and any(self.rhdr_q[5 : count * 8 : 8])
+
+    def heads(self, start: int, stop: int) -> list[int]:
+        """The first header word (magic, version, type, ...) of slots `start`..`stop`."""
+        w = self.size >> 2
+        return self.u32[start * w : stop * w : w].tolist()
+
+    def ids(self, start: int, stop: int) -> list[int]:
+        """The stream id (header bytes 4..7) of slots `start`..`stop`."""
+        w = self.size >> 2
+        return self.u32[start * w + 1 : stop * w : w].tolist()
+
+    def set_ids(self, start: int, stop: int, sid: int) -> None:
+        """Rewrite the stream id of slots `start`..`stop` in place."""
+        w = self.size >> 2
+        self.u32[start * w + 1 : stop * w : w] = array("I", (sid,)) * (stop - start)
+
+    def sources(self, start: int, stop: int) -> tuple[list[int], list[int] | None, list[int] | None]:
+        """The `msg_name` words of slots `start`..`stop` (`forwarding.source_key`'s form; the
+        last two are None on an IPv4 socket, whose first word says it all)."""
+        q = self.names_q
+        a, b = start * 4, stop * 4
+        if self.family != socket.AF_INET6:
+            return q[a:b:4].tolist(), None, None
+        return q[a:b:4].tolist(), q[a + 1 : b : 4].tolist(), q[a + 2 : b : 4].tolist()
+
+    def source(self, i: int) -> tuple[int, int, int]:
+        """The `msg_name` words of slot `i` (`forwarding.source_key`'s form)."""
+        q = self.names_q
+        b = i * 4
+        return (q[b], q[b + 1], q[b + 2])
+
+    # --- send entries (the runtime fills them, `flush` sends them) --------------------------
+
+    def put_slots(self, j: int, sa: int, target: Any, first: int, n: int, seg: int) -> None:
+        """Entry `j` to sockaddr `sa`: receive slots `first`..`first + n` as they lie (their
+        lengths are in the per-slot iovecs), as one segmented send of `seg`-byte datagrams
+        when `n` > 1."""
+        q = self.shdr_q
+        e8 = j * 8
+        q[e8] = sa
+        q[e8 + 2] = self.fiov_addr + first * 16
+        q[e8 + 3] = n
+        if n > 1:
+            q[e8 + 5] = SCTL_LEN
+            self.sctl16[j * 12 + 8] = seg
+        else:
+            q[e8 + 5] = 0
+        self.targets[j] = target
+
+    def put_gather(self, j: int, sa: int, target: Any, slots: Sequence[int], lens: Sequence[int], seg: int) -> None:
+        """Entry `j` to `sa`: the datagrams in receive `slots` (not adjacent), gathered through
+        the entry's own iovecs, segmented by `seg` when more than one."""
+        q = self.shdr_q
+        siov_q = self.siov_q
+        n = len(slots)
+        b = j * GSO_MAX_SEGMENTS * 2
+        if n <= 4:
+            x = b
+            rbuf, size = self.rbuf_addr, self.size
+            for k in range(n):
+                siov_q[x] = rbuf + slots[k] * size
+                siov_q[x + 1] = lens[k]
+                x += 2
+        else:
+            siov_q[b : b + 2 * n : 2] = array("Q", [self.rbuf_addr + s * self.size for s in slots])
+            siov_q[b + 1 : b + 2 * n : 2] = array("Q", lens)
+        e8 = j * 8
+        q[e8] = sa
+        q[e8 + 2] = self.siov_addr + b * 8
+        q[e8 + 3] = n
+        if n > 1:
+            q[e8 + 5] = SCTL_LEN
+            self.sctl16[j * 12 + 8] = seg
+        else:
+            q[e8 + 5] = 0
+        self.targets[j] = target
+
+    def put_span(self, j: int, sa: int, target: Any, offset: int, length: int, seg: int = 0) -> None:
+        """Entry `j` to `sa`: `length` bytes at `offset` in the receive buffer as one iovec
+        (a GRO run re-segmented by `seg`, or one datagram with `seg` 0)."""
+        x = j * GSO_MAX_SEGMENTS * 2
+        siov_q = self.siov_q
+        siov_q[x] = self.rbuf_addr + offset
+        siov_q[x + 1] = length
+        q = self.shdr_q
+        e8 = j * 8
+        q[e8] = sa
+        q[e8 + 2] = self.siov_addr + x * 8
+        q[e8 + 3] = 1
+        if seg:
+            q[e8 + 5] = SCTL_LEN
+            self.sctl16[j * 12 + 8] = seg
+        else:
+            q[e8 + 5] = 0
+        self.targets[j] = target
+
+    def extend(self, e: int, k: int, offset: int, length: int, seg: int) -> None:
+        """Entry `e` (made by `put_span` with one datagram) gets its `k`-th iovec: `length`
+        bytes at `offset`; from the second on it is a segmented send of `seg`-byte datagrams."""
+        x = e * GSO_MAX_SEGMENTS * 2 + 2 * k
+        self.siov_q[x] = self.rbuf_addr + offset
+        self.siov_q[x + 1] = length
+        q = self.shdr_q
+        q[e * 8 + 3] = k + 1
+        if k == 1:
+            q[e * 8 + 5] = SCTL_LEN
+            self.sctl16[e * 12 + 8] = seg
+
+    def segmented(self, e: int) -> bool:
+        """Send entry `e` carries UDP_SEGMENT."""
+        return bool(self.shdr_q[e * 8 + 5])
+
+    def entry_of(self, ptr: int) -> int:
+        """The index of the send entry at address `ptr` (what `sendmmsg` was handed)."""
+        return (ptr - self.shdr_addr) // HDR_SIZE
 
     def segment_size(self, i: int) -> int:
         """The GRO segment size of receive entry `i` (0: one plain datagram)."""

@@ -31,10 +31,25 @@ from array import array
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from itertools import groupby
 from typing import Any
 
 from . import mmsg
+from .forwarding import (
+    HEAD_FORWARD,
+    HEAD_MASK,
+    MIN_FORWARD,
+    Route,
+    all_forwardable,
+    cut_runs,
+    forwardable,
+    from_pinned,
+    interleaved,
+    may_route,
+    plan_by_stream,
+    source_key,
+    stream_runs,
+    takes_from,
+)
 from .kernel import KernelForwarder
 from .moderation import Moderation, hold_from_env
 from .nft import Nft
@@ -376,27 +391,13 @@ class UDXSocket:
             for d in out:
                 self._sendto(d, addr)
             return
-        i = 0
-        n = len(out)
-        while i < n:
-            seg = len(out[i])
-            k = i + 1
-            total = seg
-            limit = min(n, i + mmsg.GSO_MAX_SEGMENTS)
-            while k < limit and total + len(out[k]) <= mmsg.GSO_MAX_BYTES:
-                ln = len(out[k])
-                if ln > seg:
-                    break
-                total += ln
-                k += 1
-                if ln < seg:
-                    break
-            if k - i < 2 or self._sendq or not io.gso:
-                for d in out[i:k]:
+        lens = [len(d) for d in out]
+        for x, y in cut_runs(lens, mmsg.GSO_MAX_SEGMENTS, mmsg.GSO_MAX_BYTES):
+            if y - x < 2 or self._sendq or not io.gso:
+                for d in out[x:y]:
                     self._sendto(d, addr)
             else:
-                self._send_segmented(out[i:k], seg, addr)
-            i = k
+                self._send_segmented(out[x:y], lens[x], addr)
 
     def _send_segmented(self, run: Sequence[bytes | bytearray | memoryview], seg: int, addr: Address) -> None:
         st = self.stats
@@ -499,8 +500,6 @@ class UDXSocket:
         io = self._mmsg
         assert io is not None
         st = self.stats
-        lens = io.lens
-        rq = io.rhdr_q
         got = 0
         merged = False
         for _ in range(RECV_ROUNDS):
@@ -512,12 +511,13 @@ class UDXSocket:
             got += count
             st.reads += 1
             st.received_packets += count
-            st.received_bytes += sum(lens[14 : count * 16 : 16])
-            if io.gro and any(rq[5 : count * 8 : 8]):
+            lens = io.received(count)
+            st.received_bytes += sum(lens)
+            if io.gro and io.coalesced(count):
                 merged = True
-                self._batch_per_slot(io, count)
+                self._batch_per_slot(io, count, lens)
             else:
-                self._batch_by_runs(io, count)
+                self._batch_by_runs(io, count, lens)
             if self._dirty:
                 self._flush_dirty()  # ACK what this batch delivered before reading more
             if count < io.batch:
@@ -567,390 +567,205 @@ class UDXSocket:
                     self.loop.add_reader(self._sock.fileno(), self._on_readable_mmsg)
                     self._reading = True
 
-    def _batch_by_runs(self, io: mmsg.BatchIO, count: int) -> None:
+    def _batch_by_runs(self, io: mmsg.BatchIO, count: int, lens: list[int]) -> None:
         """Forward a batch of plain datagrams run by run.
 
-        A run is consecutive datagrams with one stream id. For a relayed stream whose route is
-        on this socket, the checks (magic/version, no DESTROY, at least a header, from the
-        stream's peer) and the id rewrite are slice operations over the whole run; the run
-        goes out as segmented entries pointing into the per-slot iovec table (whose lengths
-        were copied in with one slice assignment). Anything else is taken datagram by
-        datagram by `_handle`, after what is already prepared has been sent, so nothing for
-        one destination overtakes what came before it.
+        A run is consecutive datagrams with one stream id (`forwarding.stream_runs`). For a
+        relayed stream whose route is on this socket, the checks (`all_forwardable`,
+        `from_pinned`) and the id rewrite are slice operations over the whole run; the run
+        goes out as segmented entries pointing into the per-slot iovec table. Anything else is
+        taken datagram by datagram by `_handle`, after what is already prepared has been sent,
+        so nothing for one destination overtakes what came before it.
         """
+        ids = io.ids(0, count)
+        if interleaved(ids) and self._forward_by_stream(io, count, ids, lens):
+            return
         streams = self.udx.streams
         st = self.stats
-        u32 = io.u32
-        nq = io.names_q
-        size = io.size
-        words = size >> 2
-        shdr_q = io.shdr_q
-        sctl16 = io.sctl16
-        targets = io.targets
-        fiov_addr = io.fiov_addr
         cap = io.batch
-        v6 = self.family == _socket.AF_INET6
-        gso = io.gso
-        ctl_len = mmsg.SCTL_LEN
-        lens_v = io.lens[14 : count * 16 : 16]
-        lens_l = lens_v.tolist()
-        io.fiov32[2 : count * 4 : 4] = lens_v
-        ids = u32[1 : count * words : words].tolist()
-        if ids.count(ids[0]) != count and self._forward_by_stream(io, count, ids, lens_l):
-            return
-        j = 0
-        fw_pkts = 0
-        fw_bytes = 0
-        seg_sends = 0
-        seg_dgrams = 0
-        i = 0
-        for sid, group in groupby(ids):
-            k = len(list(group))
-            end = i + k
+        limit = io.max_segments
+        j = fw_pkts = fw_bytes = seg_sends = seg_dgrams = 0
+        for sid, i, end in stream_runs(ids):
             s = streams.get(sid)
             r = s.route if s is not None else None
-            ok = r is not None and r.sock is self
-            if ok:
-                assert r is not None
-                heads = u32[i * words : end * words : words].tolist()
-                h0 = heads[0]
-                run_lens = lens_l[i:end]
-                ok = (
-                    h0 & 0x10FFFF == 0x01FF
-                    and (heads.count(h0) == k or all(h & 0x10FFFF == 0x01FF for h in heads))
-                    and min(run_lens) >= 20
-                    and nq[i * 4 : end * 4 : 4].tolist().count(r.src0) == k
-                    and (
-                        not v6
-                        or (
-                            nq[i * 4 + 1 : end * 4 : 4].tolist().count(r.src1) == k
-                            and nq[i * 4 + 2 : end * 4 : 4].tolist().count(r.src2) == k
-                        )
-                    )
-                )
-            if not ok:
+            run_lens = lens[i:end]
+            if (
+                r is None
+                or r.sock is not self
+                or not all_forwardable(io.heads(i, end), run_lens)
+                or not from_pinned(r, *io.sources(i, end))
+            ):
                 if j:
                     self._flush_batch(io, j, fw_pkts, fw_bytes, seg_sends, seg_dgrams)
                     j = fw_pkts = fw_bytes = seg_sends = seg_dgrams = 0
                 mv = io.mv
+                size = io.size
                 for x in range(i, end):
-                    n = lens_l[x]
+                    n = lens[x]
                     try:
                         self._handle(mv[x * size : x * size + n], n, x)
                     except Exception:
                         st.callback_errors += 1
                         st.drop("error")
                         log.exception("udx: error while handling a datagram")
-                i = end
                 continue
-            assert r is not None
-            u32[i * words + 1 : end * words : words] = array("I", (r.rid,)) * k
-            fw_pkts += k
+            io.set_ids(i, end, r.rid)
+            fw_pkts += end - i
             fw_bytes += sum(run_lens)
             sa = r.sa
             target = r.target
-            seg = run_lens[0]
-            if gso and k > 1 and (run_lens.count(seg) == k or (run_lens.count(seg) == k - 1 and run_lens[-1] < seg)):
-                per = min(mmsg.GSO_MAX_SEGMENTS, mmsg.GSO_MAX_BYTES // seg)
-                for start in range(i, end, per):
-                    cnt = min(per, end - start)
-                    e8 = j * 8
-                    shdr_q[e8] = sa
-                    shdr_q[e8 + 2] = fiov_addr + start * 16
-                    shdr_q[e8 + 3] = cnt
-                    if cnt > 1:
-                        shdr_q[e8 + 5] = ctl_len
-                        sctl16[j * 12 + 8] = seg
-                        seg_sends += 1
-                        seg_dgrams += cnt
-                    else:
-                        shdr_q[e8 + 5] = 0
-                    targets[j] = target
-                    j += 1
-                    if j >= cap:
-                        self._flush_batch(io, j, fw_pkts, fw_bytes, seg_sends, seg_dgrams)
-                        j = fw_pkts = fw_bytes = seg_sends = seg_dgrams = 0
-            else:  # mixed sizes or no GSO: sub-runs of one size (the last one may be shorter)
-                x = i
-                limit = mmsg.GSO_MAX_SEGMENTS if gso else 1
-                while x < end:
-                    seg = lens_l[x]
-                    y = x + 1
-                    total = seg
-                    while y < end and y - x < limit and total + lens_l[y] <= mmsg.GSO_MAX_BYTES:
-                        ln = lens_l[y]
-                        if ln > seg:
-                            break
-                        total += ln
-                        y += 1
-                        if ln < seg:
-                            break
-                    e8 = j * 8
-                    shdr_q[e8] = sa
-                    shdr_q[e8 + 2] = fiov_addr + x * 16
-                    shdr_q[e8 + 3] = y - x
-                    if y - x > 1:
-                        shdr_q[e8 + 5] = ctl_len
-                        sctl16[j * 12 + 8] = seg
-                        seg_sends += 1
-                        seg_dgrams += y - x
-                    else:
-                        shdr_q[e8 + 5] = 0
-                    targets[j] = target
-                    j += 1
-                    if j >= cap:
-                        self._flush_batch(io, j, fw_pkts, fw_bytes, seg_sends, seg_dgrams)
-                        j = fw_pkts = fw_bytes = seg_sends = seg_dgrams = 0
-                    x = y
+            for x, y in cut_runs(run_lens, limit, mmsg.GSO_MAX_BYTES):
+                n = y - x
+                io.put_slots(j, sa, target, i + x, n, run_lens[x])
+                if n > 1:
+                    seg_sends += 1
+                    seg_dgrams += n
+                j += 1
+                if j >= cap:
+                    self._flush_batch(io, j, fw_pkts, fw_bytes, seg_sends, seg_dgrams)
+                    j = fw_pkts = fw_bytes = seg_sends = seg_dgrams = 0
             r.gen = -1  # the per-slot path must not extend an entry of this batch
-            i = end
         if j:
             self._flush_batch(io, j, fw_pkts, fw_bytes, seg_sends, seg_dgrams)
 
-    def _forward_by_stream(self, io: mmsg.BatchIO, count: int, ids: list[int], lens_l: list[int]) -> bool:
+    def _forward_by_stream(self, io: mmsg.BatchIO, count: int, ids: list[int], lens: list[int]) -> bool:
         """Forward a batch whose streams interleave (A's data between D's ACKs, many pairs)
-        stream by stream.
+        stream by stream (`forwarding.plan_by_stream`).
 
-        Each stream's datagrams keep their order; only the interleaving between streams (which
-        go to different peers) is given up, so each stream's run leaves as long segmented
-        entries instead of being cut at every datagram of another stream. Only when every
-        datagram of the batch is a fast-path one (relayed stream, route on this socket, from
-        its peer, no DESTROY, at least a header): otherwise returns False before touching
-        anything and the caller takes the batch in arrival order. The checks run over the
-        whole batch at once (one list per field), the work per stream is one lookup.
+        Only when every datagram of the batch is a fast-path one (relayed stream, route on
+        this socket, from its peer, no DESTROY, at least a header): otherwise returns False
+        before touching anything and the caller takes the batch in arrival order. The checks
+        run over the whole batch at once (one list per field), the work per stream is one lookup.
         """
-        u32 = io.u32
-        nq = io.names_q
-        words = io.size >> 2
-        if min(lens_l) < 20:
-            return False
-        heads = u32[0 : count * words : words].tolist()
-        h0 = heads[0]
-        if h0 & 0x10FFFF != 0x01FF or (
-            heads.count(h0) != count and not all(h & 0x10FFFF == 0x01FF for h in set(heads))
-        ):
+        if not all_forwardable(io.heads(0, count), lens):
             return False
         streams = self.udx.streams
-        routes: dict[int, _Route] = {}
+        routes: dict[int, Route] = {}
         for sid in set(ids):
-            st = streams.get(sid)
-            r = st.route if st is not None else None
+            s = streams.get(sid)
+            r = s.route if s is not None else None
             if r is None or r.sock is not self:
                 return False
             routes[sid] = r
         per = [routes[sid] for sid in ids]
-        if [r.src0 for r in per] != nq[0 : count * 4 : 4].tolist():
+        src0, src1, src2 = io.sources(0, count)
+        if [r.src0 for r in per] != src0:
             return False
-        if self.family == _socket.AF_INET6 and (
-            [r.src1 for r in per] != nq[1 : count * 4 : 4].tolist()
-            or [r.src2 for r in per] != nq[2 : count * 4 : 4].tolist()
-        ):
+        if src1 is not None and ([r.src1 for r in per] != src1 or [r.src2 for r in per] != src2):
             return False
-        order = sorted(range(count), key=ids.__getitem__)  # stable: arrival order per stream
-        plan = [(routes[sid], list(g)) for sid, g in groupby(order, key=ids.__getitem__)]
-        self._forward_plan(io, plan, lens_l)
+        self._forward_plan(io, [(routes[sid], slots) for sid, slots in plan_by_stream(ids)], lens)
         return True
 
-    def _forward_plan(self, io: mmsg.BatchIO, plan: list[tuple[_Route, list[int]]], lens_l: list[int]) -> None:
+    def _forward_plan(self, io: mmsg.BatchIO, plan: list[tuple[Route, list[int]]], lens: list[int]) -> None:
         """Send checked per-stream runs (route, receive slots in order): ids rewritten, equal-size
-        sub-runs as segmented entries (iovecs gathered into the entry's own iovec slots when
-        the run is not contiguous in the receive buffer)."""
-        u32 = io.u32
-        size = io.size
-        words = size >> 2
-        shdr_q = io.shdr_q
-        siov_q = io.siov_q
-        sctl16 = io.sctl16
-        targets = io.targets
-        fiov_addr = io.fiov_addr
-        siov_addr = io.siov_addr
-        rbuf_addr = io.rbuf_addr
+        sub-runs as segmented entries (gathered through the entry's own iovecs when the run
+        is not contiguous in the receive buffer)."""
         cap = io.batch
-        iov_stride = mmsg.GSO_MAX_SEGMENTS * 2
-        ctl_len = mmsg.SCTL_LEN
+        limit = io.max_segments
         max_bytes = mmsg.GSO_MAX_BYTES
-        limit = mmsg.GSO_MAX_SEGMENTS if io.gso else 1
         j = fw_pkts = fw_bytes = seg_sends = seg_dgrams = 0
         for r, slots in plan:
             k = len(slots)
             first = slots[0]
-            rid = r.rid
             sa = r.sa
             target = r.target
             r.gen = -1
-            if k == 1:  # one datagram: no run to cut
-                n = lens_l[first]
-                u32[first * words + 1] = rid
-                e8 = j * 8
-                shdr_q[e8] = sa
-                shdr_q[e8 + 2] = fiov_addr + first * 16
-                shdr_q[e8 + 3] = 1
-                shdr_q[e8 + 5] = 0
-                targets[j] = target
-                j += 1
-                fw_pkts += 1
-                fw_bytes += n
-                if j >= cap:
-                    self._flush_batch(io, j, fw_pkts, fw_bytes, seg_sends, seg_dgrams)
-                    j = fw_pkts = fw_bytes = seg_sends = seg_dgrams = 0
-                continue
-            glens = [lens_l[x] for x in slots]
             contiguous = slots[-1] - first == k - 1
-            if contiguous:
-                u32[first * words + 1 : (first + k) * words : words] = array("I", (rid,)) * k
-            else:
-                for x in slots:
-                    u32[x * words + 1] = rid
-            fw_pkts += k
+            glens = lens[first : first + k] if contiguous else [lens[x] for x in slots]
+            fw_pkts += k  # counted before a full batch may be flushed on the way
             fw_bytes += sum(glens)
-            x = 0
-            while x < k:
-                seg = glens[x]
-                y = min(k, x + limit, x + max_bytes // seg)
-                if glens[x:y].count(seg) != y - x:  # sizes differ: up to the first other size
-                    z = x + 1
-                    while z < y and glens[z] == seg:
-                        z += 1
-                    y = z + 1 if z < y and glens[z] < seg else z  # a shorter one may end it
-                e8 = j * 8
-                shdr_q[e8] = sa
-                n = y - x
-                if contiguous:
-                    shdr_q[e8 + 2] = fiov_addr + (first + x) * 16
-                elif n <= 4:
-                    b = j * iov_stride
-                    for q in range(x, y):
-                        siov_q[b] = rbuf_addr + slots[q] * size
-                        siov_q[b + 1] = glens[q]
-                        b += 2
-                    shdr_q[e8 + 2] = siov_addr + j * iov_stride * 8
-                else:
-                    b = j * iov_stride
-                    siov_q[b : b + 2 * n : 2] = array("Q", [rbuf_addr + q * size for q in slots[x:y]])
-                    siov_q[b + 1 : b + 2 * n : 2] = array("Q", glens[x:y])
-                    shdr_q[e8 + 2] = siov_addr + b * 8
-                shdr_q[e8 + 3] = n
-                if n > 1:
-                    shdr_q[e8 + 5] = ctl_len
-                    sctl16[j * 12 + 8] = seg
-                    seg_sends += 1
-                    seg_dgrams += n
-                else:
-                    shdr_q[e8 + 5] = 0
-                targets[j] = target
-                j += 1
-                if j >= cap:
-                    self._flush_batch(io, j, fw_pkts, fw_bytes, seg_sends, seg_dgrams)
-                    j = fw_pkts = fw_bytes = seg_sends = seg_dgrams = 0
-                x = y
+            if contiguous:  # as they lie in the receive buffer
+                io.set_ids(first, first + k, r.rid)
+                for x, y in cut_runs(glens, limit, max_bytes):
+                    n = y - x
+                    io.put_slots(j, sa, target, first + x, n, glens[x])
+                    if n > 1:
+                        seg_sends += 1
+                        seg_dgrams += n
+                    j += 1
+                    if j >= cap:
+                        self._flush_batch(io, j, fw_pkts, fw_bytes, seg_sends, seg_dgrams)
+                        j = fw_pkts = fw_bytes = seg_sends = seg_dgrams = 0
+            else:
+                rid = r.rid
+                for x in slots:
+                    io.set_ids(x, x + 1, rid)
+                for x, y in cut_runs(glens, limit, max_bytes):
+                    n = y - x
+                    io.put_gather(j, sa, target, slots[x:y], glens[x:y], glens[x])
+                    if n > 1:
+                        seg_sends += 1
+                        seg_dgrams += n
+                    j += 1
+                    if j >= cap:
+                        self._flush_batch(io, j, fw_pkts, fw_bytes, seg_sends, seg_dgrams)
+                        j = fw_pkts = fw_bytes = seg_sends = seg_dgrams = 0
         if j:
             self._flush_batch(io, j, fw_pkts, fw_bytes, seg_sends, seg_dgrams)
 
-    def _batch_per_slot(self, io: mmsg.BatchIO, count: int) -> None:
+    def _batch_per_slot(self, io: mmsg.BatchIO, count: int, lens: list[int]) -> None:
         """Forward a batch that holds GRO-coalesced buffers, slot by slot.
 
-        Per forwarded packet: one word test (magic, version, no DESTROY), one dict lookup,
-        one source-address word test, one in-place id store and a few stores into the
-        prepared `sendmmsg` vectors (iovec base and length pointing into the receive buffer).
-        With GSO, a packet of the same size as the open run of its route (one destination)
-        joins that run's entry instead of getting its own. A coalesced buffer goes to
-        `_forward_coalesced`.
+        Per forwarded packet: one word test (`forwarding.forwardable`), one dict lookup, one
+        source-address test, one in-place id store and one send entry (or, with GSO, a packet
+        of the same size as the open run of its route joins that run's entry instead). A
+        coalesced buffer goes to `_forward_coalesced`.
         """
         streams = self.udx.streams
         st = self.stats
         mv = io.mv
-        u32 = io.u32
-        lens = io.lens
-        rq = io.rhdr_q
-        nq = io.names_q
+        u32 = io.u32  # the datagrams' own words: the header's first word and the stream id
         size = io.size
         words = size >> 2
-        siov_q = io.siov_q
-        shdr_q = io.shdr_q
-        sctl16 = io.sctl16
-        targets = io.targets
-        rbuf_addr = io.rbuf_addr
-        siov_addr = io.siov_addr
         cap = io.batch
         v6 = self.family == _socket.AF_INET6
-        iov_stride = mmsg.GSO_MAX_SEGMENTS * 2
         max_bytes = mmsg.GSO_MAX_BYTES
-        ctl_len = mmsg.SCTL_LEN
-        gro = io.gro
         maxseg = io.max_segments
         gen = io.gen
-        gro = io.gro
-        maxseg = io.max_segments
-        gen = io.gen
-        j = 0
-        fw_pkts = 0
-        fw_bytes = 0
+        j = fw_pkts = fw_bytes = 0
         for i in range(count):
-            n = lens[i * 16 + 14]
-            if gro and rq[i * 8 + 5]:
-                g = io.segment_size(i)
-                if 0 < g < n:
-                    j, p, nb = self._forward_coalesced(io, i, n, g, j)
-                    fw_pkts += p
-                    fw_bytes += nb
+            n = lens[i]
+            g = io.segment_size(i)
+            if 0 < g < n:
+                j, p, nb = self._forward_coalesced(io, i, n, g, j)
+                fw_pkts += p
+                fw_bytes += nb
+                if j >= cap:
+                    self._flush_batch(io, j, fw_pkts, fw_bytes)
+                    j = fw_pkts = fw_bytes = 0
+                gen = io.gen
+                maxseg = io.max_segments
+                continue
+            w = i * words
+            s = streams.get(u32[w + 1])
+            r = s.route if s is not None else None
+            if r is not None and r.sock is self and n >= MIN_FORWARD and u32[w] & HEAD_MASK == HEAD_FORWARD:
+                src = io.source(i)
+                if src[0] == r.src0 and (not v6 or (src[1] == r.src1 and src[2] == r.src2)):
+                    u32[w + 1] = r.rid
+                    k = r.k
+                    if r.gen == gen and n <= r.seg and k < maxseg and r.nbytes + n <= max_bytes:
+                        io.extend(r.entry, k, i * size, n, r.seg)
+                        r.k = k + 1
+                        r.nbytes += n
+                        if n < r.seg:
+                            r.seg = 0  # a shorter datagram ends the run
+                    else:
+                        io.put_span(j, r.sa, r.target, i * size, n)
+                        r.entry = j
+                        r.seg = n
+                        r.k = 1
+                        r.nbytes = n
+                        r.gen = gen
+                        j += 1
+                    fw_pkts += 1
+                    fw_bytes += n
                     if j >= cap:
                         self._flush_batch(io, j, fw_pkts, fw_bytes)
                         j = fw_pkts = fw_bytes = 0
-                    gen = io.gen
-                    maxseg = io.max_segments
+                        gen = io.gen
+                        maxseg = io.max_segments
                     continue
-            w = i * words
-            if n >= 20 and u32[w] & 0x10FFFF == 0x01FF:  # ff 01, DESTROY bit clear
-                s = streams.get(u32[w + 1])
-                if s is not None:
-                    r = s.route
-                    b = i * 4
-                    if (
-                        r is not None
-                        and r.sock is self
-                        and nq[b] == r.src0
-                        and (not v6 or (nq[b + 1] == r.src1 and nq[b + 2] == r.src2))
-                    ):
-                        u32[w + 1] = r.rid
-                        base = rbuf_addr + i * size
-                        k = r.k
-                        if r.gen == gen and n <= r.seg and k < maxseg and r.nbytes + n <= max_bytes:
-                            e = r.entry
-                            x = e * iov_stride + 2 * k
-                            siov_q[x] = base
-                            siov_q[x + 1] = n
-                            k += 1
-                            shdr_q[e * 8 + 3] = k
-                            if k == 2:
-                                shdr_q[e * 8 + 5] = ctl_len
-                                sctl16[e * 12 + 8] = r.seg
-                            r.k = k
-                            r.nbytes += n
-                            if n < r.seg:
-                                r.seg = 0  # a shorter datagram ends the run
-                        else:
-                            x = j * iov_stride
-                            siov_q[x] = base
-                            siov_q[x + 1] = n
-                            shdr_q[j * 8] = r.sa
-                            shdr_q[j * 8 + 2] = siov_addr + j * iov_stride * 8
-                            shdr_q[j * 8 + 3] = 1
-                            shdr_q[j * 8 + 5] = 0
-                            targets[j] = r.target
-                            r.entry = j
-                            r.seg = n
-                            r.k = 1
-                            r.nbytes = n
-                            r.gen = gen
-                            j += 1
-                        fw_pkts += 1
-                        fw_bytes += n
-                        if j >= cap:
-                            self._flush_batch(io, j, fw_pkts, fw_bytes)
-                            j = fw_pkts = fw_bytes = 0
-                            gen = io.gen
-                            maxseg = io.max_segments
-                        continue
             try:
                 self._handle(mv[i * size : i * size + n], n, i)
             except Exception:
@@ -978,7 +793,8 @@ class UDXSocket:
         off0 = i * size
         u32 = io.u32
         last = n - (nseg - 1) * g
-        if g & 3 == 0 and g >= 20 and last >= 20 and io.gso and n <= mmsg.GSO_MAX_BYTES:
+        src0, src1, src2 = io.sources(i, i + 1)
+        if g & 3 == 0 and g >= MIN_FORWARD and last >= MIN_FORWARD and io.gso and n <= mmsg.GSO_MAX_BYTES:
             gw = g >> 2
             w = i * (size >> 2)
             stop = w + (nseg - 1) * gw + 2
@@ -991,20 +807,11 @@ class UDXSocket:
                 r is not None
                 and r.sock is self
                 and ids.count(sid) == nseg
-                and all(h & 0x10FFFF == 0x01FF for h in heads)
-                and self._from_route_source(io, i, r)
+                and all_forwardable(heads, [g])
+                and from_pinned(r, src0, src1, src2)
             ):
                 u32[w + 1 : stop : gw] = array("I", [r.rid]) * nseg
-                x = j * mmsg.GSO_MAX_SEGMENTS * 2
-                io.siov_q[x] = io.rbuf_addr + off0
-                io.siov_q[x + 1] = n
-                q = io.shdr_q
-                q[j * 8] = r.sa
-                q[j * 8 + 2] = io.siov_addr + x * 8
-                q[j * 8 + 3] = 1
-                q[j * 8 + 5] = mmsg.SCTL_LEN
-                io.sctl16[j * 12 + 8] = g
-                io.targets[j] = r.target
+                io.put_span(j, r.sa, r.target, off0, n, g)
                 r.gen = -1  # nothing joins a coalesced entry
                 return j + 1, nseg, n
         mv = io.mv
@@ -1012,20 +819,12 @@ class UDXSocket:
         for off in range(off0, off0 + n, g):
             ln = min(g, off0 + n - off)
             seg = mv[off : off + ln]
-            if ln >= 20 and seg[0] == 0xFF and seg[1] == 0x01 and not seg[2] & DESTROY:
+            if ln >= MIN_FORWARD and forwardable(_u32.unpack_from(seg, 0)[0], ln):
                 s = self.udx.streams.get(_u32.unpack_from(seg, 4)[0])
                 r = s.route if s is not None else None
-                if r is not None and r.sock is self and self._from_route_source(io, i, r):
+                if r is not None and r.sock is self and from_pinned(r, src0, src1, src2):
                     seg[4:8] = _u32.pack(r.rid)
-                    x = j * mmsg.GSO_MAX_SEGMENTS * 2
-                    io.siov_q[x] = io.rbuf_addr + off
-                    io.siov_q[x + 1] = ln
-                    q = io.shdr_q
-                    q[j * 8] = r.sa
-                    q[j * 8 + 2] = io.siov_addr + x * 8
-                    q[j * 8 + 3] = 1
-                    q[j * 8 + 5] = 0
-                    io.targets[j] = r.target
+                    io.put_span(j, r.sa, r.target, off, ln)
                     r.gen = -1
                     j += 1
                     pkts += 1
@@ -1038,13 +837,6 @@ class UDXSocket:
                 st.drop("error")
                 log.exception("udx: error while handling a datagram")
         return j, pkts, nbytes
-
-    def _from_route_source(self, io: mmsg.BatchIO, i: int, r: _Route) -> bool:
-        nq = io.names_q
-        b = i * 4
-        if nq[b] != r.src0:
-            return False
-        return self.family != _socket.AF_INET6 or (nq[b + 1] == r.src1 and nq[b + 2] == r.src2)
 
     def _flush_batch(
         self, io: mmsg.BatchIO, count: int, datagrams: int, nbytes: int, seg_sends: int = -1, seg_datagrams: int = 0
@@ -1145,43 +937,6 @@ class UDXSocket:
             s.send_pending(now)
 
 
-class _Route:
-    """The fast path's view of one relayed direction while both streams sit on one batching
-    socket: packets for `source` from its peer go to `target`'s peer with `rid` as their id.
-    `entry`/`seg`/`k`/`nbytes`/`gen` describe the open GSO run of the current send batch."""
-
-    __slots__ = (
-        "entry",
-        "gen",
-        "k",
-        "nbytes",
-        "rid",
-        "sa",
-        "sa_buf",
-        "seg",
-        "sock",
-        "src0",
-        "src1",
-        "src2",
-        "target",
-    )
-
-    def __init__(
-        self, rid: int, sa: int, sa_buf: bytearray, target: UDXStream, sock: UDXSocket, src: tuple[int, int, int]
-    ) -> None:
-        self.rid = rid
-        self.sa = sa
-        self.sa_buf = sa_buf  # keeps the sockaddr `sa` points at alive while entries use it
-        self.target = target
-        self.sock = sock
-        self.src0, self.src1, self.src2 = src
-        self.entry = 0
-        self.seg = 0
-        self.k = 0
-        self.nbytes = 0
-        self.gen = -1
-
-
 def _now() -> float:
     """The relay's one clock: the running event loop's (timers are scheduled on it too)."""
     return asyncio.get_running_loop().time()
@@ -1270,7 +1025,7 @@ class UDXStream:
         self._src_key = (0, 0, 0)
         #: (partner's remote id, its sockaddr pointer, partner, socket) while both relay
         #: streams sit on one batching socket: the forwarding fast path reads only this
-        self.route: _Route | None = None
+        self.route: Route | None = None
         self.closed = False
         self._finished = False
         self.error: UDXError | None = None
@@ -1399,7 +1154,7 @@ class UDXStream:
         self._sa = mmsg.sockaddr(sock.family, addr[0], addr[1])
         self._sa_addr = mmsg.address_of(self._sa)
         self._sa_len = len(self._sa)
-        self._src_key = mmsg.source_key(self._sa)
+        self._src_key = source_key(self._sa)
 
     def relay_to(self, destination: UDXStream) -> None:
         """Forward every packet this stream receives to `destination`'s peer, id rewritten."""
@@ -1519,13 +1274,13 @@ class UDXStream:
         partner's peer; once both streams sit on one batching socket the fast path gets a
         route and takes the next ones. A DESTROY passing through closes both streams.
         """
-        if addr != self._remote_addr:
+        if not takes_from(self._remote_addr, addr):
             arrival.stats.drop("wrong_address")
             return
         t = self._relay
         assert t is not None
         if t.pass_on(buf, arrival) and self._socket is arrival and t.socket is arrival:
-            if arrival.batching and not arrival.backlogged:
+            if may_route(True, arrival.batching, arrival.backlogged):
                 self.route = t.route_from(self._src_key, arrival)
             if arrival.kernel is not None and not buf[2] & DESTROY:
                 arrival.kernel.offer(self, t)
@@ -1551,9 +1306,9 @@ class UDXStream:
             st.drop("relay_unconnected")
         return False
 
-    def route_from(self, src_key: tuple[int, int, int], sock: UDXSocket) -> _Route:
+    def route_from(self, src_key: tuple[int, int, int], sock: UDXSocket) -> Route:
         """The fast path's route to this stream's peer for datagrams from the source `src_key`."""
-        return _Route(self._core.remote_id, self._sa_addr, self._sa, self, sock, src_key)
+        return Route(self._core.remote_id, self._sa_addr, self._sa, self, sock, src_key)
 
     def unregister_now(self) -> None:
         """At UDX.close: a lingering stream stops lingering and leaves the id table now."""

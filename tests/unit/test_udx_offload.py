@@ -167,8 +167,8 @@ async def test_udx_gso_refused_by_the_kernel_falls_back_and_counts_it() -> None:
     refused: list[int] = []
 
     def no_gso(fd: int, hdr: ctypes.c_void_p, n: int, flags: int) -> int:
-        first = ((hdr.value or 0) - io.shdr_addr) // mmsg.HDR_SIZE
-        if io.shdr_q[first * 8 + 5]:  # this entry carries UDP_SEGMENT
+        first = io.entry_of(hdr.value or 0)
+        if io.segmented(first):  # this entry carries UDP_SEGMENT
             refused.append(first)
             ctypes.set_errno(errno.EIO)
             return -1
