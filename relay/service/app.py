@@ -44,6 +44,7 @@ from relay.blindrelay import (
 )
 from relay.dht import Connection, DHTError, DHTNode, HyperDHTServer
 from relay.dht.connection import KEEP_ALIVE
+from relay.dhtprom import ScraperConfig
 from relay.keys import KeyPair, encode_id
 from relay.secretstream import Closed, Ended, FrameTooLarge, Message, SecretStreamError
 from relay.service.limits import (
@@ -58,8 +59,9 @@ from relay.service.limits import (
     LimitCounters,
     Limits,
 )
-from relay.service.metrics import MetricsError, MetricsServer
+from relay.service.metrics import MetricsError, MetricsServer, build_registry, render_metrics
 from relay.service.runtime import remove_runtime, write_runtime
+from relay.service.scraper import ScraperLink
 from relay.udx import UDX, UDXSocket, UDXStream
 from relay.udx.kernel import KernelUnavailable
 
@@ -100,6 +102,8 @@ class RelayConfig:
     limits: Limits = field(default_factory=Limits)
     kernel_forwarding: bool = False
     """Forward established pairs in the kernel (nftables, needs CAP_NET_ADMIN); off if it cannot be."""
+    scraper: ScraperConfig | None = None
+    """`--scraper-*`: register with a dht-prometheus scraper over the DHT and serve it metrics."""
 
 
 @dataclass
@@ -146,6 +150,7 @@ class RelayApp:
         self.kernel_error: str | None = None
         self.node: DHTNode | None = None
         self.server: HyperDHTServer | None = None
+        self.scraper: ScraperLink | None = None
         lim = config.limits
         self.blind = BlindRelayServer(
             allocate_stream_id=self.udx.random_id,
@@ -231,6 +236,10 @@ class RelayApp:
         except (TimeoutError, DHTError) as e:
             raise RelayStartError(f"cannot announce the relay key on the DHT: {e or 'timed out'}") from e
         self._tick()
+        if cfg.scraper is not None:
+            registry = self.metrics.registry if self.metrics is not None else build_registry(self.snapshot)
+            self.scraper = ScraperLink(self.node, cfg.scraper, lambda: render_metrics(registry))
+            self.scraper.start()
         log.info(
             "dht ready" if self.node.bootstrapped else "dht not joined yet, listening anyway",
             extra={
@@ -258,6 +267,8 @@ class RelayApp:
             self._ticker.cancel()
         self.blind.close()
         self._pump()
+        if self.scraper is not None:
+            await self.scraper.close()
         if self.server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.server.close(), 5)
@@ -562,6 +573,7 @@ class RelayApp:
             "capacity": self._capacity(),
             "limits": {"config": self.config.limits.as_dict(), "rejected": rejected},
             "allow_list": None if self.config.allow is None else len(self.config.allow),
+            **({"scraper": self.scraper.snapshot()} if self.scraper is not None else {}),
         }
 
 

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -162,14 +163,77 @@ class RelayCollector(Collector):
         info.add_metric([str(s.get("key", "")), str(s.get("version", ""))], 1)
         yield info
         yield GaugeMetricFamily("blind_relay_uptime_seconds", "Seconds since start", value=s.get("uptime_seconds", 0))
+        scraper = s.get("scraper")
+        if isinstance(scraper, Mapping):
+            yield GaugeMetricFamily(
+                "blind_relay_scraper_registered",
+                "1 while the alias is registered with the DHT scraper (--scraper-public-key)",
+                value=1 if scraper.get("registered") else 0,
+            )
+            for name, key, doc in (
+                ("blind_relay_scraper_registrations", "registrations", "Alias registrations the scraper accepted"),
+                (
+                    "blind_relay_scraper_registration_failures",
+                    "registration_failures",
+                    "Registration attempts that failed",
+                ),
+                ("blind_relay_scraper_metrics_served", "metrics_served", "Metrics requests answered over the DHT"),
+                (
+                    "blind_relay_scraper_metrics_refused",
+                    "metrics_refused",
+                    "Metrics requests refused (over budget, bad)",
+                ),
+                (
+                    "blind_relay_scraper_connections_refused",
+                    "connections_refused",
+                    "Metrics connections refused (not the scraper's key, or too many)",
+                ),
+            ):
+                yield CounterMetricFamily(name, doc, value=scraper.get(key, 0))
+
+
+class InstrumentCollector(Collector):
+    """The process and DHT gauges hyper-instrument 3.2.1 adds beside blind-relay-service's, where
+    we have the same quantity: `process_pid`, `package_version`, hyperdht-stats' `dht_nr_nodes`,
+    `dht_is_firewalled` and its `udx_total_*` socket totals (ours count the relay's one socket)."""
+
+    def __init__(self, snapshot: SnapshotFn) -> None:
+        self._snapshot = snapshot
+
+    def collect(self) -> Iterator[Metric]:
+        s = self._snapshot()
+        yield GaugeMetricFamily("process_pid", "Process id on the operating system", value=s.get("pid", os.getpid()))
+        version = GaugeMetricFamily("package_version", "Package version", labels=["version"])
+        version.add_metric([str(s.get("version", ""))], 1)
+        yield version
+        dht = s.get("dht", {})
+        yield GaugeMetricFamily("dht_nr_nodes", "Nodes in the DHT routing table", value=dht.get("nodes", 0))
+        yield GaugeMetricFamily(
+            "dht_is_firewalled", "1 while the DHT sees this node as firewalled", value=1 if dht.get("firewalled") else 0
+        )
+        traffic = s.get("traffic", {})
+        for name, key, doc in (
+            ("udx_total_bytes_transmitted", "sent_bytes", "Bytes sent on the UDX socket"),
+            ("udx_total_packets_transmitted", "sent_packets", "Datagrams sent on the UDX socket"),
+            ("udx_total_bytes_received", "received_bytes", "Bytes received on the UDX socket"),
+            ("udx_total_packets_received", "received_packets", "Datagrams received on the UDX socket"),
+            ("udx_packets_dropped_total", "dropped_packets", "Datagrams dropped unread"),
+        ):
+            yield GaugeMetricFamily(name, doc, value=traffic.get(key, 0))
 
 
 def build_registry(snapshot: SnapshotFn) -> CollectorRegistry:
-    """A private registry: our collector plus prometheus_client's process metrics (RSS, CPU)."""
+    """A private registry: our collectors plus prometheus_client's process metrics (RSS, CPU)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(RelayCollector(snapshot))
+    registry.register(InstrumentCollector(snapshot))
     ProcessCollector(registry=registry)
     return registry
+
+
+def render_metrics(registry: CollectorRegistry) -> str:
+    """The Prometheus text of `registry` (what `GET /metrics` serves and the DHT scraper gets)."""
+    return generate_latest(registry).decode()
 
 
 def parse_address(text: str) -> tuple[str, int] | None:
@@ -195,7 +259,7 @@ class MetricsServer:
 
     def __init__(self, snapshot: SnapshotFn, host: str = DEFAULT_METRICS_HOST, port: int = DEFAULT_METRICS_PORT):
         self._snapshot = snapshot
-        self._registry = build_registry(snapshot)
+        self.registry = build_registry(snapshot)
         self.host = host
         self.port = port
         self._server: asyncio.Server | None = None
@@ -227,7 +291,7 @@ class MetricsServer:
         """(status, content type, body) for a GET of `path`."""
         route = path.split("?", 1)[0]
         if route == "/metrics":
-            return 200, "text/plain; version=0.0.4; charset=utf-8", generate_latest(self._registry)
+            return 200, "text/plain; version=0.0.4; charset=utf-8", generate_latest(self.registry)
         if route == "/stats":
             return 200, "application/json", json.dumps(self._snapshot(), sort_keys=True).encode() + b"\n"
         if route == "/":

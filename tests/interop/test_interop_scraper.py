@@ -1,0 +1,236 @@
+"""`--scraper-*` against the real npm hyperdht-prometheus-bridge 2.1.1 on a loopback testnet.
+
+The relay registers its alias with the bridge over the DHT, the bridge's HTTP endpoint serves
+the relay's samples (values as in /stats), a restarted bridge (that lost its targets file) and a
+restarted relay (new target key) are registered again, a wrong secret and a silent scraper cost
+the relay nothing but a counted, once-logged failure, and the Node reference relay
+(hyperdht + blind-relay + hyper-instrument 3.2.1) exports the same metric names.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from tests.interop._bridge import Bridge, parse_samples
+from tests.interop._relay_net import INTEROP, Testnet, run_peers
+from tests.interop._relay_proc import RelayProcess
+
+pytestmark = [pytest.mark.interop, pytest.mark.timeout(300)]
+
+T = TypeVar("T")
+# blind-relay-service's gauges (bin.mjs), served to the scraper by both relays
+SERVICE_GAUGES = {
+    f"blind_relay_{g}_{n}"
+    for g, names in (
+        ("sessions", ("accepted", "opened", "closed")),
+        ("pairings", ("requested", "matched", "cancelled", "pending", "active")),
+        ("streams", ("opened", "closed", "errors")),
+    )
+    for n in names
+}
+# what hyper-instrument adds that our relay provides too (same names, same meaning)
+INSTRUMENT_GAUGES = {
+    "process_pid",
+    "dht_nr_nodes",
+    "dht_is_firewalled",
+    "udx_total_bytes_transmitted",
+    "udx_total_packets_transmitted",
+    "udx_total_bytes_received",
+    "udx_total_packets_received",
+}
+
+
+def poll(what: str, fn: Callable[[], T | None], timeout: float = 90.0, every: float = 0.25) -> T:
+    """fn() until it returns something truthy; a generous timeout that names what never happened."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = fn()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for: {what}")
+        time.sleep(every)
+
+
+@pytest.fixture(scope="module")
+def testnet(node: str) -> Iterator[Testnet]:
+    with Testnet(node, size=4) as tn:
+        yield tn
+
+
+def bootstrap_port(tn: Testnet) -> int:
+    return int(tn.bootstrap.split(",")[0].rsplit(":", 1)[1])
+
+
+def scraped(bridge: Bridge, alias: str) -> str | None:
+    status, body = bridge.scrape(alias)
+    return body if status == 200 else None
+
+
+def names(text: str) -> set[str]:
+    return {k.split("{", 1)[0] for k in parse_samples(text)}
+
+
+def scraper_stats(relay: RelayProcess) -> dict[str, Any]:
+    return dict(relay.stats().get("scraper") or {})
+
+
+def test_interop_scraper_registers_serves_stats_and_reregisters_after_restarts(
+    node: str, testnet: Testnet, tmp_path: Path
+) -> None:
+    secret, seed = secrets.token_hex(32), secrets.token_hex(32)
+    targets = tmp_path / "targets.json"
+    bridge = Bridge(node, bootstrap_port(testnet), secret, seed, targets).start()
+    try:
+        assert bridge.key is not None
+        # the key in z32 (as the bridge prints it), the secret in hex: both spellings accepted
+        args = ("--scraper-public-key", bridge.key, "--scraper-secret", secret)
+        with RelayProcess(tmp_path / "store", *args, bootstrap=testnet.bootstrap) as relay:
+            relay.start()
+            assert relay.key is not None
+            alias = f"blind-relay-{relay.key}"
+            poll("the bridge serving our alias", lambda: scraped(bridge, alias))
+            first_target = scraper_stats(relay)["target"]
+            assert f"{alias}:{first_target}:" in "".join(bridge.targets_list())
+            assert bridge.targets_list()[0].endswith(":blind-relay")
+
+            peers = run_peers(node, testnet.bootstrap, relay.key, relay.port, pairs=1, size=50_000)
+            assert peers.all_ok, peers.stderr
+            before = relay.stats()
+            text = poll("a scrape", lambda: scraped(bridge, alias))
+            after = relay.stats()
+            samples = parse_samples(text)
+            assert SERVICE_GAUGES <= names(text), SERVICE_GAUGES - names(text)
+            for group in ("sessions", "pairings", "streams"):
+                for name, value in before[group].items():
+                    metric = f"blind_relay_{group}_{name}"
+                    if metric in SERVICE_GAUGES:
+                        lo, hi = sorted((value, after[group][name]))
+                        assert lo <= samples[metric] <= hi, (metric, value, samples[metric])
+            assert samples["blind_relay_sessions_accepted"] >= 2 and samples["blind_relay_pairings_matched"] >= 1
+            lo, hi = before["traffic"]["relayed_bytes"], after["traffic"]["relayed_bytes"]
+            assert lo > 0 and lo <= samples["blind_relay_relayed_bytes_total"] <= hi
+            assert samples["process_pid"] == relay.proc.pid  # type: ignore[union-attr]
+            assert samples["blind_relay_scraper_registered"] == 1
+
+            # the scraper restarts and lost its targets file: only our re-registration brings the alias back
+            bridge.stop(signal.SIGTERM)
+            targets.unlink()
+            bridge = Bridge(node, bootstrap_port(testnet), secret, seed, targets).start()
+            poll("the restarted bridge serving our alias again", lambda: scraped(bridge, alias))
+            assert scraper_stats(relay)["registrations"] >= 2
+            assert any(f"Alias request from" in m and alias in m for m in bridge.messages())
+            relay.terminate(signal.SIGTERM)
+            assert "Traceback" not in relay.stderr
+
+        # the relay restarts: a new target key, registered under the same alias
+        with RelayProcess(tmp_path / "store", *args, bootstrap=testnet.bootstrap) as relay:
+            relay.start()
+            second_target = poll("a registration", lambda: scraper_stats(relay).get("registered") and scraper_stats(relay)["target"])
+            assert second_target != first_target
+            poll("the alias pointing at the new target", lambda: f"{alias}:{second_target}:" in "".join(bridge.targets_list()))
+            poll("the bridge serving the restarted relay", lambda: scraped(bridge, alias))
+            assert relay.terminate(signal.SIGTERM) == 0
+            assert "Traceback" not in relay.stderr
+    finally:
+        bridge.stop()
+
+
+def test_interop_scraper_wrong_secret_is_counted_and_said_once(node: str, testnet: Testnet, tmp_path: Path) -> None:
+    secret, seed = secrets.token_hex(32), secrets.token_hex(32)
+    with Bridge(node, bootstrap_port(testnet), secret, seed, tmp_path / "targets.json") as bridge:
+        bridge.start()
+        assert bridge.key is not None
+        wrong = secrets.token_hex(32)
+        args = ("--scraper-public-key", bridge.key, "--scraper-secret", wrong, "--scraper-alias", "gpu-relay-1")
+        with RelayProcess(tmp_path / "store", *args, bootstrap=testnet.bootstrap) as relay:
+            relay.start()
+            st = poll("two refused registrations", lambda: (s := scraper_stats(relay))["registration_failures"] >= 2 and s)
+            assert st["registered"] is False and st["registrations"] == 0
+            assert "Unauthorised" in st["last_error"], relay.stderr[-6000:]
+            warned = [ln for ln in relay.stderr.splitlines() if "Unauthorised" in ln]
+            assert len(warned) == 1 and "--scraper-secret" in warned[0], relay.stderr
+            assert bridge.scrape("gpu-relay-1")[0] == 404
+            assert relay.terminate(signal.SIGTERM) == 0
+
+
+def test_interop_scraper_that_never_answers_costs_the_relay_nothing(
+    node: str, testnet: Testnet, tmp_path: Path
+) -> None:
+    silent = subprocess.Popen(
+        [node, "js/silent_scraper.js", json.dumps({"bootstrap": testnet.bootstrap.split(",")})],
+        cwd=INTEROP,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert silent.stdout is not None
+        key = json.loads(silent.stdout.readline())["key"]
+        args = ("--scraper-public-key", key, "--scraper-secret", secrets.token_hex(32))
+        with RelayProcess(tmp_path / "store", *args, bootstrap=testnet.bootstrap) as relay:
+            relay.start()
+            assert relay.key is not None
+            peers = run_peers(node, testnet.bootstrap, relay.key, relay.port, pairs=2, size=100_000)
+            assert peers.all_ok, peers.stderr
+            st = poll("a timed-out registration", lambda: (s := scraper_stats(relay))["registration_failures"] >= 1 and s)
+            assert st["registered"] is False and "in time" in st["last_error"]
+            assert relay.stats()["pairings"]["matched"] >= 2
+            assert relay.terminate(signal.SIGTERM) == 0
+            warned = [ln for ln in relay.stderr.splitlines() if "relay.scraper" in ln and "WARNING" in ln]
+            assert len(warned) == 1, relay.stderr
+            failures = st["registration_failures"]
+    finally:
+        assert silent.stdin is not None
+        silent.stdin.close()
+        silent.wait(20)
+        out = silent.stdout.read() if silent.stdout else ""
+    # one attempt at a time: the silent scraper saw no more connections than attempts were made
+    connections = [json.loads(ln) for ln in out.splitlines() if ln.startswith('{"connection"')]
+    assert 1 <= len(connections) <= failures + 1
+
+
+def test_interop_scraper_node_reference_relay_exports_the_same_names(
+    node: str, testnet: Testnet, tmp_path: Path
+) -> None:
+    secret, seed = secrets.token_hex(32), secrets.token_hex(32)
+    with Bridge(node, bootstrap_port(testnet), secret, seed, tmp_path / "targets.json") as bridge:
+        bridge.start()
+        assert bridge.key is not None
+        opts = {"bootstrap": testnet.bootstrap.split(","), "scraperPublicKey": bridge.key, "scraperSecret": secret}
+        ref = subprocess.Popen(
+            [node, "js/instrumented_relay.js", json.dumps({**opts, "alias": "node-relay"})],
+            cwd=INTEROP,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert ref.stdout is not None
+            json.loads(ref.stdout.readline())
+            node_text = poll("the Node relay's metrics through the bridge", lambda: scraped(bridge, "node-relay"))
+        finally:
+            assert ref.stdin is not None
+            ref.stdin.close()
+            ref.wait(20)
+        args = ("--scraper-public-key", bridge.key, "--scraper-secret", secret, "--scraper-alias", "python-relay")
+        with RelayProcess(tmp_path / "store", *args, bootstrap=testnet.bootstrap) as relay:
+            relay.start()
+            ours = poll("our relay's metrics through the bridge", lambda: scraped(bridge, "python-relay"))
+            relay.terminate(signal.SIGTERM)
+    node_names, our_names = names(node_text), names(ours)
+    node_blind = {n for n in node_names if n.startswith("blind_relay_")}
+    assert node_blind == SERVICE_GAUGES
+    assert node_blind <= our_names
+    assert INSTRUMENT_GAUGES <= node_names, INSTRUMENT_GAUGES - node_names
+    assert INSTRUMENT_GAUGES <= our_names
+    assert "package_version" in node_names and "package_version" in our_names
