@@ -166,7 +166,10 @@ class RelayApp:
         self.handshakes = HandshakeGate(lim)
         self._sessions: dict[BlindRelaySession, _Session] = {}
         self._streams: dict[int, UDXStream] = {}
-        self._ticker: asyncio.TimerHandle | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        """The loop whose clock (`loop.time()`) feeds every core; the running loop unless set."""
+        self._expiry: asyncio.TimerHandle | None = None
+        self._expiry_due = 0.0
         self._closed = False
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -235,7 +238,7 @@ class RelayApp:
             await asyncio.wait_for(self.server.listen(), self.bootstrap_timeout)
         except (TimeoutError, DHTError) as e:
             raise RelayStartError(f"cannot announce the relay key on the DHT: {e or 'timed out'}") from e
-        self._tick()
+        self._arm_expiry()
         if cfg.scraper is not None:
             registry = self.metrics.registry if self.metrics is not None else build_registry(self.snapshot)
             self.scraper = ScraperLink(self.node, cfg.scraper, lambda: render_metrics(registry))
@@ -263,8 +266,9 @@ class RelayApp:
         if self._closed:
             return
         self._closed = True
-        if self._ticker is not None:
-            self._ticker.cancel()
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
         self.blind.close()
         self._pump()
         if self.scraper is not None:
@@ -303,7 +307,7 @@ class RelayApp:
         waits for its address's rate (a host holding many sessions waits behind others while
         the relay is busy)."""
         host = address[0]
-        verdict = self.handshakes.admit(host, self.blind.sessions_of(host), time.monotonic())
+        verdict = self.handshakes.admit(host, self.blind.sessions_of(host), self._now())
         if isinstance(verdict, str):
             self.limit_counters.hit(verdict)
             log.debug("handshake refused", extra={"address": host, "limit": verdict})
@@ -318,7 +322,7 @@ class RelayApp:
             log.warning("refused a peer that is not on the allow-list", extra={"peer": peer})
             self._refuse(conn)
             return
-        now = time.monotonic()
+        now = self._now()
         lim = self.config.limits
         # at --max-sessions an idle or never-paired session goes (the heaviest address's), never
         # one relaying traffic; with none to spare the newcomer is refused at once
@@ -349,7 +353,7 @@ class RelayApp:
     def _on_stream_event(self, s: _Session, ev: Any) -> None:
         if isinstance(ev, Message):
             try:
-                s.session.receive_message(ev.data, time.monotonic())
+                s.session.receive_message(ev.data, self._now())
             except BlindRelayError as e:
                 log.warning("peer broke the blind-relay protocol: %s", e, extra={"peer": s.peer})
                 s.conn.destroy()
@@ -394,6 +398,7 @@ class RelayApp:
                     s.conn.secret_stream.send(m)
             except SecretStreamError:
                 pass
+        self._arm_expiry()
 
     def _peer(self, session: BlindRelaySession) -> str:
         s = self._sessions.get(session)
@@ -434,12 +439,30 @@ class RelayApp:
         self.blind.stream_closed(stream_id)
         self._pump()
 
-    def _tick(self) -> None:
-        """Once a second: expire pending pairings, reap silent pairs and idle sessions."""
-        self.blind.handle_timer(time.monotonic())
+    def _now(self) -> float:
+        """The loop's clock: the one time every core here is fed (relay.core)."""
+        return (self.loop or asyncio.get_running_loop()).time()
+
+    def _arm_expiry(self) -> None:
+        """One timer at the blind-relay core's own next deadline (a pairing's timeout, a silent
+        pair, an idle session), re-read after every input. A timer armed earlier than needed
+        stays: it fires, finds less to do, and re-arms (no cancel per message)."""
+        due = self.blind.get_timer()
+        if due is None or self._closed:
+            return
+        if self._expiry is not None:
+            if self._expiry_due <= due:
+                return
+            self._expiry.cancel()
+        self._expiry_due = due
+        self._expiry = (self.loop or asyncio.get_running_loop()).call_at(due, self._on_expiry)
+
+    def _on_expiry(self) -> None:
+        """Run what is due. The loop may fire a timer up to its granularity (uvloop: 1 ms) early;
+        it is due by the loop's own contract, so the core is told the time it was armed for."""
+        self._expiry = None
+        self.blind.handle_timer(max(self._now(), self._expiry_due))
         self._pump()
-        if not self._closed:
-            self._ticker = asyncio.get_running_loop().call_later(1.0, self._tick)
 
     # -- stats -----------------------------------------------------------------------------
 

@@ -170,3 +170,19 @@ def test_any_sequence_keeps_the_bounds_and_loses_nothing_silently(ops: list[tupl
     shed_queued = pushed - s["served"] - len(b) - s["shed_stale"]
     assert 0 <= shed_queued <= s["shed_full"]
     assert len(seen) == s["served"]
+
+
+def test_a_held_handshake_is_released_by_the_timer_at_its_deadline() -> None:
+    """The runtime arms one timer at `get_timer()`; `handle_timer` then moves what is due
+    into the queues, and nothing before its time (a timer firing 1 ms early counts as due)."""
+    b: HandshakeBacklog[str] = HandshakeBacklog()
+    assert b.get_timer() is None
+    assert b.push(b"k1", "nat", "k1", 10.0, wait=0.375)
+    assert b.push(b"k2", "nat", "k2", 10.0, wait=0.625)
+    assert b.get_timer() == 10.375
+    b.handle_timer(10.37)
+    assert b.pop(10.37) is None and b.get_timer() == 10.375
+    b.handle_timer(10.375)
+    assert b.pop(10.375) == "k1" and b.get_timer() == 10.625
+    b.handle_timer(10.6245)  # within the loop's 1 ms timer granularity
+    assert b.pop(10.6245) == "k2" and b.get_timer() is None
