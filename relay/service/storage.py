@@ -174,10 +174,19 @@ def _damaged_db_fix(db_dir: Path) -> str:
 _ROCKSDB_NAMES = ("CURRENT", "IDENTITY", "MANIFEST-", "OPTIONS-")
 
 
+def _numbered_log(name: str) -> bool:
+    stem, dot, ext = name.rpartition(".")
+    return bool(dot) and ext == "log" and stem.isdigit()
+
+
 def previous_run_traces(root: Path, entries: set[str]) -> list[str]:
     """Files in `root` that show a relay (ours or Node's) ran on it, so it once held a key."""
     found = [n for n in (LOCK_FILE, RUNTIME_FILE, "CORESTORE", "db") if n in entries]
-    found += sorted(n for n in entries if n.startswith(_ROCKSDB_NAMES) or n.endswith((".sst", ".log")))
+    # RocksDB's write-ahead logs are numbered (000003.log); the relay's own log beside the key
+    # (blind-relay.log, written before the first start) is no trace of a key.
+    found += sorted(
+        n for n in entries if n.startswith(_ROCKSDB_NAMES) or n.endswith(".sst") or _numbered_log(n)
+    )
     return found
 
 
