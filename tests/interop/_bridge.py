@@ -45,7 +45,12 @@ class Bridge:
 
     def start(self, timeout: float = 60.0) -> Bridge:
         self.proc = subprocess.Popen(
-            [self.node, str(RUN_JS)], cwd=INTEROP, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            [self.node, str(RUN_JS)],
+            cwd=INTEROP,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
         threading.Thread(target=self._pump, daemon=True).start()
         while self.key is None:

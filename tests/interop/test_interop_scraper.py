@@ -109,7 +109,7 @@ def test_interop_scraper_registers_serves_stats_and_reregisters_after_restarts(
             text = poll("a scrape", lambda: scraped(bridge, alias))
             after = relay.stats()
             samples = parse_samples(text)
-            assert SERVICE_GAUGES <= names(text), SERVICE_GAUGES - names(text)
+            assert names(text) >= SERVICE_GAUGES, SERVICE_GAUGES - names(text)
             for group in ("sessions", "pairings", "streams"):
                 for name, value in before[group].items():
                     metric = f"blind_relay_{group}_{name}"
@@ -128,16 +128,21 @@ def test_interop_scraper_registers_serves_stats_and_reregisters_after_restarts(
             bridge = Bridge(node, bootstrap_port(testnet), secret, seed, targets).start()
             poll("the restarted bridge serving our alias again", lambda: scraped(bridge, alias))
             assert scraper_stats(relay)["registrations"] >= 2
-            assert any(f"Alias request from" in m and alias in m for m in bridge.messages())
+            assert any("Alias request from" in m and alias in m for m in bridge.messages())
             relay.terminate(signal.SIGTERM)
             assert "Traceback" not in relay.stderr
 
         # the relay restarts: a new target key, registered under the same alias
         with RelayProcess(tmp_path / "store", *args, bootstrap=testnet.bootstrap) as relay:
             relay.start()
-            second_target = poll("a registration", lambda: scraper_stats(relay).get("registered") and scraper_stats(relay)["target"])
+            second_target = poll(
+                "a registration", lambda: scraper_stats(relay).get("registered") and scraper_stats(relay)["target"]
+            )
             assert second_target != first_target
-            poll("the alias pointing at the new target", lambda: f"{alias}:{second_target}:" in "".join(bridge.targets_list()))
+            poll(
+                "the alias pointing at the new target",
+                lambda: f"{alias}:{second_target}:" in "".join(bridge.targets_list()),
+            )
             poll("the bridge serving the restarted relay", lambda: scraped(bridge, alias))
             assert relay.terminate(signal.SIGTERM) == 0
             assert "Traceback" not in relay.stderr
@@ -154,7 +159,9 @@ def test_interop_scraper_wrong_secret_is_counted_and_said_once(node: str, testne
         args = ("--scraper-public-key", bridge.key, "--scraper-secret", wrong, "--scraper-alias", "gpu-relay-1")
         with RelayProcess(tmp_path / "store", *args, bootstrap=testnet.bootstrap) as relay:
             relay.start()
-            st = poll("two refused registrations", lambda: (s := scraper_stats(relay))["registration_failures"] >= 2 and s)
+            st = poll(
+                "two refused registrations", lambda: (s := scraper_stats(relay))["registration_failures"] >= 2 and s
+            )
             assert st["registered"] is False and st["registrations"] == 0
             assert "Unauthorised" in st["last_error"], relay.stderr[-6000:]
             warned = [ln for ln in relay.stderr.splitlines() if "Unauthorised" in ln]
@@ -182,7 +189,9 @@ def test_interop_scraper_that_never_answers_costs_the_relay_nothing(
             assert relay.key is not None
             peers = run_peers(node, testnet.bootstrap, relay.key, relay.port, pairs=2, size=100_000)
             assert peers.all_ok, peers.stderr
-            st = poll("a timed-out registration", lambda: (s := scraper_stats(relay))["registration_failures"] >= 1 and s)
+            st = poll(
+                "a timed-out registration", lambda: (s := scraper_stats(relay))["registration_failures"] >= 1 and s
+            )
             assert st["registered"] is False and "in time" in st["last_error"]
             assert relay.stats()["pairings"]["matched"] >= 2
             assert relay.terminate(signal.SIGTERM) == 0
@@ -231,6 +240,6 @@ def test_interop_scraper_node_reference_relay_exports_the_same_names(
     node_blind = {n for n in node_names if n.startswith("blind_relay_")}
     assert node_blind == SERVICE_GAUGES
     assert node_blind <= our_names
-    assert INSTRUMENT_GAUGES <= node_names, INSTRUMENT_GAUGES - node_names
-    assert INSTRUMENT_GAUGES <= our_names
+    assert node_names >= INSTRUMENT_GAUGES, INSTRUMENT_GAUGES - node_names
+    assert our_names >= INSTRUMENT_GAUGES
     assert "package_version" in node_names and "package_version" in our_names
