@@ -6,7 +6,7 @@ from typing import ClassVar
 
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, HorizontalScroll, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
@@ -18,6 +18,13 @@ class ConfirmScreen(ModalScreen[bool]):
         Binding("escape", "answer(False)", "Cancel"),
         Binding("n", "answer(False)", "No", show=False),
         Binding("y", "answer(True)", "Yes", show=False),
+        # The question and its commands scroll as one, from the keyboard, whatever has the focus.
+        Binding("up", "scroll('up')", "Scroll", show=False),
+        Binding("down", "scroll('down')", "Scroll", show=False),
+        Binding("pageup", "scroll('pageup')", "Scroll", show=False),
+        Binding("pagedown", "scroll('pagedown')", "Scroll", show=False),
+        Binding("home", "scroll('home')", "Scroll", show=False),
+        Binding("end", "scroll('end')", "Scroll", show=False),
     ]
 
     def __init__(
@@ -33,8 +40,8 @@ class ConfirmScreen(ModalScreen[bool]):
         super().__init__(classes="-danger" if danger else "")
         self.title_text = title
         self.body = body
-        #: Shell commands, one a line and never wrapped (a wrapped command reads as two); a wider
-        #: one scrolls sideways.
+        #: Shell commands, each whole: a long one wraps under its own `$` (a hanging indent, so a
+        #: wrapped command never reads as two) and the dialog scrolls when they do not fit.
         self.commands = list(commands)
         self.yes = yes
         self.no = no
@@ -43,10 +50,14 @@ class ConfirmScreen(ModalScreen[bool]):
     def compose(self) -> ComposeResult:
         with Vertical(id="confirm-box") as box:
             box.border_title = ("⚠ " if self.danger else "") + self.title_text
-            yield Static(self.body, id="confirm-body", markup=False)
-            if self.commands:
-                with HorizontalScroll(id="confirm-commands"):
-                    yield Static("\n".join(self.commands), id="confirm-commands-text", markup=False)
+            with VerticalScroll(id="confirm-scroll"):
+                yield Static(self.body, id="confirm-body", markup=False)
+                if self.commands:
+                    with Vertical(id="confirm-commands"):
+                        for cmd in self.commands:
+                            with Horizontal(classes="confirm-command"):
+                                yield Static("$", classes="confirm-prompt", markup=False)
+                                yield Static(cmd, classes="confirm-command-text", markup=False)
             with Horizontal(id="confirm-buttons"):
                 yield Button(self.no, id="confirm-no", variant="default", compact=True)
                 yield Button(self.yes, id="confirm-yes", variant="error" if self.danger else "primary", compact=True)
@@ -54,6 +65,15 @@ class ConfirmScreen(ModalScreen[bool]):
     def on_mount(self) -> None:
         # Default focus on the safe choice: a stray Enter must not change anything.
         self.query_one("#confirm-no", Button).focus()
+        self._fit()
+
+    def on_resize(self) -> None:
+        self._fit()
+
+    def _fit(self) -> None:
+        """The box is at most 90% of the screen: what does not fit scrolls, the buttons stay in view."""
+        room = self.size.height * 9 // 10 - 3  # the box's two border lines and the buttons' line
+        self.query_one("#confirm-scroll").styles.max_height = max(3, room)
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         event.stop()
@@ -61,3 +81,18 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def action_answer(self, value: bool) -> None:
         self.dismiss(value)
+
+    def action_scroll(self, how: str) -> None:
+        box = self.query_one("#confirm-scroll", VerticalScroll)
+        {
+            "up": box.scroll_up,
+            "down": box.scroll_down,
+            "pageup": box.scroll_page_up,
+            "pagedown": box.scroll_page_down,
+            "home": box.scroll_home,
+            "end": box.scroll_end,
+        }[how](animate=False)
+
+    def shown_commands(self) -> list[str]:
+        """The commands as the dialog shows them (one string each, however they wrap)."""
+        return [str(s.render()) for s in self.query(".confirm-command-text").results(Static)]

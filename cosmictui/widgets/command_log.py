@@ -6,6 +6,7 @@ can be selected with the mouse or copied whole with one key.
 
 from __future__ import annotations
 
+import shlex
 import time
 from dataclasses import dataclass, field
 
@@ -14,6 +15,26 @@ from textual.containers import Vertical
 
 from cosmictui.ops.progress import CommandJournal
 from cosmictui.widgets.output_log import OutputLog
+
+MAX_LINES = 5000
+
+#: An argument longer than this is shown folded (`'…870 chars…'`); the full text is in the saved log.
+FOLD_ARG = 48
+
+
+def fold_command(cmd: str) -> str:
+    """`cmd` with its long arguments folded, so a 900-character `python3 -c '…'` is one short line.
+
+    The program and the short arguments (host, port, a job id) stay: they say what ran.
+    """
+    try:
+        words = shlex.split(cmd)
+    except ValueError:
+        words = None
+    if words is None or len(cmd) <= 2 * FOLD_ARG:
+        return cmd if len(cmd) <= 4 * FOLD_ARG else f"{cmd[:FOLD_ARG]}…({len(cmd)} chars)"
+    shown = [shlex.quote(w) if len(w) <= FOLD_ARG else f"'…{len(w)} chars…'" for w in words]
+    return " ".join(shown)
 
 
 @dataclass
@@ -42,10 +63,12 @@ class CommandLog(Vertical):
         #: The same log on disk (beside the progress file), when the wizard gives one.
         self.journal: CommandJournal | None = None
         self.border_title = "Command log"
-        self.border_subtitle = "y copy · l hide"
+        self.border_subtitle = "y copies it in full · l hide"
+        #: what `y` copies: the lines as shown, but every command in full
+        self.full_lines: list[str] = []
 
     def compose(self) -> ComposeResult:
-        yield OutputLog(max_lines=5000, id="command-log-text")
+        yield OutputLog(max_lines=MAX_LINES, id="command-log-text")
 
     @property
     def _log(self) -> OutputLog:
@@ -55,26 +78,33 @@ class CommandLog(Vertical):
         """Record that `cmd` started on `where` (a host or "local")."""
         entry = CommandEntry(cmd, where)
         self.entries.append(entry)
-        self._log.write_line(f"$ {cmd}    [{where}]")
+        self._write(f"$ {fold_command(cmd)}    [{where}]", f"$ {cmd}    [{where}]")
         return entry
+
+    def _write(self, line: str, full: str | None = None) -> None:
+        self._log.write_line(line)
+        self.full_lines.append(line if full is None else full)
+        if len(self.full_lines) > MAX_LINES:
+            del self.full_lines[: len(self.full_lines) - MAX_LINES]
 
     def output(self, entry: CommandEntry, text: str) -> None:
         """Append output of a running command, line by line."""
         lines = text.splitlines() or [""]
         entry.output.extend(lines)
-        self._log.write_lines(f"  │ {line}" for line in lines)
+        for line in lines:
+            self._write(f"  │ {line}")
 
     def end(self, entry: CommandEntry, exit_code: int, expected: str | None = None) -> None:
         """`expected` says why a non-zero exit is no failure (e.g. the relay does not run yet)."""
         entry.exit_code = exit_code
         mark = "ok" if exit_code == 0 else (f"expected: {expected}" if expected else "FAILED")
-        self._log.write_line(f"  └ exit {exit_code} ({mark})")
+        self._write(f"  └ exit {exit_code} ({mark})")
         if self.journal is not None:
             self.journal.command(entry.cmd, entry.where, entry.output, exit_code, mark, entry.started)
 
     def note(self, text: str) -> None:
         """A line that is not a command (file written, backup made) so the transcript is complete."""
-        self._log.write_line(f"# {text}")
+        self._write(f"# {text}")
         if self.journal is not None:
             self.journal.note(text)
 
@@ -82,5 +112,5 @@ class CommandLog(Vertical):
         """The log as text: every command, with or without its output."""
         if commands_only:
             return "\n".join(e.cmd for e in self.entries) + ("\n" if self.entries else "")
-        lines = self._log.plain_lines
+        lines = self.full_lines
         return "\n".join(lines) + ("\n" if lines else "")

@@ -146,8 +146,8 @@ async def test_wizard_recover_deletes_and_recreates_selected_job_and_watches_it(
         assert picker.render_line(0).text.startswith("[x] job-001")
         await pilot.press("d")
         await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the delete confirmation")
-        shown = str(app.screen.query_one("#confirm-commands-text").render())
-        assert shown.splitlines()[0] == "cosmicac jobs delete job-001" and app.screen.has_class("-danger")
+        shown = app.screen.shown_commands()
+        assert shown[0] == "cosmicac jobs delete job-001" and app.screen.has_class("-danger")
         await pilot.press("escape")  # first: say no — nothing runs
         await pilot.pause()
         assert _cosmicac_calls(d) == [] and "Nothing deleted" in status(app, "recover")
