@@ -151,6 +151,7 @@ class HyperDHTServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.announcer = Announcer(node, key_pair, self.target) if announce else None
         self.listening = False
+        self.accepting = True  # False once `unannounce` began: new handshakes go unanswered
         self.closed = False
         self.connections: set[Connection] = set()
         self.stats = {"handshakes": 0, "connections": 0, "holepunches": 0, "timeouts": 0}
@@ -186,6 +187,15 @@ class HyperDHTServer:
         if self.announcer is not None:
             self.announcer.refresh()
 
+    async def unannounce(self) -> None:
+        """Stop answering new handshakes and withdraw the announcement; the connections made
+        stay until `close` (a relay that is going away ends them once peers can no longer
+        find it, so a peer that reconnects at once does not reach the relay on its way out)."""
+        self.accepting = False
+        if self.announcer is not None and self.listening and not self.announcer.stopped:
+            with contextlib.suppress(Exception):
+                await self.announcer.stop()
+
     async def close(self) -> None:
         """Unannounce, stop answering, destroy pending streams and open connections."""
         if self.closed:
@@ -201,7 +211,7 @@ class HyperDHTServer:
         self.backlog.clear()
         for t in list(self._tasks):
             t.cancel()
-        if self.announcer is not None and self.listening:
+        if self.announcer is not None and self.listening and not self.announcer.stopped:
             with contextlib.suppress(Exception):
                 await self.announcer.stop()
         for a in list(self.responder.attempts.values()):
@@ -220,7 +230,7 @@ class HyperDHTServer:
         A copy of a handshake we answered gets the same reply at once (cheap). A new one is
         checked by `admit` (no crypto yet) and queued in the backlog; `_drain` answers it in
         a slice between socket reads, so the loop keeps reading whatever the flood."""
-        if self.closed or not hs.noise:
+        if self.closed or not self.accepting or not hs.noise:
             return
         a = self.responder.lookup(hs.noise)
         if a is not None:

@@ -47,6 +47,7 @@ from relay.dht.connection import KEEP_ALIVE
 from relay.dhtprom import ScraperConfig
 from relay.keys import KeyPair, encode_id
 from relay.secretstream import Closed, Ended, FrameTooLarge, Message, SecretStreamError
+from relay.service.closing import reset_relayed_peers
 from relay.service.limits import (
     LIMIT_ACTIVE_PAIRS,
     LIMIT_CONTROL_FRAME,
@@ -82,6 +83,9 @@ PUBLIC_BOOTSTRAP = (
 
 Address = tuple[str, int]
 BOOTSTRAP_TIMEOUT = 20.0
+#: Seconds closing waits for the DHT to drop the relay's announcement before it resets its
+#: peers (each answers in milliseconds; a dead node must not hold the exit up).
+UNANNOUNCE_TIMEOUT = 2.0
 
 
 class RelayStartError(Exception):
@@ -262,10 +266,23 @@ class RelayApp:
         return f"cannot reach any bootstrap node ({nodes}) within {wait}; check --bootstrap and the network"
 
     async def close(self) -> None:
-        """Unannounce, close sessions and sockets; safe to call twice."""
+        """Go away so that peers notice at once; safe to call twice.
+
+        First stop answering handshakes and withdraw the announcement, so a peer that reconnects
+        straight away finds no relay on its way out (and fails fast instead of reaching it);
+        then reset every relayed peer's stream (`relay.service.closing`: ECONNRESET at the peer,
+        not ETIMEDOUT 13-17 s later) and end every session (its peer's channel closes); then
+        close the DHT node and the sockets."""
         if self._closed:
             return
         self._closed = True
+        if self.server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.server.unannounce(), UNANNOUNCE_TIMEOUT)
+        told = reset_relayed_peers(self._streams.values())
+        if told or self._sessions:
+            n = len(self._sessions)
+            log.info("closing: reset relayed peers, ending sessions", extra={"peers": told, "sessions": n})
         if self._expiry is not None:
             self._expiry.cancel()
             self._expiry = None
@@ -316,6 +333,9 @@ class RelayApp:
 
     def _on_connection(self, conn: Connection) -> None:
         peer = encode_id(conn.remote_public_key)
+        if self._closed:  # completed its handshake while the relay was closing
+            self._refuse(conn)
+            return
         allow = self.config.allow
         if allow is not None and conn.remote_public_key not in allow:
             self.limit_counters.hit(LIMIT_NOT_ALLOWED)
