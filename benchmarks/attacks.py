@@ -34,8 +34,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.relay_bench import BENCH_JS  # noqa: E402
+from relay.service.limits import Limits  # noqa: E402
 from tests.interop._relay_net import INTEROP, Testnet  # noqa: E402
 
+DEFAULTS = Limits()
 HOLD_KEEP_MS = 20_000  # a held session self-pairs a token this often: never idle, so never reaped
 
 ATTACKS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -66,10 +68,10 @@ ATTACKS: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     "combined": (
         # self-pairing past the active-pairs cap (8,192 fresh tokens every 15 s, 8 early packets
-        # each), 130 sessions re-sending 8,320 pending tokens, 3,942 sessions held to the
-        # 4,096-session cap (each self-pairing every 20 s, parking 200 out-of-order packets and
-        # leaving 3 KiB of a 4 KiB frame incomplete), 12 never-completing 16 MiB frames, 12
-        # sessions parking 2,000 out-of-order packets
+        # each), 130 sessions re-sending 8,320 pending tokens, the rest of the default session
+        # cap held (each self-pairing every 20 s, parking 200 out-of-order packets and leaving
+        # 3/4 of a frame at --max-control-frame incomplete), 12 never-completing 16 MiB frames,
+        # 12 sessions parking 2,000 out-of-order packets
         "**all of the above at once** (but the handshake flood), at the default caps, from 71 hosts",
         {
             "attack": "combined",
@@ -80,13 +82,13 @@ ATTACKS: dict[str, tuple[str, dict[str, Any]]] = {
                 {"attack": "ooo", "sessions": 12, "packets": 2000, "hosts": 2},
                 {
                     "attack": "hold",
-                    "sessions": 4096 - 1 - 130 - 12 - 12 + 1,
+                    "sessions": DEFAULTS.max_sessions - 1 - 130 - 12 - 12 + 1,
                     "keep": HOLD_KEEP_MS,
                     "ooo": 200,
                     # our default --max-control-frame (the largest frame it holds), 3 KiB sent: the
                     # attacker's own keep-alives and pairs would take minutes to complete it
-                    "frame": 4096,
-                    "frameSend": 3072,
+                    "frame": DEFAULTS.max_control_frame,
+                    "frameSend": DEFAULTS.max_control_frame * 3 // 4,
                     "parallel": 256,
                     "hosts": 64,
                 },

@@ -150,6 +150,22 @@ class Costs:
         out["total"] = sum(out.values())
         return out
 
+    def per_connection(self) -> float:
+        """RSS bytes one relayed connection may hold at worst: two sessions (hyperdht's client
+        and server each open one to the relay), each with its full reorder and frame bounds,
+        and one active pair."""
+        lim = Limits()
+        buffers = 2 * (CONTROL_REORDER_BYTES + lim.max_control_frame + 3) * RSS_PER_BUFFER_BYTE
+        return (2 * self.session + self.pair) * RSS_PER_TRACED_BYTE + buffers
+
+    def connections_that_fit(self, budget: float = 0.95 * RSS_BUDGET) -> int:
+        """How many relayed connections fit the budget beside an idle relay, a full pending cap
+        and the early-packet budget: what `--max-active-pairs` (and twice it, `--max-sessions`)
+        may be by default."""
+        fixed = self.worst_case()
+        rest = fixed["idle relay"] + fixed["pending tokens"] + fixed["early packets"]
+        return int((budget - rest) // self.per_connection())
+
 
 def measure(n_sessions: int = 400, n_pending: int = 4000, n_pairs: int = 2000) -> Costs:
     async def run() -> Costs:
@@ -218,6 +234,11 @@ def main() -> None:
     )
     for k, v in c.worst_case().items():
         print(f"  {k:32s} {v / MB:7.1f} MB")
+    print(
+        f"one relayed connection (2 sessions + 1 pair, full buffers): {c.per_connection() / 1024:.1f} KiB; "
+        f"{c.connections_that_fit():,} fit 95% of {RSS_BUDGET // MB} MB beside the idle relay, pending cap and "
+        f"early packets (defaults: --max-active-pairs {lim.max_active_pairs}, --max-sessions {lim.max_sessions})"
+    )
 
 
 if __name__ == "__main__":

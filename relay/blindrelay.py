@@ -325,6 +325,23 @@ class _PendingPair:
 class BlindRelaySession:
     """The blind-relay channel on one connection; made by `BlindRelayServer.accept`."""
 
+    __slots__ = (
+        "_carrying",
+        "_ending",
+        "_link_count",
+        "_links",
+        "_pairing",
+        "_server",
+        "channel",
+        "closed",
+        "id",
+        "idle_since",
+        "mux",
+        "opened",
+        "owner",
+        "remote_handshake",
+    )
+
     def __init__(
         self,
         server: BlindRelayServer,

@@ -161,9 +161,19 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(flag, nargs="?", const="", default=None, metavar="VALUE", help=what)
     p.add_argument("--version", action="version", version=f"blind-relay (cosmictui relay) {relay.__version__}")
     d = Limits()
-    g = p.add_argument_group("limits")
+    g = p.add_argument_group(
+        "limits",
+        "One relayed connection costs two sessions (each peer opens its own connection to the relay) "
+        "and one active pair: about 33 KB of memory at most, buffers included. The defaults hold "
+        f"{d.max_active_pairs:,} relayed connections within 200 MB. When full, the relay refuses new "
+        "sessions and pairings at once (the peer sees its relay connection close); a pair that "
+        "carries traffic is never dropped to make room.",
+    )
     g.add_argument(
-        "--max-sessions", type=_positive_int, default=d.max_sessions, help=f"open sessions (default {d.max_sessions})"
+        "--max-sessions",
+        type=_positive_int,
+        default=d.max_sessions,
+        help=f"open sessions, two per relayed connection (default {d.max_sessions})",
     )
     g.add_argument(
         "--max-pending",
@@ -187,7 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-active-pairs",
         type=_positive_int,
         default=d.max_active_pairs,
-        help=f"relayed pairs at once ({d.max_active_pairs})",
+        help=f"relayed pairs at once, one per relayed connection ({d.max_active_pairs})",
     )
     g.add_argument(
         "--handshakes-per-address",

@@ -45,7 +45,6 @@ received empty messages are dropped, as in JS.
 from __future__ import annotations
 
 import os
-from collections import deque
 from collections.abc import Iterator
 from typing import NamedTuple
 
@@ -242,7 +241,7 @@ class SecretStream:
 
         self._out: list[bytes] = []
         self._pending: list[bytes] = []  # app messages queued before our header is out
-        self._events: deque[Event] = deque()
+        self._events: list[Event] = []  # not a deque: ~600 bytes empty, one per relay session
 
         # frame parser
         self._partial = bytearray()  # bytes of an incomplete frame (length prefix included)
@@ -608,13 +607,13 @@ class SecretStream:
     # --- events -----------------------------------------------------------------------------
 
     def next_event(self) -> Event | None:
-        return self._events.popleft() if self._events else None
+        return self._events.pop(0) if self._events else None
 
     def events(self) -> Iterator[Event]:
         """Drain the queued events."""
         ev = self._events
         while ev:
-            yield ev.popleft()
+            yield ev.pop(0)
 
     # --- internals --------------------------------------------------------------------------
 

@@ -39,16 +39,24 @@ class Limits:
     """Defaults sized for a relay serving a cluster: far above honest use, far below a flood.
 
     Caps are fair shares, not first come: at a cap the heaviest holder (by source address, then
-    session) loses its oldest or idlest entry, never the newcomer (`relay.blindrelay`)."""
+    session) loses its oldest or idlest entry that carries no traffic; a pair relaying traffic is
+    never shed, so a relay full of them refuses the newcomer instead (`relay.blindrelay`).
 
-    max_sessions: int = 4096
+    The session and pair caps come from the memory budget: one relayed connection is two sessions
+    (hyperdht's client and server each open their own connection to the relay: connect.js,
+    server.js) and one active pair. Measured per object (tracemalloc on the relay's real objects,
+    `benchmarks/relay_costs.py`): a session ~8.5 KB, a pair ~5.6 KB, a pending token ~0.4 KB,
+    plus each session's reorder and frame bounds. The worst case at these caps (every session
+    also holding its full buffers, an idle relay's 48 MB included) is ~185 MB, under the
+    operator page's 200 MB; 4,096 relayed connections (8,192 sessions) fit, where the pair cap
+    then binds (`tests/unit/test_relay_costs.py` keeps the sum under 95 % of 200 MB)."""
+
+    max_sessions: int = 8192
     max_pending_per_session: int = 64
     max_pending_total: int = 8192
     # hyperdht peers give up on a pairing after 15 s; keep a pending one twice that long.
     pending_timeout: float = 30.0
-    # hyperdht opens one relay connection per relayed connection (connect.js, server.js), so an
-    # honest pair costs two sessions: at most max_sessions / 2 honest pairs; twice that leaves room
-    # for clients that pair many streams on one session. Only self-pairing floods go past it.
+    # an honest relayed connection is one pair on two sessions: max_sessions / 2 of them
     max_active_pairs: int = 4096
     handshakes_per_address: int = 256  # burst per source address (a cluster behind one NAT shares it)
     handshake_refill_per_second: float = 64.0
@@ -62,9 +70,10 @@ class Limits:
     session_idle_timeout: float = 30.0
     # a matched pair whose streams have not both carried a packet by then is destroyed
     silent_pair_timeout: float = 20.0
-    # blind-relay messages are ~40-byte frames; a bigger control frame ends the session. An
-    # incomplete frame is held until it completes, so 4,096 sessions may hold 16 MiB at this size
-    max_control_frame: int = 4096
+    # blind-relay messages are ~40-byte frames (a channel open ~60); a bigger control frame ends
+    # the session. An incomplete frame is held until it completes, so 8,192 sessions may hold
+    # 8 MiB at this size (32 MiB at 4 KiB)
+    max_control_frame: int = 1024
     # handshakes from an address already holding this many sessions wait behind other addresses:
     # they pass only while the relay-wide handshake budget has room
     busy_address_sessions: int = 8

@@ -9,6 +9,7 @@ measurement does not depend on how busy the machine is.
 from __future__ import annotations
 
 from benchmarks.relay_costs import MB, RSS_BUDGET, measure
+from relay.service.limits import Limits
 
 
 def test_the_default_caps_fit_the_operator_pages_200_mb_at_measured_object_sizes() -> None:
@@ -20,3 +21,29 @@ def test_the_default_caps_fit_the_operator_pages_200_mb_at_measured_object_sizes
     worst = costs.worst_case()
     breakdown = {k: round(v / MB, 1) for k, v in worst.items()}
     assert worst["total"] < 0.95 * RSS_BUDGET, breakdown
+
+
+def test_the_default_caps_hold_4000_relayed_connections_and_the_budget_derives_them() -> None:
+    """One relayed connection is two sessions and one pair (hyperdht's client and server each
+    open their own connection to the relay): the defaults let 4,000 of them in at once, and
+    the measured costs say that many fit the 200 MB budget."""
+    lim = Limits()
+    assert lim.max_active_pairs >= 4_000 and lim.max_sessions >= 2 * lim.max_active_pairs
+    costs = measure(n_sessions=200, n_pending=2000, n_pairs=1000)
+    assert costs.connections_that_fit() >= lim.max_active_pairs, round(costs.per_connection())
+
+
+def test_help_says_what_one_relayed_connection_costs_as_measured() -> None:
+    """`blind-relay --help` names the cost of one relayed connection in sessions and memory; the
+    figure stays true to the measured per-object costs (within 15 %, never below them)."""
+    import re
+
+    from relay.cli import build_parser
+
+    text = " ".join(build_parser().format_help().split())
+    assert "One relayed connection costs two sessions" in text
+    found = re.search(r"about (\d+) KB of memory at most", text)
+    assert found is not None, text
+    per_connection = measure(n_sessions=200, n_pending=200, n_pairs=500).per_connection()
+    said = int(found.group(1)) * 1000
+    assert per_connection <= said <= 1.15 * per_connection, (said, per_connection)
