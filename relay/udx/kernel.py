@@ -10,14 +10,17 @@ wake, two copies and Python work.
 
 What stays in Python: a pair's first packets (until both peers were seen), DESTROY (the
 rule skips it, so the relay tears the pair down as before), anything from another address
-(`wrong_address`), IPv6, pairs whose ids differ, and pairs whose destination the kernel
-would not forward to (IP forwarding off). A delivery check confirms forwarded packets leave
-(postrouting) or are delivered (input); if they do not (a firewall's forward policy, a
-changed sysctl), the pair goes back to Python (`fallbacks{undelivered}`).
+(`wrong_address`), pairs whose ids differ, pairs with one IPv4 and one IPv6 peer (a dual-stack
+socket can relay those; the kernel cannot translate between the two), and pairs whose
+destination the kernel would not forward to (IP forwarding of that family off). A delivery
+check confirms forwarded packets leave (postrouting) or are delivered (input); if they do not
+(a firewall's forward policy, a changed sysctl), the pair goes back to Python
+(`fallbacks{undelivered}`).
 
-The table is `ip blind_relay_<port>` (`..._<address>` for a relay bound to one address), made
-with `flags owner`: the kernel deletes it with the relay's netlink socket, so a relay that exits
-or is killed leaves nothing forwarded.
+The table is `inet blind_relay_<port>` (`..._<address>` for a relay bound to one address): one
+set of rules, sets and counters per IP family the socket receives (IPv4, and IPv6 on an IPv6 or
+dual-stack socket; the IPv6 ones end in `6`). It is made with `flags owner`: the kernel deletes
+it with the relay's netlink socket, so a relay that exits or is killed leaves nothing forwarded.
 
 `KernelTable` is the sans-IO part (nft commands and counters in, nothing run);
 `KernelForwarder` runs it for one socket: one nft transaction per loop turn, the totals read
@@ -37,12 +40,12 @@ from typing import Any
 
 from .forwarding import RelaySocket as UDXSocket
 from .forwarding import RelayStream as UDXStream
-from .nft import Nft, NftError, read_counters
+from .nft import NFPROTO_INET, Nft, NftError, read_counters
 
 log = logging.getLogger("relay.udx")
 
 Address = tuple[str, int]
-#: bytes the kernel counts per packet that the relay's own counters do not (IPv4 + UDP headers)
+#: bytes the kernel counts per IPv4 packet that the relay's own counters do not (IPv4 + UDP headers)
 HEADERS = 28
 #: counters are read this often (seconds) while pairs are forwarded in the kernel
 POLL_INTERVAL = 1.0
@@ -53,6 +56,31 @@ SCAN_BACKOFF_MAX = 64.0
 #: only costs CPU (the pair is forwarded in Python, as without the kernel path)
 UNDELIVERED_MIN = 3
 IP_FORWARD = Path("/proc/sys/net/ipv4/ip_forward")
+IP6_FORWARD = Path("/proc/sys/net/ipv6/conf/all/forwarding")
+
+
+@dataclass(frozen=True, slots=True)
+class Family:
+    """How one IP family reads in the `inet` table: its nft keyword, the suffix of its sets and
+    counters, the header bytes its counters include, and the sysctl that lets it be forwarded."""
+
+    name: str
+    nft: str
+    suffix: str
+    headers: int
+    forwarding: Path
+    sysctl: str
+
+    def counters(self) -> tuple[str, str, str]:
+        return (f"local{self.suffix}", f"remote{self.suffix}", f"delivered{self.suffix}")
+
+
+IPV4 = Family("ipv4", "ip", "", HEADERS, IP_FORWARD, "net.ipv4.ip_forward")
+IPV6 = Family("ipv6", "ip6", "6", 48, IP6_FORWARD, "net.ipv6.conf.all.forwarding")
+
+
+def family_of(ip: str) -> Family:
+    return IPV6 if ":" in ip else IPV4
 
 
 class KernelUnavailable(Exception):
@@ -78,6 +106,10 @@ class Direction:
     @property
     def key(self) -> tuple[str, int, int]:
         return (self.src[0], self.src[1], self.stream_id)
+
+    @property
+    def family(self) -> Family:
+        return family_of(self.src[0])
 
     @property
     def delivery(self) -> tuple[str, str, int] | None:
@@ -115,11 +147,16 @@ class KernelTable:
     to find which pair is losing packets (`lost`), when the totals say one is.
     """
 
-    def __init__(self, port: int, host: str | None = None) -> None:
+    def __init__(self, port: int, host: str | None = None, families: tuple[Family, ...] = (IPV4,)) -> None:
         self.port = port
-        self.host = host if host not in (None, "", "0.0.0.0") else None
+        if host is not None and host.startswith("::ffff:") and "." in host:
+            host = host[len("::ffff:") :]  # an IPv4 address on an IPv6 socket
+        self.host = host if host not in (None, "", "0.0.0.0", "::") else None
+        #: the families whose packets reach the socket (a socket bound to one address: its own)
+        self.families = (family_of(self.host),) if self.host else families
         # two relays may share a port on different addresses: each gets its own table
-        self.name = f"blind_relay_{port}" + (f"_{self.host.replace('.', '_')}" if self.host else "")
+        tail = self.host.replace(".", "_").replace(":", "_") if self.host else ""
+        self.name = f"blind_relay_{port}" + (f"_{tail}" if tail else "")
         self.directions: dict[tuple[str, int, int], Direction] = {}
         self._delivery_refs: Counter[tuple[str, str, int]] = Counter()
         self._changes: list[Change] = []
@@ -128,67 +165,85 @@ class KernelTable:
         self.missing = 0
 
     def setup_script(self) -> str:
-        """The table: lookups by (source, port, stream id) and the rules that rewrite headers."""
-        t, p = self.name, self.port
-        key = "ip saddr . udp sport . @th,96,32"
-        dkey = "ip saddr . ip daddr . udp dport"
-        daddr = f"ip daddr {self.host} " if self.host else ""
-        # UDX magic+version, DESTROY clear (Python sees it and tears the pair down)
-        match = f"{daddr}udp dport {p} @th,64,16 0xff01 @th,80,8 & 0x10 == 0 {key}"
-        rewrite = f"notrack ip daddr set {key} map @pair_daddr udp dport set {key} map @pair_dport udp sport set {p}"
-        return "\n".join(
-            [
-                f"table ip {t} {{",
-                "  flags owner",
-                *(f"  counter {c} {{ }}" for c in ("local", "remote", "delivered")),
+        """The table: per family, lookups by (source, port, stream id) and the rules that rewrite headers."""
+        t = self.name
+        lines = [f"table inet {t} {{", "  flags owner"]
+        pre: list[str] = []
+        after: list[str] = []
+        for f in self.families:
+            x, sfx, p = f.nft, f.suffix, self.port
+            key = f"{x} saddr . udp sport . @th,96,32"
+            dkey = f"{x} saddr . {x} daddr . udp dport"
+            daddr = f"{x} daddr {self.host} " if self.host else ""
+            # UDX magic+version, DESTROY clear (Python sees it and tears the pair down)
+            match = f"{daddr}udp dport {p} @th,64,16 0xff01 @th,80,8 & 0x10 == 0 {key}"
+            rewrite = (
+                f"notrack {x} daddr set {key} map @pair_daddr{sfx} udp dport set {key} map @pair_dport{sfx} "
+                f"udp sport set {p}"
+            )
+            local, remote, delivered = f.counters()
+            lines += [
+                *(f"  counter {c} {{ }}" for c in f.counters()),
                 # remote directions' elements count packets: read only to find a pair that loses them
-                f"  set pairs {{ typeof {key}; counter; }}",
-                f"  set pairs_local {{ typeof {key}; }}",
-                f"  map pair_daddr {{ typeof {key} : ip daddr; }}",
-                f"  map pair_dport {{ typeof {key} : udp dport; }}",
-                f"  set delivered {{ typeof {dkey}; counter; }}",
-                f"  map delivery_saddr {{ typeof {dkey} : ip saddr; }}",
-                "  chain pre {",
-                "    type filter hook prerouting priority raw; policy accept;",
-                f'    {match} @pairs_local counter name "local" {rewrite}',
-                f'    {match} @pairs counter name "remote" {rewrite}',
-                "  }",
-                # after every filter of the host: what is counted here really left / was delivered
-                *(
-                    f"  chain {name} {{\n    type filter hook {hook} priority 300; policy accept;\n"
-                    f'    udp sport {p} {dkey} @delivered counter name "delivered" ip saddr set {dkey} map '
-                    "@delivery_saddr\n  }"
-                    for name, hook in (("post", "postrouting"), ("local_in", "input"))
-                ),
-                "}",
+                f"  set pairs{sfx} {{ typeof {key}; counter; }}",
+                f"  set pairs_local{sfx} {{ typeof {key}; }}",
+                f"  map pair_daddr{sfx} {{ typeof {key} : {x} daddr; }}",
+                f"  map pair_dport{sfx} {{ typeof {key} : udp dport; }}",
+                f"  set delivered{sfx} {{ typeof {dkey}; counter; }}",
+                f"  map delivery_saddr{sfx} {{ typeof {dkey} : {x} saddr; }}",
             ]
-        )
+            pre += [
+                f'    {match} @pairs_local{sfx} counter name "{local}" {rewrite}',
+                f'    {match} @pairs{sfx} counter name "{remote}" {rewrite}',
+            ]
+            after.append(
+                f'    udp sport {p} {dkey} @delivered{sfx} counter name "{delivered}" {x} saddr set {dkey} map '
+                f"@delivery_saddr{sfx}"
+            )
+        lines += [
+            "  chain pre {",
+            "    type filter hook prerouting priority raw; policy accept;",
+            *pre,
+            "  }",
+            # after every filter of the host: what is counted here really left / was delivered
+            *(
+                f"  chain {name} {{\n    type filter hook {hook} priority 300; policy accept;\n"
+                + "\n".join(after)
+                + "\n  }"
+                for name, hook in (("post", "postrouting"), ("local_in", "input"))
+            ),
+            "}",
+        ]
+        return "\n".join(lines)
+
+    def counter_names(self) -> set[str]:
+        return {c for f in self.families for c in f.counters()}
 
     @staticmethod
     def _set_of(d: Direction) -> str:
-        return "pairs_local" if d.delivery is None else "pairs"
+        return ("pairs_local" if d.delivery is None else "pairs") + d.family.suffix
 
     def offer(self, d: Direction) -> bool:
         """Put a direction in the kernel (False: it is there already)."""
         if d.key in self.directions:
             return False
-        t = self.name
+        t, sfx = self.name, d.family.suffix
         e = _pair_elem(d)
         cmds = [
-            f"add element ip {t} pair_daddr {{ {e} : {d.dst[0]} }}",
-            f"add element ip {t} pair_dport {{ {e} : {d.dst[1]} }}",
+            f"add element inet {t} pair_daddr{sfx} {{ {e} : {d.dst[0]} }}",
+            f"add element inet {t} pair_dport{sfx} {{ {e} : {d.dst[1]} }}",
         ]
         dk = d.delivery
         if dk is not None:
             if self._delivery_refs[dk] == 0:
                 de = _delivery_elem(dk)
                 cmds += [
-                    f"add element ip {t} delivery_saddr {{ {de} : {d.via} }}",
-                    f"add element ip {t} delivered {{ {de} }}",
+                    f"add element inet {t} delivery_saddr{sfx} {{ {de} : {d.via} }}",
+                    f"add element inet {t} delivered{sfx} {{ {de} }}",
                 ]
             self._delivery_refs[dk] += 1
         # last: the rule matches once its maps are set
-        cmds.append(f"add element ip {t} {self._set_of(d)} {{ {e} }}")
+        cmds.append(f"add element inet {t} {self._set_of(d)} {{ {e} }}")
         self.directions[d.key] = d
         self._changes.append(Change(True, d, "\n".join(cmds)))
         return True
@@ -198,19 +253,19 @@ class KernelTable:
         d = self.directions.pop(key, None)
         if d is None:
             return None
-        t = self.name
+        t, sfx = self.name, d.family.suffix
         e = _pair_elem(d)
         cmds = [
-            f"delete element ip {t} {self._set_of(d)} {{ {e} }}",  # first: no packet half-rewritten
-            f"delete element ip {t} pair_daddr {{ {e} }}",
-            f"delete element ip {t} pair_dport {{ {e} }}",
+            f"delete element inet {t} {self._set_of(d)} {{ {e} }}",  # first: no packet half-rewritten
+            f"delete element inet {t} pair_daddr{sfx} {{ {e} }}",
+            f"delete element inet {t} pair_dport{sfx} {{ {e} }}",
         ]
         dk = d.delivery
         if dk is not None and self._unref(dk):
             de = _delivery_elem(dk)
             cmds += [
-                f"delete element ip {t} delivered {{ {de} }}",
-                f"delete element ip {t} delivery_saddr {{ {de} }}",
+                f"delete element inet {t} delivered{sfx} {{ {de} }}",
+                f"delete element inet {t} delivery_saddr{sfx} {{ {de} }}",
             ]
         self._changes.append(Change(False, d, "\n".join(cmds)))
         return d
@@ -239,19 +294,22 @@ class KernelTable:
         """New packets and payload bytes the kernel forwarded since the last reading, from the
         named counters {name: (packets, bytes)}; adds what left the rule for another host but
         was not seen leaving to `missing`."""
-        delta = {}
-        for name in ("local", "remote", "delivered"):
-            p, b = now.get(name, (0, 0))
-            p0, b0 = self._totals.get(name, (0, 0))
-            if p < p0 or b < b0:  # a new table: its counters started again
-                p0 = b0 = 0
-            self._totals[name] = (p, b)
-            delta[name] = (p - p0, b - b0)
-        packets = delta["local"][0] + delta["remote"][0]
-        payload = delta["local"][1] + delta["remote"][1] - HEADERS * packets
-        # signed: a packet counted by `remote` just before the listing and by `delivered` just
-        # after shows up one reading early or late, and evens out
-        self.missing += delta["remote"][0] - delta["delivered"][0]
+        packets = payload = 0
+        for f in self.families:
+            delta = {}
+            for name in f.counters():
+                p, b = now.get(name, (0, 0))
+                p0, b0 = self._totals.get(name, (0, 0))
+                if p < p0 or b < b0:  # a new table: its counters started again
+                    p0 = b0 = 0
+                self._totals[name] = (p, b)
+                delta[name] = (p - p0, b - b0)
+            local, remote, delivered = (delta[c] for c in f.counters())
+            packets += local[0] + remote[0]
+            payload += local[1] + remote[1] - f.headers * (local[0] + remote[0])
+            # signed: a packet counted by `remote` just before the listing and by `delivered` just
+            # after shows up one reading early or late, and evens out
+            self.missing += remote[0] - delivered[0]
         return packets, payload
 
     def lost(self, pairs_doc: dict[str, Any], delivered_doc: dict[str, Any]) -> list[Direction]:
@@ -287,15 +345,20 @@ def _elements(doc: dict[str, Any]) -> list[tuple[list[Any], int]]:
 
 
 def forwarding_enabled(path: Path = IP_FORWARD) -> bool:
+    """The sysctl at `path` lets this host forward that family's packets between other hosts."""
     try:
         return path.read_text().strip() == "1"
     except OSError:
         return False
 
 
+def _af(ip: str) -> int:
+    return _socket.AF_INET6 if ":" in ip else _socket.AF_INET
+
+
 def is_local(ip: str) -> bool:
     """One of this host's addresses (a socket can bind to it without IP_FREEBIND)."""
-    s = _socket.socket(_socket.AF_INET, _socket.SOCK_DGRAM)
+    s = _socket.socket(_af(ip), _socket.SOCK_DGRAM)
     try:
         s.bind((ip, 0))
         return True
@@ -307,7 +370,7 @@ def is_local(ip: str) -> bool:
 
 def source_for(ip: str) -> str:
     """The source address the kernel picks to send to `ip` (nothing is sent)."""
-    s = _socket.socket(_socket.AF_INET, _socket.SOCK_DGRAM)
+    s = _socket.socket(_af(ip), _socket.SOCK_DGRAM)
     try:
         s.connect((ip, 9))
         return str(s.getsockname()[0])
@@ -315,23 +378,37 @@ def source_for(ip: str) -> str:
         s.close()
 
 
+def unavailable_reason(e: NftError) -> str:
+    """Why nftables could not be had, on one line that names the fix."""
+    text = " ".join(str(e).split())
+    if "Operation not permitted" in text:
+        return (
+            "the relay lacks CAP_NET_ADMIN, which its nftables table needs (run it as root, or as the "
+            "unit `blind-relay --systemd-unit --kernel-forwarding` prints, which grants it)"
+        )
+    if "libnftables" in text:
+        return text
+    return f"nftables refused the relay's table: {text}"
+
+
 class KernelForwarder:
-    """Runs a `KernelTable` for one IPv4 UDX socket. Offers and withdrawals take effect at the
-    end of the loop turn that made them (one nft transaction for all of them)."""
+    """Runs a `KernelTable` for one UDX socket (IPv4, IPv6 or dual-stack). Offers and withdrawals
+    take effect at the end of the loop turn that made them (one nft transaction for all of them)."""
 
     def __init__(self, sock: UDXSocket, nft: Nft | None = None) -> None:
-        if sock.family != _socket.AF_INET:
-            raise KernelUnavailable("kernel forwarding needs an IPv4 socket (--host is IPv6)")
-        host, port = sock.address
+        host, port = sock.address[:2]
         self.sock = sock
-        self.table = KernelTable(port, host)
+        # an IPv6 socket of this runtime is dual-stack (IPV6_V6ONLY off): both families reach it
+        families = (IPV4, IPV6) if sock.family == _socket.AF_INET6 else (IPV4,)
+        self.table = KernelTable(port, host, families)
         try:
             self.nft = nft or Nft()
-            with contextlib.suppress(NftError):  # a table left by an earlier relay on this port
-                self.nft.run(f"delete table ip {self.table.name}")
+            for family in ("ip", "inet"):  # a table left by an earlier relay on this port
+                with contextlib.suppress(NftError):
+                    self.nft.run(f"delete table {family} {self.table.name}")
             self.nft.run(self.table.setup_script())
         except NftError as e:
-            raise KernelUnavailable(f"nftables refused the relay's table: {e}") from e
+            raise KernelUnavailable(unavailable_reason(e)) from e
         self.loop = asyncio.get_running_loop()
         self._by_stream: dict[int, tuple[str, int, int]] = {}
         #: stream id -> (its peer, its partner's peer) for which it must stay in Python
@@ -343,6 +420,7 @@ class KernelForwarder:
         self._via: dict[str, tuple[str, bool]] = {}
         self._scan_backoff = POLL_INTERVAL
         self._next_scan = 0.0
+        self._hinted: set[str] = set()
         self.skipped: Counter[str] = Counter()
         self.fallbacks: Counter[str] = Counter()
         self.errors = 0
@@ -358,19 +436,26 @@ class KernelForwarder:
         if self._banned.get(s.id) == (src, dst):
             return
         why = None
+        fam = family_of(src[0])
         if s.id != t.remote_id:
             why = "ids_differ"
-        elif ":" in src[0] or ":" in dst[0]:
-            why = "not_ipv4"
+        elif family_of(dst[0]) is not fam:
+            why = "mixed_families"
+        elif fam not in self.table.families:
+            why = f"no_{fam.name}"
         via, local = self._route(dst[0]) if why is None else ("", False)
-        if why is None and not local and not forwarding_enabled():
+        if why is None and not local and not forwarding_enabled(fam.forwarding):
             why = "forwarding_off"
-        if why is not None:
-            if why == "forwarding_off" and not self.skipped[why]:
+            if fam.name not in self._hinted:
+                self._hinted.add(fam.name)
                 log.warning(
-                    "udx: pairs between other hosts stay in Python: net.ipv4.ip_forward is 0 "
-                    "(sysctl -w net.ipv4.ip_forward=1 lets the kernel forward them)"
+                    "udx: %spairs between other hosts stay in Python: %s is 0 "
+                    "(sysctl -w %s=1 lets the kernel forward them)",
+                    "IPv6 " if fam is IPV6 else "",
+                    fam.sysctl,
+                    fam.sysctl,
                 )
+        if why is not None:
             self.skipped[why] += 1
             self._banned[s.id] = (src, dst)
             return
@@ -400,9 +485,13 @@ class KernelForwarder:
             self._error("reading counters", e)
 
     def stats(self) -> dict[str, Any]:
+        by_family = Counter(d.family.name for d in self.table.directions.values())
         return {
             "enabled": not self.closed,
+            "table": f"inet {self.table.name}",
+            "families": [f.name for f in self.table.families],
             "directions": len(self.table.directions),
+            "directions_by_family": {f.name: by_family[f.name] for f in self.table.families},
             "packets": self.sock.stats.kernel_packets,
             "bytes": self.sock.stats.kernel_bytes,
             "skipped": dict(self.skipped),
@@ -421,7 +510,7 @@ class KernelForwarder:
             if h is not None:
                 h.cancel()
         with contextlib.suppress(NftError):
-            self.nft.run(f"delete table ip {self.table.name}")
+            self.nft.run(f"delete table inet {self.table.name}")
 
     # -- driving the table ----------------------------------------------------------------------
 
@@ -472,8 +561,14 @@ class KernelForwarder:
                 self._scan_backoff = POLL_INTERVAL
             elif self.loop.time() >= self._next_scan:
                 t = self.table.name
-                pairs = self.nft.query(f"list set ip {t} pairs")
-                lost = self.table.lost(pairs, self.nft.query(f"list set ip {t} delivered"))
+                pairs: dict[str, Any] = {"nftables": []}
+                delivered: dict[str, Any] = {"nftables": []}
+                for f in self.table.families:
+                    pairs["nftables"] += self.nft.query(f"list set inet {t} pairs{f.suffix}").get("nftables", [])
+                    delivered["nftables"] += self.nft.query(f"list set inet {t} delivered{f.suffix}").get(
+                        "nftables", []
+                    )
+                lost = self.table.lost(pairs, delivered)
                 # the listing counts over each pair's life: what it did not blame on one pair
                 # (a few strays spread over many) is not counted twice
                 self.table.missing = 0
@@ -512,8 +607,8 @@ class KernelForwarder:
                     self.table.withdraw(key)
 
     def _read_totals(self) -> None:
-        now = read_counters(self.table.name)
-        if not {"local", "remote", "delivered"} <= set(now):
+        now = read_counters(self.table.name, NFPROTO_INET)
+        if not self.table.counter_names() <= set(now):
             raise NftError(f"the relay's nftables table {self.table.name} or its counters are gone")
         packets, payload = self.table.totals(now)
         st = self.sock.stats

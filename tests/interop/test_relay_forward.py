@@ -46,7 +46,7 @@ def kernel_elements(sock: UDXSocket) -> int:
     assert sock.kernel is not None
     n = 0
     for name in ("pairs", "pairs_local"):  # remote peers' directions, loopback ones
-        doc = sock.kernel.nft.query(f"list set ip {sock.kernel.table.name} {name}")
+        doc = sock.kernel.nft.query(f"list set inet {sock.kernel.table.name} {name}")
         n += sum(len(item["set"].get("elem", [])) for item in doc["nftables"] if "set" in item)
     return n
 

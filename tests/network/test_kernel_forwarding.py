@@ -1,10 +1,14 @@
 """Kernel forwarding (relay.udx.kernel) of a pair relayed between two other hosts.
 
     ns a (10.31.0.2) -- eth0 | ra0 (10.31.0.1) -- ns r -- rd0 (10.32.0.1) | eth0 -- ns d (10.32.0.2)
+    ns a (fd31::2)   -- eth0 | ra0 (fd31::1)   -- ns r -- rd0 (fd32::1)   | eth0 -- ns d (fd32::2)
 
-A udx-native peer (tests/interop/js/udx_peer.js, bound to 0.0.0.0 instead of loopback) in a and
-in d, each talking only to the relay's address on its own side; the relay (this module run as
-`python -m`, its own process in r, bound to 0.0.0.0) relays them as blind-relay does, each relay
+Each test runs over IPv4 and over IPv6 (the relay's socket then bound to `::`, dual-stack, as
+`--host ::` binds it): the relay's `inet` table forwards both families.
+
+A udx-native peer (tests/interop/js/udx_peer.js, bound to 0.0.0.0 or :: instead of loopback) in
+a and in d, each talking only to the relay's address on its own side; the relay (this module run
+as `python -m`, its own process in r, bound to 0.0.0.0 or ::) relays them as blind-relay does, each relay
 stream's id its partner peer's, with kernel forwarding on. So every kernel-forwarded packet is
 really forwarded by r (ip_forward), its source rewritten to r's address on the far side (`via`),
 and the delivery check sees it leave in postrouting. udx-native (1.21) takes a connected stream's
@@ -39,16 +43,44 @@ SIZE = 8 * MB  # each way
 A_NET, D_NET = "10.31.0", "10.32.0"
 A_HOST, D_HOST = f"{A_NET}.2", f"{D_NET}.2"
 R_A, R_D = f"{A_NET}.1", f"{D_NET}.1"  # the relay's address on each side
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """The addresses of one IP family on the two links, and how nft and the relay name it."""
+
+    name: str
+    nft: str  # nft's keyword: ip / ip6
+    any: str  # the wildcard bind address
+    a_host: str
+    d_host: str
+    r_a: str
+    r_d: str
+    prefix: int
+    sysctl: str
+    suffix: str  # of the relay's sets and counters
+
+    def set(self, name: str) -> str:
+        return name + self.suffix
+
+
+IPV4 = Family("ipv4", "ip", "0.0.0.0", A_HOST, D_HOST, R_A, R_D, 24, "net.ipv4.ip_forward", "")
+IPV6 = Family("ipv6", "ip6", "::", "fd31::2", "fd32::2", "fd31::1", "fd32::1", 64, "net.ipv6.conf.all.forwarding", "6")
+FAMILIES = pytest.mark.parametrize("fam", [IPV4, IPV6], ids=lambda f: f.name)
 INTEROP = ROOT / "tests" / "interop"
 PEER_JS = INTEROP / "js" / "udx_peer.js"
-# udx_peer.js binds 127.0.0.1, which cannot reach another host: run it with bind() on 0.0.0.0
-PEER_ANY_ADDRESS = f"""
+
+
+def peer_any_address(any_address: str) -> str:
+    """udx_peer.js binds 127.0.0.1, which cannot reach another host: run it with bind() on the
+    family's wildcard address."""
+    return f"""
 const UDX = require('udx-native')
 const createSocket = UDX.prototype.createSocket
 UDX.prototype.createSocket = function (...args) {{
   const socket = createSocket.apply(this, args)
   const bind = socket.bind
-  socket.bind = function (port) {{ return bind.call(this, port, '0.0.0.0') }}
+  socket.bind = function (port) {{ return bind.call(this, port, {json.dumps(any_address)}) }}
   return socket
 }}
 process.argv.splice(1, 0, {json.dumps(str(PEER_JS))})
@@ -69,9 +101,9 @@ def _firewall_for(peer_id: int) -> Callable[[UDXStream, UDXSocket, tuple[str, in
     return firewall
 
 
-async def _relay_main(a_id: int, d_id: int) -> None:
+async def _relay_main(a_id: int, d_id: int, host: str) -> None:
     udx = UDX()
-    sock = await udx.create_socket("0.0.0.0", 0)
+    sock = await udx.create_socket(host, 0)
     kernel = sock.enable_kernel_forwarding()
     rb = udx.create_stream(d_id, firewall=_firewall_for(a_id))  # faces A: its id is D's
     rc = udx.create_stream(a_id, firewall=_firewall_for(d_id))  # faces D: its id is A's
@@ -136,26 +168,30 @@ class Events:
 class ForwardNet(Topology):
     """Three namespaces: a and d, each on its own link to r, which routes between them."""
 
-    def __init__(self, *, ip_forward: bool) -> None:
+    def __init__(self, fam: Family, *, ip_forward: bool) -> None:
         super().__init__()
+        self.fam = fam
         self.ip_forward = ip_forward
 
     def _build(self) -> None:
         a, r, d = self._add_ns("a"), self._add_ns("r"), self._add_ns("d")
-        for ns, net, r_if in ((a, A_NET, "ra0"), (d, D_NET, "rd0")):
+        f = self.fam
+        for ns, host, r_addr, r_if in ((a, f.a_host, f.r_a, "ra0"), (d, f.d_host, f.r_d, "rd0")):
             self._veth(ns, "eth0", r, r_if)
-            run("ip", "-n", r, "addr", "add", f"{net}.1/24", "dev", r_if)
-            run("ip", "-n", ns, "addr", "add", f"{net}.2/24", "dev", "eth0")
-            run("ip", "-n", ns, "route", "add", "default", "via", f"{net}.1")
-        run("ip", "netns", "exec", r, "sysctl", "-qw", f"net.ipv4.ip_forward={int(self.ip_forward)}")
+            # nodad: an IPv6 address is usable at once, not after duplicate address detection
+            nodad = ["nodad"] if f is IPV6 else []
+            run("ip", "-n", r, "addr", "add", f"{r_addr}/{f.prefix}", "dev", r_if, *nodad)
+            run("ip", "-n", ns, "addr", "add", f"{host}/{f.prefix}", "dev", "eth0", *nodad)
+            run("ip", "-n", ns, "route", "add", "default", "via", r_addr)
+        run("ip", "netns", "exec", r, "sysctl", "-qw", f"{f.sysctl}={int(self.ip_forward)}")
 
     def udx_peer(self, side: str) -> Events:
-        p = Events(self.spawn(side, ["node", "-e", PEER_ANY_ADDRESS], cwd=INTEROP), f"peer {side}")
+        p = Events(self.spawn(side, ["node", "-e", peer_any_address(self.fam.any)], cwd=INTEROP), f"peer {side}")
         p.ready = p.expect("ready")
         return p
 
     def relay(self, a_id: int, d_id: int) -> Events:
-        argv = [sys.executable, "-m", "tests.network.test_kernel_forwarding", str(a_id), str(d_id)]
+        argv = [sys.executable, "-m", "tests.network.test_kernel_forwarding", str(a_id), str(d_id), self.fam.any]
         r = Events(self.spawn("r", argv, env={"PYTHONUNBUFFERED": "1"}), "relay")
         r.ready = r.expect("ready")
         return r
@@ -165,11 +201,10 @@ class ForwardNet(Topology):
         return doc
 
     def tables(self, host: str) -> list[str]:
-        return [
-            f"{i['table']['family']} {i['table']['name']}"
-            for i in self.nft_json(host, "tables")["nftables"]
-            if "table" in i
-        ]
+        """The "family name" of each table in `host`, from the text listing (nft 1.0.6's JSON
+        listing printed a table's owner flag as broken JSON once in a run)."""
+        out = self.exec_in(host, "nft", "list", "tables")
+        return [line.removeprefix("table ").strip() for line in out.splitlines() if line.startswith("table ")]
 
 
 @dataclasses.dataclass
@@ -184,6 +219,10 @@ class Relayed:
         return int(self.relay.ready["port"])
 
     @property
+    def fam(self) -> Family:
+        return self.net.fam
+
+    @property
     def table(self) -> str:
         return f"blind_relay_{self.port}"
 
@@ -192,8 +231,8 @@ class Relayed:
         return self.relay.expect("stats", 10)
 
     def pairs(self) -> list[tuple[list[Any], int]]:
-        """The kernel's `pairs` set in r right now: (key, packets) per direction."""
-        doc = self.net.nft_json("r", "set", "ip", self.table, "pairs")
+        """The kernel's `pairs` set of this family in r right now: (key, packets) per direction."""
+        doc = self.net.nft_json("r", "set", "inet", self.table, self.fam.set("pairs"))
         out = []
         for item in doc["nftables"]:
             for el in item.get("set", {}).get("elem", []):
@@ -203,16 +242,17 @@ class Relayed:
 
     def watch_sources(self) -> None:
         """Count in a and d the UDX packets that reach each peer, and those from the relay's address on its side."""
-        for side, peer, relay_ip in (("a", self.a, R_A), ("d", self.d, R_D)):
+        x = self.fam.nft
+        for side, peer, relay_ip in (("a", self.a, self.fam.r_a), ("d", self.d, self.fam.r_d)):
             port = int(peer.ready["port"])
             self.net.nft(
                 side,
                 f"""
-table ip watch {{
+table inet watch {{
   chain input {{
     type filter hook input priority filter; policy accept;
-    udp dport {port} ip saddr {relay_ip} udp sport {self.port} counter
-    udp dport {port} counter
+    udp dport {port} {x} saddr {relay_ip} udp sport {self.port} counter
+    meta nfproto {self.fam.name} udp dport {port} counter
   }}
 }}
 """,
@@ -223,7 +263,7 @@ table ip watch {{
         (bytes, not packets: what Python sends with GSO arrives as one buffer per segmented send)."""
         counted = [
             int(expr["counter"]["bytes"])
-            for item in self.net.nft_json(side, "table", "ip", "watch")["nftables"]
+            for item in self.net.nft_json(side, "table", "inet", "watch")["nftables"]
             for expr in item.get("rule", {}).get("expr", [])
             if "counter" in expr
         ]
@@ -251,8 +291,8 @@ def make_pair(netns_ready: None, node: str) -> Iterator[Callable[..., Relayed]]:
     `hostfw` is an nft ruleset put in r before anything is sent."""
     nets: list[ForwardNet] = []
 
-    def make(*, ip_forward: bool = True, hostfw: str | None = None) -> Relayed:
-        net = ForwardNet(ip_forward=ip_forward)
+    def make(fam: Family = IPV4, *, ip_forward: bool = True, hostfw: str | None = None) -> Relayed:
+        net = ForwardNet(fam, ip_forward=ip_forward)
         nets.append(net)
         net.build()
         if hostfw is not None:
@@ -261,8 +301,8 @@ def make_pair(netns_ready: None, node: str) -> Iterator[Callable[..., Relayed]]:
         relay = net.relay(a.ready["id"], d.ready["id"])
         pair = Relayed(net, a, d, relay)
         pair.watch_sources()
-        a.cmd(cmd="connect", remote_id=relay.ready["rb"], port=pair.port, host=R_A)
-        d.cmd(cmd="connect", remote_id=relay.ready["rc"], port=pair.port, host=R_D)
+        a.cmd(cmd="connect", remote_id=relay.ready["rb"], port=pair.port, host=fam.r_a)
+        d.cmd(cmd="connect", remote_id=relay.ready["rc"], port=pair.port, host=fam.r_d)
         a.expect("connected")
         d.expect("connected")
         return pair
@@ -276,31 +316,33 @@ def make_pair(netns_ready: None, node: str) -> Iterator[Callable[..., Relayed]]:
 
 def assert_learned(pair: Relayed, st: dict[str, Any]) -> None:
     """The relay learned each peer's own address (no NAT between them): the packets were forwarded, not masqueraded."""
-    assert st["rb_remote"] == [A_HOST, pair.a.ready["port"]]
-    assert st["rc_remote"] == [D_HOST, pair.d.ready["port"]]
+    assert st["rb_remote"] == [pair.fam.a_host, pair.a.ready["port"]]
+    assert st["rc_remote"] == [pair.fam.d_host, pair.d.ready["port"]]
 
 
 # -- the tests ---------------------------------------------------------------------------------
 
 
+@FAMILIES
 def test_kernel_forwarding_between_hosts_8mb_each_way_and_sigkill_drops_the_table(
-    make_pair: Callable[..., Relayed],
+    make_pair: Callable[..., Relayed], fam: Family
 ) -> None:
-    pair = make_pair()
+    pair = make_pair(fam)
     pair.transfer(SIZE)
     st = pair.stats()
     assert_learned(pair, st)
     k = st["kernel"]
     assert k["fallbacks"] == {} and k["skipped"] == {} and k["errors"] == 0, k
-    assert k["directions"] == 2, k
+    assert k["directions"] == 2 and k["directions_by_family"][fam.name] == 2, k
+    assert k["families"] == (["ipv4", "ipv6"] if fam is IPV6 else ["ipv4"]), k
     assert st["kernel_packets"] >= 0.95 * st["relayed_packets"], st
     assert st["kernel_bytes"] >= 1.9 * SIZE, st
     # the pair is still up (graceful ends pass through): both directions are the kernel's, and were used
     elems = pair.pairs()
     assert sorted(key for key, _ in elems) == sorted(
         [
-            [A_HOST, pair.a.ready["port"], raw_id(pair.relay.ready["rb"])],
-            [D_HOST, pair.d.ready["port"], raw_id(pair.relay.ready["rc"])],
+            [fam.a_host, pair.a.ready["port"], raw_id(pair.relay.ready["rb"])],
+            [fam.d_host, pair.d.ready["port"], raw_id(pair.relay.ready["rc"])],
         ]
     ), elems
     assert all(packets > 0 for _, packets in elems), elems
@@ -310,14 +352,14 @@ def test_kernel_forwarding_between_hosts_8mb_each_way_and_sigkill_drops_the_tabl
         from_relay, total = pair.sources(side)
         assert from_relay == total >= SIZE, (side, from_relay, total)
     # a relay killed outright leaves nothing forwarded: the kernel drops its `flags owner` table
-    assert f"ip {pair.table}" in pair.net.tables("r")
+    assert f"inet {pair.table}" in pair.net.tables("r")
     pair.relay.p.proc.send_signal(signal.SIGKILL)
     assert pair.relay.p.proc.wait(10) == -signal.SIGKILL
-    assert f"ip {pair.table}" not in pair.net.tables("r")
+    assert f"inet {pair.table}" not in pair.net.tables("r")
 
 
 HOST_FORWARD_DROP = """
-table ip hostfw {
+table inet hostfw {
   chain forward {
     type filter hook forward priority filter; policy drop;
     counter drop
@@ -326,17 +368,18 @@ table ip hostfw {
 """
 
 
+@FAMILIES
 def test_kernel_forwarding_blocked_by_a_forward_firewall_falls_back_to_python(
-    make_pair: Callable[..., Relayed],
+    make_pair: Callable[..., Relayed], fam: Family
 ) -> None:
-    pair = make_pair(hostfw=HOST_FORWARD_DROP)
+    pair = make_pair(fam, hostfw=HOST_FORWARD_DROP)
     pair.transfer(SIZE)
     st = pair.stats()
     assert_learned(pair, st)
     k = st["kernel"]
     assert k["fallbacks"].get("undelivered", 0) >= 1, k
     assert k["directions"] == 0 and pair.pairs() == [], k
-    assert pair.net.counter("r", "ip hostfw")[0] > 0  # the firewall really dropped forwarded packets
+    assert pair.net.counter("r", "inet hostfw")[0] > 0  # the firewall really dropped forwarded packets
     # what matched before the withdrawal was lost, not delivered: Python forwarded nearly all of it
     assert st["kernel_packets"] < 0.05 * st["relayed_packets"], st
     for side in ("a", "d"):
@@ -344,8 +387,9 @@ def test_kernel_forwarding_blocked_by_a_forward_firewall_falls_back_to_python(
         assert from_relay == total >= SIZE, (side, from_relay, total)
 
 
-def test_kernel_forwarding_with_ip_forward_off_stays_in_python(make_pair: Callable[..., Relayed]) -> None:
-    pair = make_pair(ip_forward=False)
+@FAMILIES
+def test_kernel_forwarding_with_ip_forward_off_stays_in_python(make_pair: Callable[..., Relayed], fam: Family) -> None:
+    pair = make_pair(fam, ip_forward=False)
     pair.transfer(SIZE)
     st = pair.stats()
     assert_learned(pair, st)
@@ -353,7 +397,7 @@ def test_kernel_forwarding_with_ip_forward_off_stays_in_python(make_pair: Callab
     assert k["skipped"].get("forwarding_off", 0) >= 1 and k["fallbacks"] == {}, k
     assert k["directions"] == 0 and pair.pairs() == [], k
     # the operator is told once what to change, not once per pair
-    assert pair.relay.p.stderr.count("net.ipv4.ip_forward is 0 (sysctl -w net.ipv4.ip_forward=1") == 1
+    assert pair.relay.p.stderr.count(f"{fam.sysctl} is 0 (sysctl -w {fam.sysctl}=1") == 1
     assert st["kernel_packets"] == 0 and st["relayed_bytes"] >= 2 * SIZE, st
     for side in ("a", "d"):
         from_relay, total = pair.sources(side)
@@ -364,9 +408,10 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description="the relay of these tests (run inside ns r)")
     ap.add_argument("a_id", type=int)
     ap.add_argument("d_id", type=int)
+    ap.add_argument("host", nargs="?", default="0.0.0.0")
     args = ap.parse_args()
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_relay_main(args.a_id, args.d_id))
+        asyncio.run(_relay_main(args.a_id, args.d_id, args.host))
 
 
 def test_kernel_forwarding_falls_back_for_a_trickle_blocked_after_it_entered_the_kernel(

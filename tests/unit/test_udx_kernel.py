@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from relay.udx.kernel import HEADERS, UNDELIVERED_MIN, Direction, KernelTable, raw_id
+from relay.udx.kernel import HEADERS, IPV4, IPV6, UNDELIVERED_MIN, Direction, KernelTable, raw_id
 
 A = ("10.0.1.2", 40001)
 D = ("10.0.2.2", 40002)
@@ -49,17 +49,17 @@ def test_offer_and_withdraw_commands_share_the_delivery_elements() -> None:
     d2 = Direction((A[0], 40003), 0x05060708, D, "10.0.2.1")  # same host to the same peer port
     assert t.offer(d1) and not t.offer(d1) and t.offer(d2)
     c1, c2 = t.take_changes()
-    assert "add element ip blind_relay_5000 pairs { 10.0.1.2 . 40001 . 0x4030201 }" in c1.script
-    assert c1.script.splitlines()[-1].startswith("add element ip blind_relay_5000 pairs")  # maps first
+    assert "add element inet blind_relay_5000 pairs { 10.0.1.2 . 40001 . 0x4030201 }" in c1.script
+    assert c1.script.splitlines()[-1].startswith("add element inet blind_relay_5000 pairs")  # maps first
     assert "delivery_saddr { 10.0.1.2 . 10.0.2.2 . 40002 : 10.0.2.1 }" in c1.script
     assert "delivered" not in c2.script  # shared: added once
     t.withdraw(d1.key)
     (w1,) = t.take_changes()
-    assert w1.script.splitlines()[0].startswith("delete element ip blind_relay_5000 pairs")
+    assert w1.script.splitlines()[0].startswith("delete element inet blind_relay_5000 pairs")
     assert "delivered" not in w1.script  # d2 still uses it
     t.withdraw(d2.key)
     (w2,) = t.take_changes()
-    assert "delete element ip blind_relay_5000 delivered { 10.0.1.2 . 10.0.2.2 . 40002 }" in w2.script
+    assert "delete element inet blind_relay_5000 delivered { 10.0.1.2 . 10.0.2.2 . 40002 }" in w2.script
     assert t.withdraw(d2.key) is None and t.take_changes() == []
 
 
@@ -127,3 +127,71 @@ def test_a_refused_offer_is_forgotten() -> None:
     assert t.offer(d)  # offered again later: the shared elements are added again
     (c2,) = t.take_changes()
     assert "delivered" in c2.script
+
+
+# -- IPv6: the same table, in an `inet` family, with its own sets and counters -----------------
+
+A6 = ("fd31::2", 40001)
+D6 = ("fd32::2", 40002)
+
+
+def test_a_dual_stack_table_has_rules_for_both_families_and_a_v4_one_none_for_ipv6() -> None:
+    script = KernelTable(5000, "::", (IPV4, IPV6)).setup_script()
+    assert script.startswith("table inet blind_relay_5000 {")  # "::" is every address: no suffix
+    pre = [line for line in script.splitlines() if "notrack" in line]
+    assert len(pre) == 4
+    v6 = [line for line in pre if "ip6 saddr . udp sport . @th,96,32 @pairs" in line]
+    assert len(v6) == 2 and all("ip6 daddr set" in line and "map @pair_daddr6" in line for line in v6)
+    assert 'counter name "remote6"' in script and 'counter name "delivered6"' in script
+    assert "ip6 saddr set ip6 saddr . ip6 daddr . udp dport map @delivery_saddr6" in script
+    assert "ip6" not in KernelTable(5000).setup_script()  # an IPv4 socket: IPv4 rules only
+
+
+def test_a_table_bound_to_one_ipv6_address_matches_it_and_only_ipv6() -> None:
+    t = KernelTable(7, "fd00::1", (IPV4, IPV6))
+    assert t.name == "blind_relay_7_fd00__1" and t.families == (IPV6,)
+    script = t.setup_script()
+    assert "ip6 daddr fd00::1 udp dport 7" in script and " ip saddr" not in script
+    assert KernelTable(7, "::ffff:192.0.2.1", (IPV4, IPV6)).families == (IPV4,)
+
+
+def test_ipv6_directions_go_to_the_ipv6_sets() -> None:
+    t = KernelTable(5000, None, (IPV4, IPV6))
+    d = Direction(A6, 0x01020304, D6, "fd32::1")
+    assert d.family is IPV6 and d.delivery == ("fd31::2", "fd32::2", 40002)
+    t.offer(d)
+    (c,) = t.take_changes()
+    assert "add element inet blind_relay_5000 pair_daddr6 { fd31::2 . 40001 . 0x4030201 : fd32::2 }" in c.script
+    assert "delivery_saddr6 { fd31::2 . fd32::2 . 40002 : fd32::1 }" in c.script
+    assert c.script.splitlines()[-1] == "add element inet blind_relay_5000 pairs6 { fd31::2 . 40001 . 0x4030201 }"
+    t.withdraw(d.key)
+    (w,) = t.take_changes()
+    assert w.script.splitlines()[0] == "delete element inet blind_relay_5000 pairs6 { fd31::2 . 40001 . 0x4030201 }"
+    lo = Direction(("::1", 1), 7, ("::1", 2), "::1")
+    assert lo.delivery is None
+    t.offer(lo)
+    (c2,) = t.take_changes()
+    assert "pairs_local6 {" in c2.script and "delivered" not in c2.script
+
+
+def test_totals_count_each_family_with_its_own_headers() -> None:
+    t = KernelTable(5000, None, (IPV4, IPV6))
+    now = {
+        **counters((2, 2 * (HEADERS + 100)), (0, 0), (0, 0)),
+        "local6": (3, 3 * (48 + 100)),
+        "remote6": (5, 5 * (48 + 1000)),
+        "delivered6": (4, 0),
+    }
+    assert t.totals(now) == (10, 5_500)
+    assert t.missing == 1  # one IPv6 packet left the rule but was not seen leaving the host
+    assert t.counter_names() == {"local", "remote", "delivered", "local6", "remote6", "delivered6"}
+
+
+def test_lost_finds_an_ipv6_direction() -> None:
+    t = KernelTable(5000, None, (IPV4, IPV6))
+    d = Direction(A6, 0x01020304, D6, "fd32::1")
+    t.offer(d)
+    key = [A6[0], A6[1], raw_id(d.stream_id)]
+    assert t.lost(
+        doc("pairs6", [(key, 100 + UNDELIVERED_MIN, 0)]), doc("delivered6", [([A6[0], D6[0], D6[1]], 100, 0)])
+    ) == [d]
