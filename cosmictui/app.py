@@ -58,7 +58,7 @@ class WizardApp(App[int]):
     def open_monitor(self) -> None:
         """Push the relay monitor (owned by the monitor engineer) for the wizard's relay."""
         try:
-            from cosmictui.ops.metrics import Target
+            from cosmictui.ops.metrics.client import Target
             from cosmictui.screens.monitor import MonitorScreen
         except ImportError:
             self.notify("The monitor is not available in this build.", severity="warning")
@@ -91,7 +91,7 @@ def make_context(deployment: str | None, demo: bool, config: str | None, **overr
         from_config = settings.config_path is not None and settings.deployment not in ("", ".")
         if deployment is not None or from_config:
             return WizardContext(settings)
-    from cosmictui.ops.sandbox import create_sandbox
+    from cosmictui.ops.demo.sandbox import create_sandbox
 
     sandbox = create_sandbox()
     return WizardContext(sandbox.settings.with_overrides(**overrides), demo=sandbox)

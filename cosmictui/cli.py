@@ -242,7 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _metrics_addr(text: str) -> str:
     """Checked while parsing, so a typo is one usage line (exit 2), never a traceback later."""
-    from cosmictui.ops.metrics import normalize_url
+    from cosmictui.ops.metrics.client import normalize_url
 
     try:
         normalize_url(text)
@@ -323,7 +323,7 @@ def _dump(obj: Any, out: TextIO, stream: bool = False) -> None:
 
     Always strict JSON: remote values (a relay's /stats) may hold NaN or Infinity, which
     `json.dumps` would print as bare words no JSON parser takes; they become null."""
-    from cosmictui.ops.metrics import strict_json
+    from cosmictui.ops.metrics.client import strict_json
 
     pretty = out is sys.stdout and not stream
     out.write(json.dumps(strict_json(_plain(obj)), indent=2 if pretty else None, allow_nan=False) + "\n")
@@ -372,7 +372,7 @@ def cmd_wizard(args: argparse.Namespace, out: TextIO) -> int:
 def monitor_targets(args: argparse.Namespace, settings: Any) -> list[Any]:
     """--storage/--metrics as given; neither: the configured storage if a relay runs there,
     else the configured metrics address."""
-    from cosmictui.ops.metrics import Target, normalize_url, unique_targets
+    from cosmictui.ops.metrics.client import Target, normalize_url, unique_targets
     from cosmictui.ops.relayproc import read_runtime
 
     targets: list[Target] = [Target(storage=Path(s).expanduser().absolute()) for s in args.storage]
@@ -383,7 +383,7 @@ def monitor_targets(args: argparse.Namespace, settings: Any) -> list[Any]:
             raise UsageError(f"--metrics {url}: {e}") from None
         targets.append(Target(metrics=url))
     for key in getattr(args, "relay_key", None) or []:
-        from cosmictui.ops.probe import ProbeUsageError, parse_relay_key
+        from cosmictui.ops.metrics.probe import ProbeUsageError, parse_relay_key
 
         try:
             parse_relay_key(key)
@@ -407,7 +407,7 @@ def cmd_monitor(args: argparse.Namespace, out: TextIO) -> int:
     # the probes join the DHT the configured relay joins, unless told otherwise
     bootstrap = list(getattr(settings, "relay_bootstrap", ()) or ()) or None
     if args.bootstrap:
-        from cosmictui.ops.probe import ProbeUsageError, parse_bootstrap
+        from cosmictui.ops.metrics.probe import ProbeUsageError, parse_bootstrap
 
         try:
             bootstrap = parse_bootstrap([b.strip() for b in args.bootstrap.split(",") if b.strip()])
@@ -435,8 +435,8 @@ def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
     if args.port is not None:
         overrides["relay_port"] = args.port
     settings = _settings(args, **overrides)
-    from cosmictui.ops.checks import run_checks
-    from cosmictui.ops.wizard_steps import gather_checks
+    from cosmictui.ops.setup.checks import run_checks
+    from cosmictui.ops.setup.steps import gather_checks
 
     async def go() -> list[Any]:
         if getattr(args, "deployment", None) is None and settings.deployment == ".":
@@ -456,7 +456,7 @@ def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
             for runner in opened:
                 await runner.close()
 
-    from cosmictui.ops.probe import ProbeUsageError, parse_relay_key, probe_check, run_probe
+    from cosmictui.ops.metrics.probe import ProbeUsageError, parse_relay_key, probe_check, run_probe
 
     if args.relay_key:
         try:
@@ -495,9 +495,9 @@ def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
 
 def cmd_env_set_relay(args: argparse.Namespace, out: TextIO) -> int:
     settings = _settings(args)
-    from cosmictui.ops.envapply import apply_plan
-    from cosmictui.ops.envfile import EnvChanged, EnvFileError, decode_text, normalize_key, plan_relays
     from cosmictui.ops.runner import RunnerError
+    from cosmictui.ops.setup.envapply import apply_plan
+    from cosmictui.ops.setup.envfile import EnvChanged, EnvFileError, decode_text, normalize_key, plan_relays
 
     try:
         key = normalize_key(args.key)
@@ -566,7 +566,7 @@ def cmd_env_set_relay(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _jobs_table(views: Sequence[Any]) -> str:
-    from cosmictui.ops.jobs import format_age
+    from cosmictui.ops.jobs.model import format_age
 
     rows = [("ID", "STATUS", "AGE", "NOTE")]
     for v in views:
@@ -590,8 +590,8 @@ def cmd_jobs(args: argparse.Namespace, out: TextIO) -> int:
     if getattr(args, "jobs_command", None) == "recover":
         return cmd_jobs_recover(args, out)
     settings = _settings(args)
-    from cosmictui.ops.evidence import name_case, new_job_left_creating, new_jobs, relay_evidence
-    from cosmictui.ops.joblist import list_jobs
+    from cosmictui.ops.jobs.evidence import name_case, new_job_left_creating, new_jobs, relay_evidence
+    from cosmictui.ops.jobs.listing import list_jobs
     from cosmictui.ops.progress import load_progress
     from cosmictui.ops.relayproc import attach
     from cosmictui.ops.runner import RunnerError
@@ -695,8 +695,8 @@ def _recover_relay_problem(settings: Any) -> str | None:
 def cmd_jobs_recover(args: argparse.Namespace, out: TextIO) -> int:
     """`jobs recover`: the wizard's step 6 use case (ops/recover), confirmed by --yes instead of a dialog."""
     settings = _settings(args)
-    from cosmictui.ops.joblist import list_jobs
-    from cosmictui.ops.recover import RecoveryRefused, draft_create, plan_jobs, recover, recovery_dir, save_record
+    from cosmictui.ops.jobs.listing import list_jobs
+    from cosmictui.ops.jobs.recover import RecoveryRefused, draft_create, plan_jobs, recover, recovery_dir, save_record
     from cosmictui.ops.runner import RunnerError
 
     name = "jobs recover"
@@ -820,7 +820,7 @@ def cmd_jobs_recover(args: argparse.Namespace, out: TextIO) -> int:
 def relay_status_report(storage: str | None, metrics: str | None, timeout: float = 3.0) -> dict[str, Any]:
     """What `relay status` prints: runtime file, process liveness, /stats, and a verdict."""
     from cosmictui.ops import relayproc
-    from cosmictui.ops.metrics import BadData, MetricsError, fetch
+    from cosmictui.ops.metrics.client import BadData, MetricsError, fetch
 
     report: dict[str, Any] = {"state": "not running", "storage": storage, "runtime": None, "stats": None}
     report |= {"metrics": metrics, "error": None, "fix": None, "key": None}
@@ -868,7 +868,7 @@ def relay_status_report(storage: str | None, metrics: str | None, timeout: float
 
 
 def cmd_relay_status(args: argparse.Namespace, out: TextIO) -> int:
-    from cosmictui.ops.metrics import by_cause, human_bytes, human_duration
+    from cosmictui.ops.metrics.client import by_cause, human_bytes, human_duration
 
     settings = _settings(args)
     storage = args.storage if args.storage is not None else (None if args.metrics else settings.relay_storage)
@@ -936,7 +936,7 @@ def probe_key(key: str | None, storage: str | None, *, explicit_storage: bool = 
 
 
 def cmd_relay_probe(args: argparse.Namespace, out: TextIO) -> int:
-    from cosmictui.ops.probe import ProbeUsageError, run_probe
+    from cosmictui.ops.metrics.probe import ProbeUsageError, run_probe
 
     settings = _settings(args)
     storage = args.storage if args.storage is not None else settings.relay_storage
@@ -964,7 +964,7 @@ def cmd_relay_probe(args: argparse.Namespace, out: TextIO) -> int:
 
 def _relay_probe_watch(args: argparse.Namespace, out: TextIO, key: str, boot: list[str] | None) -> int:
     """`relay probe --watch`: one line (NDJSON with --json) per echo through the relay."""
-    from cosmictui.ops.probe import ProbeUsageError, watch_probe
+    from cosmictui.ops.metrics.probe import ProbeUsageError, watch_probe
 
     last_ok = False
 

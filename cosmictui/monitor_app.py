@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from textual.app import App
 
-from cosmictui.ops.metrics import Target
+from cosmictui.ops.metrics.client import Target
 from cosmictui.screens.monitor import MonitorScreen
 
 

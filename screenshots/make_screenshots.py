@@ -30,7 +30,7 @@ from textual.pilot import Pilot  # noqa: E402
 
 from cosmictui.app import WizardApp, make_context  # noqa: E402
 from cosmictui.monitor_app import MonitorApp  # noqa: E402
-from cosmictui.ops.metrics import RelayState, Target  # noqa: E402
+from cosmictui.ops.metrics.client import RelayState, Target  # noqa: E402
 from cosmictui.screens.monitor import MonitorScreen  # noqa: E402
 
 WIZARD_SIZE = (100, 32)
@@ -134,8 +134,8 @@ async def relaying_sandbox() -> tuple[Any, Any, NodePairs] | None:
     node = shutil.which("node")
     if node is None or not (HERE.parent / "tests" / "interop" / "node_modules" / "hyperdht").is_dir():
         return None
+    from cosmictui.ops.demo.sandbox import create_sandbox
     from cosmictui.ops.relayproc import start_relay
-    from cosmictui.ops.sandbox import create_sandbox
     from tests.interop._relay_net import Testnet
 
     tn = Testnet(node, 4).start()
@@ -182,8 +182,8 @@ async def main() -> None:
                     tn.stop()
                 return
             if sandbox is None:
+                from cosmictui.ops.demo.sandbox import create_sandbox
                 from cosmictui.ops.relayproc import start_relay
-                from cosmictui.ops.sandbox import create_sandbox
 
                 sandbox = create_sandbox(seed_jobs=False)
                 s = sandbox.settings

@@ -40,7 +40,7 @@ def node() -> str:
 def _no_public_bootstrap(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tests send no traffic off the machine: the wizard's "Bootstrap node answers" check pings
     the public HyperDHT nodes when none is configured, so here they are a silent loopback port."""
-    monkeypatch.setattr("cosmictui.ops.checks.PUBLIC_BOOTSTRAP", ("127.0.0.1:9",))
+    monkeypatch.setattr("cosmictui.ops.setup.checks.PUBLIC_BOOTSTRAP", ("127.0.0.1:9",))
 
 
 @pytest.fixture

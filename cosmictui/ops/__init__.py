@@ -1,5 +1,18 @@
 """UI-free operations behind the wizard and the headless commands (no Textual here).
 
+Grouped by use case; the foundations at the top level are shared by all of them:
+
+  config, runner, progress, relayproc, wording   foundations (settings, where commands run, the
+                                                 wizard's saved progress, the local relay process,
+                                                 how messages are worded)
+  setup/    checks, steps (the wizard's decisions), envfile + envapply (the `.env` editor)
+  jobs/     model (parsing), listing, recover, evidence (did new jobs go through the relay)
+  metrics/  client (scrape /metrics and /stats), probe + probewatch (a relay known by its key)
+  demo/     sandbox, dht, worker (the built-in demo deployment)
+
+Imports point down only: foundations import no use case, use cases import no screen, and there
+are no import cycles (tests/unit/test_layering.py enforces it).
+
 Public API (signatures are stable; screens and CLI import from the submodules):
 
 config      Settings (frozen dataclass), load_settings(config=None, **overrides) -> Settings,
@@ -7,7 +20,7 @@ config      Settings (frozen dataclass), load_settings(config=None, **overrides)
             Command templates: delete_command uses {id}; create_command (empty = unknown) uses
             {name} {tags} {location} {gpu_model} {gpu_count} {image} {disk_gb}, {id} or any
             column; test_job_command is step 5's small test job. Settings.statuses -> StatusSets.
-envfile     plan_relays(text, key, mode="merge"|"replace", var=ENV_VAR, path=".env") -> EnvPlan
+setup.envfile   plan_relays(text, key, mode="merge"|"replace", var=ENV_VAR, path=".env") -> EnvPlan
             (old, new, diff, old_keys, new_keys, line, .changed); read_relays(text, var) ->
             tuple of keys; normalize_key(key) -> z32; decode_text/encode_text (bytes <-> str,
             lossless); async write_plan(runner, path, plan) -> backup path | None (refuses,
@@ -22,13 +35,13 @@ runner      open_deployment(spec, *, env, known_hosts, client_keys, password, co
             RunnerError(what, fix, host, kind) with kind in auth, host-key-mismatch,
             host-key-unknown, refused, unresolvable, timeout, missing-command,
             missing-directory, missing-file, io, error.
-jobs        parse_jobs(output, now=None) -> list[Job] (only rows that are jobs); StatusSets
+jobs.model   parse_jobs(output, now=None) -> list[Job] (only rows that are jobs); StatusSets
             (stuck/done/failed, .classify -> stuck|done|failed|unknown); Job(id, status, created, fields,
             updated); JobsFormatError(reason, raw); stuck_reason(job, now, stuck_after,
             stale_after) -> str | None; view_jobs(jobs, now, restart_at, ...) -> list[JobView]
             (job, age, before_restart, stuck); parse_when(text, now); format_age(seconds).
             All datetimes are timezone-aware UTC.
-checks      CheckResult(name, status "ok"|"warn"|"fail", detail, fix); check_relay_runs_here(),
+setup.checks  CheckResult(name, status "ok"|"warn"|"fail", detail, fix); check_relay_runs_here(),
             check_udp_port(port, host, storage), check_memory(minimum), check_storage(path),
             check_dht(stats), async fetch_stats(metrics_url), async check_deployment_host(runner),
             ping_command(host, port, timeout, python) -> str (stdlib `python3 -c` dht-rpc PING),
@@ -42,29 +55,30 @@ relayproc   RelayRuntime, RelayStatus, RelayProcError; read_runtime(storage), pi
             a storage gives, without creating one), running_relays(), log_tail(storage, lines),
             key_change_warning(storage, previous_storage=None, configured_keys=(), running=None)
             -> str | None; on_before_start(storage, hook); runtime_path/log_path.
+wording     sentence(text), sentences(*parts), command_failure_hint(cmd, exit_code, output).
 progress    WizardProgress(deployment, current_step, completed, relay_storage, relay_key,
             env_backup, restarted_at, data); load_progress(deployment), save_progress(p),
             clear_progress(deployment), progress_path(deployment), state_dir().
-sandbox     create_sandbox(root=None, *, relay_port, metrics_port, bootstrap, seed_jobs,
+demo.sandbox create_sandbox(root=None, *, relay_port, metrics_port, bootstrap, seed_jobs,
             start_dht=True) -> Sandbox(root, deployment, bin_dir, relay_storage, settings,
             env_path, state_path, .close(), .stop_dht()). `task restart` starts the sandbox
-            worker (`sandbox_worker`: each new job = an agent and the worker meeting through the
+            worker (`demo.worker`: each new job = an agent and the worker meeting through the
             job's relay, punching off; stop_worker(state_path)). Without `bootstrap` the sandbox starts
-            a private 5-node DHT on 127.0.0.1 (`sandbox_dht`, detached) because the relay needs a
+            a private 5-node DHT on 127.0.0.1 (`demo.dht`, detached) because the relay needs a
             DHT to start; call Sandbox.close() in test teardown (it also exits by itself 15 min
             after the last relay on the sandbox storage stopped). ensure_dht(root, storage),
             stop_dht(root), set_failure(sandbox, task, message|None), sandbox_state(sandbox).
-joblist     async list_jobs(run, settings, now, restart_at) -> JobListing(cmd, jobs, views, error,
+jobs.listing async list_jobs(run, settings, now, restart_at) -> JobListing(cmd, jobs, views, error,
             raw, exit_code, runner_error, .ok): the one jobs listing (wizard and CLI), one wording.
-recover     draft_create(job, settings) -> CreateDraft(command, missing, source, .known);
+jobs.recover draft_create(job, settings) -> CreateDraft(command, missing, source, .known);
             plan_recovery(job, settings, reviewed_create=None) -> RecoveryPlan(job, delete, create
             | None, create_source); save_record(plan, settings, draft) -> Path (before any delete);
             async recover(run, plan, record) -> RecoveryResult(outcome recreated | deleted-only |
             delete-failed | create-failed, message, record, .lost); recovery_dir(deployment).
-envapply    async apply_plan(runner, path, plan, var, key) -> AppliedPlan(path, backup, keys, key,
+setup.envapply async apply_plan(runner, path, plan, var, key) -> AppliedPlan(path, backup, keys, key,
             .key_present, .problem()): write_plan plus the read-back (wizard step 3, env set-relay).
-evidence    counters(scrape); async relay_evidence(metrics_url, baseline, restart_at) ->
+jobs.evidence counters(scrape); async relay_evidence(metrics_url, baseline, restart_at) ->
             RelayEvidence(reachable, since, sessions_opened, pairings_matched, relayed_bytes);
             name_case(left_creating, evidence) -> (kind, message).
-metrics     (owned by the monitor engineer) fetch + parse /metrics and /stats.
+metrics.client  fetch + parse /metrics and /stats; metrics.probe: prove a relay carries a connection.
 """

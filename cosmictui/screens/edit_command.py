@@ -10,7 +10,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Static
 
-from cosmictui.ops.recover import unfilled
+from cosmictui.ops.jobs.recover import unfilled
 
 
 class EditCommandScreen(ModalScreen[str | None]):

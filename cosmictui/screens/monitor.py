@@ -28,7 +28,7 @@ from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Log, Static
 
-from cosmictui.ops.metrics import (
+from cosmictui.ops.metrics.client import (
     MEMORY_BUDGET_BYTES,
     RUNNING,
     STATE_BADGE,
@@ -42,7 +42,7 @@ from cosmictui.widgets.monitor_graphs import COUNT_UNITS, RATE_UNITS, Series, Ti
 from cosmictui.widgets.monitor_relays import RelayTable, summary_line
 
 if TYPE_CHECKING:
-    from cosmictui.ops.probewatch import ProbeWatch
+    from cosmictui.ops.metrics.probewatch import ProbeWatch
 
 INTERVAL_STEPS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 QUIET_POLLS_PER_SLOWDOWN = 5
@@ -193,7 +193,7 @@ class MonitorScreen(Screen[None]):
         w = self.watches[i]
         if w.probe is not None or self._tg is None or not w.key:
             return w.probe
-        from cosmictui.ops.probewatch import PROBE_INTERVAL, ProbeWatch
+        from cosmictui.ops.metrics.probewatch import PROBE_INTERVAL, ProbeWatch
 
         w.probe = ProbeWatch(w.key, self.bootstrap, interval=self.probe_interval or PROBE_INTERVAL)
         self._tg.create_task(w.probe.follow(lambda _p: self._probe_landed(i)))

@@ -17,10 +17,10 @@ from textual.reactive import reactive
 from textual.widgets import Static
 from textual.worker import Worker, WorkerState
 
-from cosmictui.ops.joblist import runner_problem as _runner_problem
+from cosmictui.ops.jobs.listing import runner_problem as _runner_problem
 
 if TYPE_CHECKING:
-    from cosmictui.screens.context import WizardContext
+    from cosmictui.ops.session import WizardContext
 
 
 class StepStatus(Static):
@@ -110,7 +110,9 @@ class Step(Vertical):
         self.post_message(self.Changed(self))
 
     def mark_done(self, done: bool = True) -> None:
+        """The operator did (or undid) this step; the wizard derives its tick from the evidence."""
         self.done = done
+        self.ctx.set_done(self.STEP_ID, done)
         self.post_message(self.Changed(self))
 
     def invalidate_later(self, why: str) -> None:
@@ -152,5 +154,5 @@ class Step(Vertical):
 
 
 def runner_problem(e: Exception, doing: str) -> str:
-    """A RunnerError (or any I/O error) as one sentence an operator can act on (`ops.joblist`)."""
+    """A RunnerError (or any I/O error) as one sentence an operator can act on (`ops.jobs.listing`)."""
     return _runner_problem(e, doing)

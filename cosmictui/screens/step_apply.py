@@ -10,10 +10,10 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.widgets import Static
 
-from cosmictui.ops.evidence import counters
-from cosmictui.ops.metrics import MetricsError, scrape
+from cosmictui.ops.jobs.evidence import counters
+from cosmictui.ops.metrics.client import MetricsError, scrape
 from cosmictui.ops.runner import RunnerError
-from cosmictui.ops.wizard_steps import command_failure_hint
+from cosmictui.ops.setup.steps import command_failure_hint
 from cosmictui.screens.step import Step, runner_problem
 from cosmictui.widgets.output_log import OutputLog
 

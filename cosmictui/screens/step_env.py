@@ -10,10 +10,10 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import Static
 
-from cosmictui.ops.envapply import apply_plan
-from cosmictui.ops.envfile import EnvFileError, EnvPlan, decode_text, plan_relays
 from cosmictui.ops.runner import RunnerError
-from cosmictui.ops.wizard_steps import sentences
+from cosmictui.ops.setup.envapply import apply_plan
+from cosmictui.ops.setup.envfile import EnvFileError, EnvPlan, decode_text, plan_relays
+from cosmictui.ops.setup.steps import sentences
 from cosmictui.screens.step import Step, runner_problem
 from cosmictui.widgets.diff_view import DiffView
 

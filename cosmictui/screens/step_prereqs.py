@@ -8,8 +8,8 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.widgets import Static
 
-from cosmictui.ops.checks import CheckResult
-from cosmictui.ops.wizard_steps import gather_checks
+from cosmictui.ops.setup.checks import CheckResult
+from cosmictui.ops.setup.steps import gather_checks
 from cosmictui.screens.step import Step
 from cosmictui.widgets.check_row import CheckRow
 

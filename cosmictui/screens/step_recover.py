@@ -1,6 +1,6 @@
 """Step 6: delete jobs that can never reach the relay, and recreate them only when that is safe.
 
-The decisions are in `cosmictui.ops.recover`: the record is saved before any delete, delete &
+The decisions are in `cosmictui.ops.jobs.recover`: the record is saved before any delete, delete &
 recreate only with a known create command, otherwise delete only. This step draws and asks.
 """
 
@@ -16,10 +16,10 @@ from textual.containers import HorizontalScroll
 from textual.widgets import Static
 from textual.widgets.selection_list import Selection
 
-from cosmictui.ops.joblist import list_jobs
-from cosmictui.ops.jobs import Job, JobView, shown_status
-from cosmictui.ops.recover import RecoveryPlan, draft_create, plan_recovery, recover, recovery_dir, save_record
-from cosmictui.ops.wizard_steps import JobWatch, format_age, recoverable
+from cosmictui.ops.jobs.listing import list_jobs
+from cosmictui.ops.jobs.model import Job, JobView, shown_status
+from cosmictui.ops.jobs.recover import RecoveryPlan, draft_create, plan_recovery, recover, recovery_dir, save_record
+from cosmictui.ops.setup.steps import JobWatch, format_age, recoverable
 from cosmictui.screens.confirm import ConfirmScreen
 from cosmictui.screens.edit_command import EditCommandScreen
 from cosmictui.screens.step import Step

@@ -19,12 +19,12 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Input, Static
 
 from cosmictui.ops import relayproc
-from cosmictui.ops.checks import CheckResult
-from cosmictui.ops.envfile import EnvFileError, decode_text, normalize_key, read_relays
-from cosmictui.ops.probe import PROBE_CHECK, PROBE_TIMEOUT, probe_check, probe_from_host, run_probe
+from cosmictui.ops.metrics.probe import PROBE_CHECK, PROBE_TIMEOUT, probe_check, probe_from_host, run_probe
 from cosmictui.ops.relayproc import RelayProcError, RelayRuntime
 from cosmictui.ops.runner import RunnerError
-from cosmictui.ops.wizard_steps import RELAY_REACH_PREFIX, relay_reach_checks, sentences
+from cosmictui.ops.setup.checks import CheckResult
+from cosmictui.ops.setup.envfile import EnvFileError, decode_text, normalize_key, read_relays
+from cosmictui.ops.setup.steps import RELAY_REACH_PREFIX, relay_reach_checks, sentences
 from cosmictui.screens.confirm import ConfirmScreen
 from cosmictui.screens.step import Step, runner_problem
 from cosmictui.widgets.check_row import CheckRow

@@ -12,11 +12,11 @@ from textual.timer import Timer
 from textual.widgets import DataTable, Static
 from textual.worker import Worker
 
-from cosmictui.ops.evidence import RelayEvidence, name_case, relay_evidence
-from cosmictui.ops.joblist import list_jobs
-from cosmictui.ops.jobs import Job, JobView, shown_status
+from cosmictui.ops.jobs.evidence import RelayEvidence, name_case, relay_evidence
+from cosmictui.ops.jobs.listing import list_jobs
+from cosmictui.ops.jobs.model import Job, JobView, shown_status
 from cosmictui.ops.runner import RunnerError
-from cosmictui.ops.wizard_steps import JobWatch, WatchVerdict, command_failure_hint, format_age
+from cosmictui.ops.setup.steps import JobWatch, WatchVerdict, command_failure_hint, format_age
 from cosmictui.screens.confirm import ConfirmScreen
 from cosmictui.screens.step import Step, runner_problem
 

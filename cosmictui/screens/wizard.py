@@ -14,13 +14,13 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import Button, ContentSwitcher, Footer, Header, Static
+from textual.widgets import Button, ContentSwitcher, Footer, Header, Input, Static
 
 from cosmictui.ops import relayproc
 from cosmictui.ops.progress import CommandJournal
-from cosmictui.ops.wizard_steps import keep_running_commands
+from cosmictui.ops.session import WizardContext
+from cosmictui.ops.setup.steps import keep_running_commands
 from cosmictui.screens.confirm import ConfirmScreen
-from cosmictui.screens.context import WizardContext
 from cosmictui.screens.step import Step
 from cosmictui.screens.step_apply import ApplyStep
 from cosmictui.screens.step_env import EnvStep
@@ -55,6 +55,8 @@ class WizardScreen(Screen[None]):
         Binding("n", "next", "Next"),
         Binding("b", "back", "Back"),
         Binding("b", "back_narrow", "Back", show=False),  # below NARROW the ◀ Back button says it
+        # esc first leaves a field (said in the footer while one has the focus), else cancels.
+        Binding("escape", "leave_field", "Leave field"),
         Binding("escape", "cancel", "Cancel"),
         *_step_bindings(),
         # What must fit at 80 columns comes first; the log keys are also on the log's border.
@@ -65,6 +67,8 @@ class WizardScreen(Screen[None]):
         Binding("y", "copy_log", "Copy log", show=False),
         Binding("pagedown", "scroll_step('down')", "Scroll", show=False),
         Binding("pageup", "scroll_step('up')", "Scroll", show=False),
+        Binding("end", "scroll_step('end')", "Scroll", show=False),
+        Binding("home", "scroll_step('home')", "Scroll", show=False),
     ]
 
     VERTICAL_BREAKPOINTS = [(0, "-short"), (40, "-tall")]  # noqa: RUF012 (typed by Textual)
@@ -114,6 +118,8 @@ class WizardScreen(Screen[None]):
             banner.add(text)
         resume = min(self.ctx.progress_step(), len(self.steps) - 1)
         self.reached = resume
+        if resume > RELAY_STEP:
+            self.run_worker(self._read_env(), group="env-evidence", exit_on_error=False)
         await self._show(resume)
         if resume:
             self.notify(f"Resumed at step {resume + 1}: {self.steps[resume].TITLE}", title="Progress restored")
@@ -129,6 +135,25 @@ class WizardScreen(Screen[None]):
         if self.narrow != (event.size.width < NARROW):
             self.narrow = event.size.width < NARROW
             self.refresh_bindings()
+
+    async def _read_env(self) -> None:
+        """The .env is part of the evidence for ticks 3-6: read it once on resume (steps 3 and 2 refresh it)."""
+        await self.ctx.read_env_relays()
+        self._refresh_nav()
+
+    def on_descendant_focus(self, _event: events.DescendantFocus) -> None:
+        self.refresh_bindings()  # a field took the focus: the footer says how to leave it
+
+    def on_descendant_blur(self, _event: events.DescendantBlur) -> None:
+        self.refresh_bindings()
+
+    def on_key(self, event: events.Key) -> None:
+        """A path typed while no field has the focus starts in the storage field, not as key actions."""
+        if event.character in ("/", "~") and not isinstance(self.focused, Input):
+            start_typing = getattr(self.step, "start_typing_path", None)
+            if start_typing is not None and start_typing(event.character):
+                event.stop()
+                event.prevent_default()
 
     def on_unmount(self) -> None:
         if self._journal is not None:
@@ -155,20 +180,20 @@ class WizardScreen(Screen[None]):
     def _check_relay(self) -> str | None:
         """Past step 2, the relay must still run: a dead one sends step 2 back to "not done"."""
         self.relay_down = self.ctx.relay_problem()
-        if self.relay_down:
-            self.steps[RELAY_STEP].done = False
-            if self.ctx.progress.is_done("relay"):
-                self.ctx.progress.completed.remove("relay")
         return self.relay_down
 
     def _refresh_nav(self) -> None:
+        # Every tick is derived again from the evidence (ops.session.derive_ticks): the step list,
+        # each step's Next check and the progress file cannot disagree.
+        ticks = self.ctx.ticks()
         states: list[StepState] = []
         for i, s in enumerate(self.steps):
+            s.done = s.STEP_ID in ticks
             if i == self.index:
                 states.append("busy" if s.busy else "current")
             elif i == RELAY_STEP and self.relay_down:
                 states.append("failed")
-            elif s.done or self.ctx.progress.is_done(s.STEP_ID):
+            elif s.done:
                 states.append("done")
             else:
                 states.append("pending")
@@ -200,8 +225,6 @@ class WizardScreen(Screen[None]):
         at = self.steps.index(event.step)
         later = self.steps[at + 1 :]
         if any(s.done or self.ctx.progress.is_done(s.STEP_ID) for s in later):
-            for s in later:
-                s.done = False
             self.ctx.uncomplete(*(s.STEP_ID for s in later))
             self.notify(f"{event.why}: steps {at + 2}–{len(self.steps)} need doing again.", title="Progress reset")
         self._refresh_nav()
@@ -292,13 +315,10 @@ class WizardScreen(Screen[None]):
             self._refresh_nav()
 
     def running_command(self) -> str | None:
-        """What a step is running right now (a command in flight), None when nothing is."""
-        for s in self.steps:
-            if s.busy:
-                entries = self.query_one(CommandLog).entries
-                running = [e.cmd for e in entries if e.running]
-                return running[-1] if running else f"step {self.steps.index(s) + 1} ({s.TITLE})"
-        return None
+        """The command in flight on the deployment host, None when none is (quitting is safe then:
+        a probe or a wait for the relay stops harmlessly, the detached relay keeps running)."""
+        running = [e.cmd for e in self.query_one(CommandLog).entries if e.running]
+        return running[-1] if running else None
 
     def action_quit(self) -> None:
         """Quitting while a command runs would kill it halfway (a restart, a delete): ask first."""
@@ -344,12 +364,18 @@ class WizardScreen(Screen[None]):
         self.app.open_monitor()  # type: ignore[attr-defined]
 
     def action_scroll_step(self, direction: str) -> None:
-        """PgUp/PgDn scroll the step's body wherever the focus is (a long step at 80×24)."""
+        """PgUp/PgDn/Home/End scroll the step's body wherever the focus is (a long step at 80×24)."""
         body = self.step.body
-        if direction == "down":
-            body.scroll_page_down()
-        else:
-            body.scroll_page_up()
+        {
+            "down": body.scroll_page_down,
+            "up": body.scroll_page_up,
+            "home": body.scroll_home,
+            "end": body.scroll_end,
+        }[direction](animate=False)
+
+    def action_leave_field(self) -> None:
+        """esc in a field: the focus goes to Next, so the step's keys work again."""
+        self.query_one("#next", Button).focus()
 
     def action_step(self, name: str) -> None:
         self.step.run_step_action(name)
@@ -359,6 +385,12 @@ class WizardScreen(Screen[None]):
             return self.step.has_action(str(parameters[0]))
         if action in ("back", "back_narrow"):
             return not self.step.busy and self.index > 0 and self.narrow == (action == "back_narrow")
+        field = isinstance(self.focused, Input)
+        if action == "leave_field":
+            return field
+        if field and action not in ("scroll_step",):
+            # Letters typed now go into the field; the footer shows only how to leave it.
+            return False
         if action == "cancel":
             return self.step.busy
         if action == "next":

@@ -13,7 +13,7 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import Static
 
-from cosmictui.ops.metrics import (
+from cosmictui.ops.metrics.client import (
     MEMORY_BUDGET_BYTES,
     STATE_BADGE,
     RelayState,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import DataTable
 
-from cosmictui.ops.metrics import RUNNING, RelayState, RelayWatch, human_bytes, human_duration, summarize
+from cosmictui.ops.metrics.client import RUNNING, RelayState, RelayWatch, human_bytes, human_duration, summarize
 from cosmictui.widgets.monitor_facts import short_key
 
 COLUMNS = ("state", "relay", "key", "uptime", "memory", "cpu", "in", "out", "pairs", "errors")

@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from cosmictui.ops.metrics import BadData, RelayState, RelayWatch, Scrape, Target, _failure
+from cosmictui.ops.metrics.client import BadData, RelayState, RelayWatch, Scrape, Target, _failure
 
 T0 = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 SECONDS = 120

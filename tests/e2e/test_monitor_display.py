@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from cosmictui import cli
-from cosmictui.ops import metrics as m
+from cosmictui.ops.metrics import client as m
 from cosmictui.widgets.monitor_facts import RelayFacts
 from cosmictui.widgets.monitor_graphs import MARKERS
 from cosmictui.widgets.monitor_relays import TABLE_BADGE, RelayTable

@@ -30,7 +30,7 @@ from textual.app import App
 from textual.pilot import Pilot
 
 from cosmictui.monitor_app import MonitorApp
-from cosmictui.ops.metrics import METRICS_RANGES, STATS_SCHEMA, BadData, RelayState, Scrape, Target, check_scrape
+from cosmictui.ops.metrics.client import METRICS_RANGES, STATS_SCHEMA, BadData, RelayState, Scrape, Target, check_scrape
 from cosmictui.screens.monitor import MonitorScreen
 from cosmictui.widgets.monitor_facts import RelayFacts
 from cosmictui.widgets.monitor_relays import RelayTable

@@ -22,7 +22,7 @@ from textual.pilot import Pilot
 from textual.widgets import Log, Static
 
 from cosmictui.monitor_app import MonitorApp
-from cosmictui.ops.metrics import RelayState, Target
+from cosmictui.ops.metrics.client import RelayState, Target
 from cosmictui.screens.monitor import MonitorScreen
 from cosmictui.widgets.monitor_facts import RelayFacts
 from cosmictui.widgets.monitor_relays import RelayTable

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from cosmictui.monitor_app import MonitorApp
-from cosmictui.ops.metrics import RelayState, Target
-from cosmictui.ops.probe import STAGES
+from cosmictui.ops.metrics.client import RelayState, Target
+from cosmictui.ops.metrics.probe import STAGES
 from cosmictui.widgets.monitor_graphs import TimePlot
 from cosmictui.widgets.monitor_relays import RelayTable
 from tests.e2e._monitor_relay import MonitoredRelay, NodeTestnet

@@ -10,7 +10,7 @@ import asyncio
 from pathlib import Path
 
 from cosmictui.monitor_app import MonitorApp
-from cosmictui.ops.metrics import RelayState, Target
+from cosmictui.ops.metrics.client import RelayState, Target
 from cosmictui.widgets.monitor_graphs import TimePlot
 from tests.e2e._monitor_relay import MonitoredRelay
 from tests.e2e.test_monitor_live import facts_text, until

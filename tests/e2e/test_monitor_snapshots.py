@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from textual.app import App
 
-from cosmictui.ops.metrics import LogTail, RelayWatch
+from cosmictui.ops.metrics.client import LogTail, RelayWatch
 from cosmictui.screens.monitor import MonitorScreen
 from tests.e2e._monitor_data import (
     END,
@@ -101,9 +101,9 @@ def test_monitor_snapshot_200x50_uses_the_space(snap_compare) -> None:
 
 def _probed_watch() -> RelayWatch:
     """Two minutes of probe samples every 5 s (a little jitter), one lost echo a minute ago."""
-    from cosmictui.ops.metrics import Target
-    from cosmictui.ops.probe import ProbeSample
-    from cosmictui.ops.probewatch import ProbeWatch
+    from cosmictui.ops.metrics.client import Target
+    from cosmictui.ops.metrics.probe import ProbeSample
+    from cosmictui.ops.metrics.probewatch import ProbeWatch
     from tests.e2e._monitor_data import KEY
 
     w = RelayWatch(Target(relay_key=KEY))

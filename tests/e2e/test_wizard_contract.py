@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from cosmictui.ops.checks import check_jobs_cli, check_tasks
 from cosmictui.ops.config import Settings
 from cosmictui.ops.runner import LocalRunner, open_deployment
+from cosmictui.ops.setup.checks import check_jobs_cli, check_tasks
 from tests.e2e._openssh import OpenSSH, openssh  # noqa: F401  (the fixture)
 from tests.e2e._wizard_support import make_app, make_bin, path_with, status, step, wait_status, wait_until
 

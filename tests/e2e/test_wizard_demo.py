@@ -2,7 +2,7 @@
 
 Nothing here is simulated by the test: the sandbox's `task` and `cosmicac` decide job states
 themselves, and a job leaves Creating only when its agent reached the sandbox worker through the
-real Python relay the wizard started (both peers punching off; `cosmictui/ops/sandbox_worker.py`).
+real Python relay the wizard started (both peers punching off; `cosmictui/ops/demo/worker.py`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from cosmictui.app import WizardApp
-from cosmictui.ops.sandbox import Sandbox, create_sandbox, sandbox_state
+from cosmictui.ops.demo.sandbox import Sandbox, create_sandbox, sandbox_state
 from cosmictui.screens.confirm import ConfirmScreen
 from cosmictui.screens.context import WizardContext
 from tests.e2e._wizard_support import status, step, wait_status, wait_until

@@ -29,7 +29,7 @@ from cosmictui.ops.relayproc import pid_alive, read_runtime
 SCRIPT = r"""
 import asyncio, sys
 from pathlib import Path
-import cosmictui.ops.sandbox as sandbox_mod
+import cosmictui.ops.demo.sandbox as sandbox_mod
 from cosmictui.app import main_wizard
 from cosmictui.ops import progress, relayproc
 

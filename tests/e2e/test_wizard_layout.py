@@ -13,8 +13,8 @@ import pytest
 from textual.containers import ScrollableContainer
 from textual.widgets._footer import FooterKey
 
-from cosmictui.ops.checks import CheckResult
 from cosmictui.ops.config import Settings
+from cosmictui.ops.setup.checks import CheckResult
 from cosmictui.screens.step import StepStatus
 from cosmictui.widgets.check_row import CheckRow
 from tests.e2e._wizard_support import make_app, step, wait_status, wait_until

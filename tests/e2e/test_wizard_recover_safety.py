@@ -13,7 +13,7 @@ import pytest
 
 from cosmictui.ops import progress as progress_mod
 from cosmictui.ops.config import Settings
-from cosmictui.ops.recover import recovery_dir
+from cosmictui.ops.jobs.recover import recovery_dir
 from cosmictui.screens.confirm import ConfirmScreen
 from cosmictui.screens.edit_command import EditCommandScreen
 from cosmictui.widgets.banner import Banner

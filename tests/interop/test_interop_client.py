@@ -299,7 +299,7 @@ async def test_interop_client_wizard_attaches_to_the_node_relay_by_key(
     from textual.widgets import Input
 
     from cosmictui.app import WizardApp
-    from cosmictui.ops.sandbox import create_sandbox
+    from cosmictui.ops.demo.sandbox import create_sandbox
     from cosmictui.screens.context import WizardContext
     from tests.e2e._wizard_support import step, wait_status
 
@@ -410,7 +410,7 @@ def test_interop_client_relay_probe_watch_gives_round_trips_over_time(testnet: T
 
 async def test_interop_client_probe_of_a_server_that_is_no_relay_fails_at_pairing(testnet: Testnet) -> None:
     """A hyperdht server that is not a blind relay (it hangs up): found, handshake ok, pairing fails."""
-    from cosmictui.ops.probe import run_probe
+    from cosmictui.ops.metrics.probe import run_probe
 
     async def hang_up(conn: Connection) -> None:
         conn.close()
@@ -433,7 +433,7 @@ async def test_interop_client_probe_from_the_deployment_host(
 ) -> None:
     """Where cosmictui is installed on the deployment host, the probe runs there too (here: a
     local runner whose PATH has this venv's `cosmictui`); where it is not, no row at all."""
-    from cosmictui.ops.probe import probe_from_host
+    from cosmictui.ops.metrics.probe import probe_from_host
     from cosmictui.ops.runner import LocalRunner
 
     assert py_relay.key is not None
@@ -448,7 +448,7 @@ async def test_interop_client_probe_from_the_deployment_host(
 
 async def test_interop_client_probe_watch_notices_a_relay_that_dies(testnet: Testnet, tmp_path: Path) -> None:
     """Samples keep coming when the relay goes away: a lost echo, then a failed probe, bounded."""
-    from cosmictui.ops.probe import watch_probe
+    from cosmictui.ops.metrics.probe import watch_probe
 
     relay = RelayProcess(tmp_path / "r", bootstrap=testnet.bootstrap)
     try:

@@ -14,7 +14,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
-from cosmictui.ops.metrics import GAUGES
+from cosmictui.ops.metrics.client import GAUGES
 
 COUNTERS = (
     "blind_relay_relayed_bytes",

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from cosmictui import cli
-from cosmictui.ops.recover import recovery_dir
+from cosmictui.ops.jobs.recover import recovery_dir
 from tests.e2e._wizard_support import install_cosmicac, make_bin, path_with, seed_jobs
 
 TEMPLATE = "cosmicac jobs create --name {name} --gpu {gpu}"

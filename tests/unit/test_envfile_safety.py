@@ -22,8 +22,8 @@ import pytest
 
 from cosmictui import cli
 from cosmictui.ops import runner as runner_mod
-from cosmictui.ops.envfile import EnvChanged, decode_text, encode_text, plan_relays, write_plan
 from cosmictui.ops.runner import LocalRunner, open_deployment
+from cosmictui.ops.setup.envfile import EnvChanged, decode_text, encode_text, plan_relays, write_plan
 from relay.keys import encode_id, key_pair
 from tests.unit.test_ops_runner import SSHEnv, ssh_env  # noqa: F401  (a fixture, used by name)
 

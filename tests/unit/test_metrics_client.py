@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cosmictui.ops import metrics as m
+from cosmictui.ops.metrics import client as m
 from tests.unit._metrics_server import FakeRelayMetrics
 
 

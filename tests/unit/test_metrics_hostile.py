@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from cosmictui import cli
-from cosmictui.ops import metrics as m
+from cosmictui.ops.metrics import client as m
 from tests.unit._hostile_http import (
     GOOD_METRICS,
     answer,

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from cosmictui.ops.checks import (
+from cosmictui.ops.config import Settings
+from cosmictui.ops.runner import LocalRunner, open_deployment
+from cosmictui.ops.setup.checks import (
     check_deployment_host,
     check_dht,
     check_memory,
@@ -20,8 +22,6 @@ from cosmictui.ops.checks import (
     ping_command,
     run_checks,
 )
-from cosmictui.ops.config import Settings
-from cosmictui.ops.runner import LocalRunner, open_deployment
 from tests.unit.test_ops_runner import SSHEnv, ssh_env  # noqa: F401  (the real asyncssh server fixture)
 
 
@@ -225,7 +225,7 @@ async def test_run_checks_local_order(tmp_path: Path) -> None:
 
 
 async def test_bootstrap_node_answers_configured_silent_and_public_unreachable() -> None:
-    from cosmictui.ops.checks import check_bootstrap
+    from cosmictui.ops.setup.checks import check_bootstrap
 
     transport, proto, port = await responder("ok")
     silent, _, quiet_port = await responder("silent")

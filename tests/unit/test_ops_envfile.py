@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cosmictui.ops.config import ENV_VAR
-from cosmictui.ops.envfile import (
+from cosmictui.ops.runner import LocalRunner
+from cosmictui.ops.setup.envfile import (
     EnvFileError,
     decode_text,
     encode_text,
@@ -21,7 +22,6 @@ from cosmictui.ops.envfile import (
     read_relays,
     write_plan,
 )
-from cosmictui.ops.runner import LocalRunner
 from relay.keys import encode_id, key_pair
 
 K1 = encode_id(key_pair(b"\x01" * 32).public_key)

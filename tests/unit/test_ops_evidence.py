@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from cosmictui.ops.evidence import counters, evidence_from, name_case, relay_evidence
-from cosmictui.ops.metrics import Scrape, scrape
+from cosmictui.ops.jobs.evidence import counters, evidence_from, name_case, relay_evidence
+from cosmictui.ops.metrics.client import Scrape, scrape
 from tests.unit._metrics_server import FakeRelayMetrics
 
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from cosmictui.ops.jobs import Job, JobsFormatError, format_age, parse_jobs, parse_when, stuck_reason, view_jobs
+from cosmictui.ops.jobs.model import Job, JobsFormatError, format_age, parse_jobs, parse_when, stuck_reason, view_jobs
 
 NOW = datetime(2026, 11, 29, 15, 0, 0, tzinfo=UTC)
 

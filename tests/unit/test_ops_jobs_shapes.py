@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from cosmictui.ops.jobs import Job, StatusSets, parse_jobs, shown_status
-from cosmictui.ops.wizard_steps import JobWatch
+from cosmictui.ops.jobs.model import Job, StatusSets, parse_jobs, shown_status
+from cosmictui.ops.setup.steps import JobWatch
 
 NOW = datetime(2026, 11, 29, 15, 0, 0, tzinfo=UTC)
 

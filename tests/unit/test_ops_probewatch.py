@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from cosmictui.ops.metrics import RelayState, RelayWatch, Target
-from cosmictui.ops.probe import STAGES, ProbeSample, ProbeUsageError
-from cosmictui.ops.probewatch import ProbeWatch, split_failure
+from cosmictui.ops.metrics.client import RelayState, RelayWatch, Target
+from cosmictui.ops.metrics.probe import STAGES, ProbeSample, ProbeUsageError
+from cosmictui.ops.metrics.probewatch import ProbeWatch, split_failure
 
 KEY = "a" * 52
 
@@ -108,7 +108,7 @@ def test_the_echo_deadline_follows_the_interval_within_bounds() -> None:
 
 
 def test_a_relaying_key_only_relay_counts_as_up_in_the_summary() -> None:
-    from cosmictui.ops.metrics import summarize
+    from cosmictui.ops.metrics.client import summarize
 
     w = RelayWatch(Target(relay_key=KEY))
     w.probe = ProbeWatch(KEY)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cosmictui.ops.checks import check_udp_port, dht_ping
+from cosmictui.ops.demo.sandbox import ensure_dht, stop_dht
 from cosmictui.ops.relayproc import (
     RelayProcError,
     RelayRuntime,
@@ -28,7 +28,7 @@ from cosmictui.ops.relayproc import (
     stop_relay,
     storage_key,
 )
-from cosmictui.ops.sandbox import ensure_dht, stop_dht
+from cosmictui.ops.setup.checks import check_udp_port, dht_ping
 
 
 @pytest.fixture

@@ -19,12 +19,12 @@ from typing import Any
 
 import pytest
 
-from cosmictui.ops.checks import dht_ping, run_checks
-from cosmictui.ops.envfile import decode_text, encode_text, plan_relays
-from cosmictui.ops.jobs import parse_jobs, view_jobs
+from cosmictui.ops.demo.sandbox import Sandbox, create_sandbox, sandbox_state, set_failure
+from cosmictui.ops.jobs.model import parse_jobs, view_jobs
 from cosmictui.ops.relayproc import RelayRuntime, start_relay, stop_relay
 from cosmictui.ops.runner import LocalRunner, RunnerError
-from cosmictui.ops.sandbox import Sandbox, create_sandbox, sandbox_state, set_failure
+from cosmictui.ops.setup.checks import dht_ping, run_checks
+from cosmictui.ops.setup.envfile import decode_text, encode_text, plan_relays
 from relay.keys import encode_id, key_pair
 
 # A stand-in relay process: answers dht-rpc PING (dht.md A2/A3) and writes the runtime file the

@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from cosmictui.ops.config import Settings
-from cosmictui.ops.jobs import Job, view_jobs
-from cosmictui.ops.recover import delete_command, draft_create, plan_recovery
-from cosmictui.ops.wizard_steps import JobWatch, command_failure_hint, recoverable, sentences
+from cosmictui.ops.jobs.model import Job, view_jobs
+from cosmictui.ops.jobs.recover import delete_command, draft_create, plan_recovery
+from cosmictui.ops.setup.steps import JobWatch, command_failure_hint, recoverable, sentences
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 
@@ -96,7 +96,7 @@ def test_sentences_are_separated_even_when_a_part_ends_in_a_parenthesis() -> Non
 
 
 def test_env_problem_message_reads_as_sentences() -> None:
-    from cosmictui.ops.envfile import EnvFileError
+    from cosmictui.ops.setup.envfile import EnvFileError
     from cosmictui.screens.step_env import _env_problem
 
     e = EnvFileError("the relay key is malformed", 3, "use the printed key (52 z-base-32 characters)", "/d/.env")

@@ -7,7 +7,7 @@ import tomllib
 from pathlib import Path
 
 from cosmictui.ops.config import _TOML_KEYS, CREATE_FIELDS, load_settings
-from cosmictui.ops.recover import unfilled
+from cosmictui.ops.jobs.recover import unfilled
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

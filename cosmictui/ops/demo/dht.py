@@ -8,7 +8,7 @@ relay's firewall probe asks five nodes; with fewer it sometimes calls itself fir
 relay's node never is. They answer dht-rpc (PING, FIND_NODE…) and store announces (hyperdht's
 persistent records), so the demo relay's key is findable and its monitor shows the announce.
 
-Run as `python -m cosmictui.ops.sandbox_dht --ready FILE [--port P] [--watch DIR]`: writes
+Run as `python -m cosmictui.ops.demo.dht --ready FILE [--port P] [--watch DIR]`: writes
 `{"pid", "bootstrap"}` to FILE once up; exits on SIGTERM/SIGINT, when the watched directory
 disappears, or after `--idle-exit` seconds without a relay running on `--watch` storage.
 """
@@ -80,7 +80,7 @@ async def run(port: int, ready: Path, watch: Path | None, idle_exit: float, coun
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m cosmictui.ops.sandbox_dht", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m cosmictui.ops.demo.dht", description=__doc__.splitlines()[0])
     p.add_argument("--ready", required=True, type=Path, help="JSON file written once the DHT is up")
     p.add_argument("--port", type=int, default=0, help="UDP port of the bootstrap node (taken: any port)")
     p.add_argument("--watch", type=Path, default=None, help="relay storage directory to watch")

@@ -3,7 +3,7 @@
 `create_sandbox()` makes a deployment directory with a real `.env` (the relays variable
 absent), and sandbox `task` and `cosmicac` executables in its `bin/` that simulate the
 worker: `task apply-...` copies the relays from `.env` into the worker config, `task
-restart ...` records the restart time and (re)starts the worker (`sandbox_worker`, detached),
+restart ...` records the restart time and (re)starts the worker (`demo.worker`, detached),
 jobs created after a restart carry the applied relays, and a job leaves `Creating` only when
 its agent, a real hyperdht peer, reached the worker through one of those relays with punching
 off and the echo came back (then it keeps updating over that connection). Jobs created
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from cosmictui.ops.config import ENV_VAR, Settings
-from cosmictui.ops.jobs import format_age
+from cosmictui.ops.jobs.model import format_age
 from cosmictui.ops.relayproc import attach, on_before_start, pid_alive
 
 STATE_FILE = "sandbox-state.json"
@@ -113,7 +113,7 @@ SCRIPT = """\
 # Sandbox `{name}` made by cosmictui: simulates the CosmicAC command of that name.
 import sys
 sys.path.insert(0, {pkg_root!r})
-from cosmictui.ops.sandbox import {entry}
+from cosmictui.ops.demo.sandbox import {entry}
 sys.exit({entry}(sys.argv[1:], {state!r}))
 """
 
@@ -130,7 +130,7 @@ def create_sandbox(
     """Create (or reuse) a sandbox under `root` (default: a new temp dir).
 
     The relay binds 127.0.0.1 on a free port. Unless `bootstrap` names DHT nodes, the sandbox
-    runs a private five-node DHT on 127.0.0.1 (`sandbox_dht`, detached; started here when
+    runs a private five-node DHT on 127.0.0.1 (`demo.dht`, detached; started here when
     `start_dht`, else by `ensure_dht`), so the demo never needs the internet. Call
     `Sandbox.close()` to stop it and the relay; it also exits by itself once no relay has run on
     the sandbox storage for 15 minutes or the sandbox directory is removed.
@@ -220,7 +220,7 @@ def ensure_dht(root: Path, storage: Path, port: int = 0, timeout: float = 30.0) 
     cmd = [
         sys.executable,
         "-m",
-        "cosmictui.ops.sandbox_dht",
+        "cosmictui.ops.demo.dht",
         "--ready",
         str(ready),
         "--port",
@@ -329,7 +329,7 @@ def _restart_worker(state_path: Path, state: dict[str, Any]) -> None:
     cmd = [
         sys.executable,
         "-m",
-        "cosmictui.ops.sandbox_worker",
+        "cosmictui.ops.demo.worker",
         "--state",
         str(state_path),
         "--bootstrap",
@@ -480,7 +480,7 @@ def _worker_alive(state: dict[str, Any]) -> bool:
 
 
 def _refresh(state: dict[str, Any], now: float) -> None:
-    """Say why jobs wait. Jobs move on only through the worker (`sandbox_worker`): Creating →
+    """Say why jobs wait. Jobs move on only through the worker (`demo.worker`): Creating →
     Running when the job's agent echoed through a relay, and it bumps their last update."""
     worker = _worker_alive(state)
     for job in state["jobs"]:

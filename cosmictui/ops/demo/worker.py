@@ -9,7 +9,7 @@ the agent "keeps updating" by sending over it every few seconds, and each echo b
 last update. When the relay is down the job says why it waits, and the pair is tried again.
 Jobs without a relay key (created before the restart) are left alone: they stay stuck.
 
-Run as `python -m cosmictui.ops.sandbox_worker --state FILE --bootstrap HOST:PORT[,...]`. It
+Run as `python -m cosmictui.ops.demo.worker --state FILE --bootstrap HOST:PORT[,...]`. It
 exits on SIGTERM/SIGINT, when the state file goes away or names another worker (a newer
 restart), or after `--idle-exit` seconds without a relay running on the sandbox storage.
 """
@@ -43,7 +43,7 @@ log = logging.getLogger("cosmictui.sandbox_worker")
 
 def _update(state_file: Path, job_id: str, **fields: Any) -> bool:
     """Change one job under the sandbox's state lock; False when the job is gone."""
-    from cosmictui.ops.sandbox import _locked
+    from cosmictui.ops.demo.sandbox import _locked
 
     with _locked(state_file) as state:
         for job in state["jobs"]:
@@ -187,7 +187,7 @@ async def run(state_file: Path, bootstrap: list[str], idle_exit: float) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m cosmictui.ops.sandbox_worker", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m cosmictui.ops.demo.worker", description=__doc__.splitlines()[0])
     p.add_argument("--state", required=True, type=Path, help="the sandbox's state file")
     p.add_argument("--bootstrap", required=True, help="DHT bootstrap nodes, HOST:PORT[,...]")
     p.add_argument("--idle-exit", type=float, default=900.0, help="exit after this long without a relay")

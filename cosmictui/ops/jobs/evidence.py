@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from cosmictui.ops.jobs import JobView, StatusSets
-from cosmictui.ops.metrics import MetricsError, Scrape, scrape
+from cosmictui.ops.jobs.model import JobView, StatusSets
+from cosmictui.ops.metrics.client import MetricsError, Scrape, scrape
 
 COUNTERS = {
     "sessions_opened": "blind_relay_sessions_opened",
@@ -62,7 +62,7 @@ class RelayEvidence:
         """One line for the screen."""
         if not self.reachable:
             return f"Relay: no numbers ({self.detail})."
-        from cosmictui.ops.metrics import human_bytes
+        from cosmictui.ops.metrics.client import human_bytes
 
         def n(v: int | None) -> str:
             return "?" if v is None else str(v)

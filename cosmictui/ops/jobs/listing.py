@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from cosmictui.ops.config import Settings
-from cosmictui.ops.jobs import Job, JobsFormatError, JobView, parse_jobs, view_jobs
+from cosmictui.ops.jobs.model import Job, JobsFormatError, JobView, parse_jobs, view_jobs
 from cosmictui.ops.runner import CommandResult, RunnerError
 
 RunCommand = Callable[[str], Awaitable[CommandResult]]
@@ -21,7 +21,7 @@ RunCommand = Callable[[str], Awaitable[CommandResult]]
 
 def runner_problem(e: Exception, doing: str) -> str:
     """A RunnerError (or any I/O error) as sentences an operator can act on."""
-    from cosmictui.ops.wizard_steps import sentences
+    from cosmictui.ops.wording import sentences
 
     what = getattr(e, "what", None) or str(e)
     host = getattr(e, "host", None)
@@ -52,7 +52,7 @@ async def list_jobs(
     run: RunCommand, settings: Settings, now: datetime, restart_at: datetime | None = None
 ) -> JobListing:
     """Run `[commands] list` through `run` and read its output; never raises for a bad answer."""
-    from cosmictui.ops.wizard_steps import command_failure_hint
+    from cosmictui.ops.wording import command_failure_hint
 
     cmd = settings.list_command
     try:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from cosmictui.ops.config import CREATE_FIELDS, Settings
-from cosmictui.ops.jobs import Job
+from cosmictui.ops.jobs.model import Job
 from cosmictui.ops.progress import state_dir
 from cosmictui.ops.runner import CommandResult, RunnerError
 
@@ -203,8 +203,8 @@ def lost_message(job_id: str, command: str | None, record: Path) -> str:
 
 async def recover(run: RunCommand, plan: RecoveryPlan, record: Path) -> RecoveryResult:
     """Delete the job, then (when known) create it again; the record must already be saved."""
-    from cosmictui.ops.joblist import runner_problem
-    from cosmictui.ops.wizard_steps import command_failure_hint
+    from cosmictui.ops.jobs.listing import runner_problem
+    from cosmictui.ops.wording import command_failure_hint
 
     jid = plan.job.id
     try:

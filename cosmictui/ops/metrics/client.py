@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from cosmictui.ops import relayproc
 
 if TYPE_CHECKING:  # the probe pulls in the DHT client: only the monitor's probe rows need it
-    from cosmictui.ops.probewatch import ProbeWatch
+    from cosmictui.ops.metrics.probewatch import ProbeWatch
 
 DEFAULT_METRICS = "127.0.0.1:49738"
 RUNTIME_FILE = relayproc.RUNTIME_FILE

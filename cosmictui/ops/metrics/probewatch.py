@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
-from cosmictui.ops.probe import PROBE_TIMEOUT, STAGES, ProbeSample, ProbeUsageError, watch_probe
+from cosmictui.ops.metrics.probe import PROBE_TIMEOUT, STAGES, ProbeSample, ProbeUsageError, watch_probe
 
 PROBE_INTERVAL = 5.0
 """Seconds between echoes: a few bytes each, so cheap, but a relay is not a ping target."""

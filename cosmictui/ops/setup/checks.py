@@ -512,7 +512,7 @@ _NOT_LOGGED_IN = re.compile(r"(?i)not logged in|log ?in|unauthori[sz]ed|unauthen
 
 async def check_jobs_cli(runner: Runner, settings: Settings) -> CheckResult:
     """The list command runs, is logged in, and prints something we can read as jobs."""
-    from cosmictui.ops.joblist import list_jobs
+    from cosmictui.ops.jobs.listing import list_jobs
 
     name = "Jobs can be listed"
     listing = await list_jobs(runner.run, settings, datetime.now(UTC))

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cosmictui.ops.envfile import EnvPlan, decode_text, read_relays, write_plan
 from cosmictui.ops.runner import Runner
+from cosmictui.ops.setup.envfile import EnvPlan, decode_text, read_relays, write_plan
 
 
 @dataclass(frozen=True)

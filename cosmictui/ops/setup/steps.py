@@ -4,14 +4,17 @@ and how a deleted job is recreated. Kept here, UI-free, so they are tested witho
 
 from __future__ import annotations
 
-import re
 import shlex
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Literal
 
-from cosmictui.ops.checks import (
+from cosmictui.ops.config import Settings
+from cosmictui.ops.jobs.model import FAILED_STATUSES, STUCK_STATUSES, Job, JobView, StatusSets, format_age
+from cosmictui.ops.relayproc import RelayRuntime, attach
+from cosmictui.ops.runner import Runner, RunnerError
+from cosmictui.ops.setup.checks import (
     CheckResult,
     check_dht,
     check_relay_from_deployment,
@@ -20,15 +23,13 @@ from cosmictui.ops.checks import (
     relay_address,
     run_checks,
 )
-from cosmictui.ops.config import Settings
-from cosmictui.ops.jobs import FAILED_STATUSES, STUCK_STATUSES, Job, JobView, StatusSets, format_age
-from cosmictui.ops.relayproc import RelayRuntime, attach
-from cosmictui.ops.runner import Runner, RunnerError
+from cosmictui.ops.wording import command_failure_hint, sentence, sentences
 
 __all__ = [
     "FAILED_STATUSES",
     "STUCK_STATUSES",
     "JobWatch",
+    "command_failure_hint",
     "format_age",
     "recoverable",
     "sentence",
@@ -43,17 +44,6 @@ _PING_PREFIX = ping_command("", 0).rsplit(" ", 3)[0]  # the program, without hos
 def is_ping_command(cmd: str) -> bool:
     """Whether `cmd` is the reachability PING that `check_relay_from_deployment` runs."""
     return cmd.startswith(_PING_PREFIX)
-
-
-def sentence(text: str) -> str:
-    """`text` as one sentence: stripped, ending in . ! or ? (messages are glued from parts)."""
-    text = text.strip()
-    return text if not text or text[-1] in ".!?" else text + "."
-
-
-def sentences(*parts: str | None) -> str:
-    """Parts of a message as sentences separated by ". ": "…characters) Nothing" never again."""
-    return " ".join(sentence(p) for p in parts if p and p.strip())
 
 
 async def gather_checks(
@@ -110,25 +100,6 @@ async def relay_reach_checks(settings: Settings, runner: Runner, runtime: RelayR
     else:
         results.append(await check_relay_from_deployment(runner, address, runtime.port))
     return results
-
-
-def command_failure_hint(cmd: str, exit_code: int, output: str, retry: str = "then try again") -> str:
-    """How to fix a failed deployment command, from its exit code and output."""
-    prog = (shlex.split(cmd) or [cmd])[0] if cmd.strip() else cmd
-    low = output.lower()
-    if exit_code == 127 or "command not found" in low or re.search(rf"\b{re.escape(prog)}: not found", low):
-        return (
-            f"`{prog}` was not found on the deployment host: install it, put it on PATH "
-            "([commands] env PATH in the config), or set the command in the config."
-        )
-    if exit_code == 126 or "permission denied" in low:
-        return f"`{prog}` could not run (permission denied): check its mode and the user the wizard connects as."
-    if "does not exist" in low and prog == "task":
-        return (
-            "The Taskfile has no such task: check the deployment directory and the apply/restart "
-            "commands in the config."
-        )
-    return f"Read its output (command log: l), fix the cause on the deployment host, {retry}."
 
 
 @dataclass

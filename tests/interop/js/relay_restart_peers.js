@@ -2,7 +2,9 @@
 // job agent does, reporting every transition so a test can tell a close from a timeout.
 // usage: node js/relay_restart_peers.js '<json options>'
 //   { bootstrap: ["host:port"], relay: <z32 key>, relayPort: <int>, pairs: 4,
-//     retryMs: 250, bytes: 1000, timeout: 30000 }
+//     retryMs: 250, bytes: 1000, timeout: 30000,
+//     serverHost: "127.0.0.1", clientHost: "127.0.0.1" }   (each side's DHT node binds its host:
+//     one worker address holding every server end, as a worker holds every job's connection)
 // Prints JSON lines: {event: "up", i, t, attempt, relayed} once a connection echoed through the
 // relay; {event: "down", side: "client"|"server", i, t, code} when one closed (code: the error's
 // code, e.g. ECONNRESET or ETIMEDOUT, or null for a clean end); {event: "failed", i, t, code}
@@ -25,8 +27,9 @@ const out = (o) => process.stdout.write(JSON.stringify({ t: Date.now(), ...o }) 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
 
 async function main () {
-  const serverNode = new DHT({ bootstrap, quickFirewall: false, ephemeral: true, host: '127.0.0.1', port: [0, 0] })
-  const clientNode = new DHT({ bootstrap, quickFirewall: false, ephemeral: true, host: '127.0.0.1', port: [0, 0] })
+  const node = (host) => new DHT({ bootstrap, quickFirewall: false, ephemeral: true, host, port: [0, 0] })
+  const serverNode = node(opts.serverHost || '127.0.0.1')
+  const clientNode = node(opts.clientHost || '127.0.0.1')
   await serverNode.fullyBootstrapped()
   await clientNode.fullyBootstrapped()
 

@@ -1,0 +1,1 @@
+"""Relay numbers: scrape /metrics and /stats, and probe a relay known only by its key over the DHT."""
