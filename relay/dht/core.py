@@ -270,7 +270,7 @@ class DHTCore:
         self.nat = OwnAddress()  # learned from replies only (relay/dht/address.py)
         self.persistent: Persistent | None = None
         self.detect_firewall = detect_firewall
-        # True: never store for others (a relay owes the DHT nothing, dht.md C3.5); False:
+        # True: never store for others (a relay owes the DHT nothing, docs/wire/dht.md §1); False:
         # persistent at bootstrap; None: adaptive, after ~20 stable minutes as Node
         self.force_persistent = ephemeral is False
         self.adaptive = ephemeral is None

@@ -6,7 +6,7 @@ module feeds it datagrams, timer expiries and ticks with `loop.time()`, sends wh
 returns, resolves the futures of awaited requests, and runs what the core asks for that is
 a sequence of round trips (walks, the bootstrap join, the PING_NAT reachability check). It
 stays *ephemeral* by default: it never sends its id, so other nodes do not route storage
-traffic to it (dht.md C3.5).
+traffic to it (docs/wire/dht.md §1).
 """
 
 from __future__ import annotations
@@ -280,7 +280,7 @@ class DHTNode:
         self.core.add_node(Node(node_id(addr), addr[0], addr[1]))
 
     def stats(self) -> dict[str, Any]:
-        """The /stats "dht" block (interfaces.md)."""
+        """The /stats "dht" block (docs/relay.md, Metrics)."""
         ra = self.remote_address()
         return {
             "bootstrapped": self.bootstrapped,

@@ -6,7 +6,7 @@ storage can have, and only ever creates a key in a directory that holds none:
 
 * corestore 7 (blind-relay-service >= 1.2): RocksDB in `<storage>/db` (or, in early versions,
   directly in `<storage>`), column family `corestore`, key `00` = the `@corestore/head` record
-  whose `seed` field is the primary key (streams.md 7.3/7.4). Read from a copy with rocksdict.
+  whose `seed` field is the primary key (docs/wire/streams.md §2). Read from a copy with rocksdict.
 * corestore <= 6 (blind-relay-service 1.0/1.1): `<storage>/primary-key`, 32 raw bytes.
 
 A new storage gets the corestore <= 6 file `<storage>/primary-key` (32 random bytes, mode 0600,

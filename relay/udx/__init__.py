@@ -60,7 +60,7 @@ forwards every packet it receives to its destination's peer with bytes 4..7 repl
 the destination's `remote_id` — nothing else is touched, nothing is ACKed or reordered.
 Packets arriving before the destination is connected are held (at most 64, then dropped)
 and sent when it connects; libudx drops them all and the sender's 1 s RTO repairs that
-(udx.md §9.4, §11.2 MAY). A DESTROY passing through closes both streams; closing either
+(docs/wire/udx.md §4). A DESTROY passing through closes both streams; closing either
 stream locally closes its partner and sends nothing. A stream closed gracefully lingers
 3 s to re-ACK a retransmitted END (Node has no TIME_WAIT).
 

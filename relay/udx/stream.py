@@ -3,7 +3,7 @@
 `StreamCore` never touches a socket or a clock: the runtime feeds it datagrams and `now`
 (seconds, any monotonic origin) and collects datagrams (`poll`), a deadline
 (`next_deadline`) and events. Behaviour follows libudx as described in
-`shared/protocol/udx.md`: per-packet sequence numbers, an ACK for every DATA/END burst with
+`docs/wire/udx.md`: per-packet sequence numbers, an ACK for every DATA/END burst with
 SACK blocks while out-of-order data is buffered, RACK loss detection from the peer's SACKs,
 a tail-loss probe, an RTO of at least 1 s, END as a sequenced half-close, DESTROY as an
 unsequenced reset. Congestion control (`relay.udx.congestion`, packet-counting NewReno —

@@ -26,7 +26,7 @@ from tests.unit.test_ops_runner import SSHEnv, ssh_env  # noqa: F401  (the real 
 
 
 class PingResponder(asyncio.DatagramProtocol):
-    """Answers dht-rpc PING as dht.md A2/A3 say: 0x13, flags, same tid, `to` = the sender's address."""
+    """Answers dht-rpc PING as docs/wire/dht.md §1 and §2 say: 0x13, flags, same tid, `to` = the sender's address."""
 
     def __init__(self, mode: str = "ok") -> None:
         self.mode = mode

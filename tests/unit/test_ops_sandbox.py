@@ -27,7 +27,7 @@ from cosmictui.ops.setup.checks import dht_ping, run_checks
 from cosmictui.ops.setup.envfile import decode_text, encode_text, plan_relays
 from relay.keys import encode_id, key_pair
 
-# A stand-in relay process: answers dht-rpc PING (dht.md A2/A3) and writes the runtime file the
+# A stand-in relay process: answers dht-rpc PING (docs/wire/dht.md §1, §2) and writes the runtime file the
 # real relay writes: the sandbox's rules tested without a DHT (the real relay is tested below).
 STAND_IN = r"""
 import json, os, socket, sys

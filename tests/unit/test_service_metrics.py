@@ -1,4 +1,4 @@
-"""`/metrics` and `/stats` of a real RelayApp: names per interfaces.md, values that move with real traffic."""
+"""`/metrics` and `/stats` of a real RelayApp: names per docs/relay.md (Metrics), values that move with real traffic."""
 
 from __future__ import annotations
 

@@ -257,7 +257,7 @@ async def check_deployment_host(runner: Runner) -> CheckResult:
     return CheckResult(name, "ok", f"{runner.label}: {runner.root}")
 
 
-# A dht-rpc PING (dht.md A2/A3): type 0x03, flags 0x04 (internal), tid uint16 LE, `to` (IPv4 +
+# A dht-rpc PING (docs/wire/dht.md §1, §2): type 0x03, flags 0x04 (internal), tid uint16 LE, `to` (IPv4 +
 # uint16 LE port), command 0. The reply starts 0x13, echoes the tid and carries the address
 # the relay saw us at. Stdlib only: it runs on the deployment host with whatever python3 is there.
 PING_SCRIPT = """\
