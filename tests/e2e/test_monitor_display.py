@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from cosmictui import cli
+from cosmictui.cli.monitor import monitor_targets
 from cosmictui.ops.metrics import client as m
 from cosmictui.widgets.monitor_facts import RelayFacts
 from cosmictui.widgets.monitor_graphs import MARKERS
@@ -65,7 +66,7 @@ def test_the_same_relay_spelled_two_ways_is_watched_once(tmp_path: Path) -> None
         storage=[str(tmp_path), str(tmp_path / "." / "")],
         metrics=["127.0.0.1:9", "http://127.0.0.1:9/metrics", "http://127.0.0.1:9/", "127.0.0.1:10"],
     )
-    targets = cli.monitor_targets(args, settings=None)
+    targets = monitor_targets(args, settings=None)
     assert [t.identity for t in targets] == [
         ("storage", str(tmp_path)),
         ("metrics", "http://127.0.0.1:9"),

@@ -9,7 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from cosmictui.cli import build_parser, main, monitor_targets
+from cosmictui.cli import build_parser, main
+from cosmictui.cli.monitor import monitor_targets
 
 KEY = "a" * 52
 

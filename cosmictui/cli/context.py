@@ -1,0 +1,48 @@
+"""What most commands need before they work: settings from config and flags, and the deployment."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from cosmictui.cli.output import FAILED, USAGE, UsageError
+
+
+def settings_from(args: argparse.Namespace, **overrides: Any) -> Any:
+    """Settings from --config, --deployment and `overrides`; a bad config or deployment is a usage error."""
+    from cosmictui.ops.config import ConfigError, load_settings
+
+    if getattr(args, "deployment", None) is not None:
+        overrides["deployment"] = args.deployment
+    try:
+        settings = load_settings(getattr(args, "config", None), **overrides)
+    except ConfigError as e:
+        raise UsageError(str(e), "fix the config file named above, or pass another with --config PATH") from None
+    from cosmictui.ops.runner import RunnerError, parse_deployment
+
+    try:
+        parse_deployment(settings.deployment)
+    except RunnerError as e:  # ftp://x, ssh:// without a host or with a bad port: configuration
+        raise UsageError(
+            f"--deployment: {e.what}", e.fix or "--deployment DIR or --deployment ssh://user@host[:port]/path"
+        ) from None
+    return settings
+
+
+async def open_runner(settings: Any) -> Any:
+    """The deployment's runner (local directory or SSH), with the config's SSH settings."""
+    from cosmictui.ops.runner import open_deployment
+
+    return await open_deployment(
+        settings.deployment,
+        env=settings.command_env,
+        known_hosts=settings.ssh_known_hosts,
+        client_keys=list(settings.ssh_identity) or None,
+        connect_timeout=settings.ssh_connect_timeout,
+    )
+
+
+def runner_exit(e: Exception) -> int:
+    """A deployment or file that does not exist is the operator's configuration (2); a host that
+    does not answer, refuses us or fails a command is a failure (1)."""
+    return USAGE if getattr(e, "kind", "") in ("missing-file", "missing-directory", "not-a-file") else FAILED
