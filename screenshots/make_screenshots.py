@@ -1,4 +1,4 @@
-"""Make the README's SVG screenshots: every wizard step and the monitor, from the demo sandbox.
+"""Make the SVG screenshots in README and docs/: every wizard step and the monitor, from the demo sandbox.
 
     python3 screenshots/make_screenshots.py [--only wizard|monitor]
 
@@ -33,7 +33,7 @@ from cosmictui.monitor_app import MonitorApp  # noqa: E402
 from cosmictui.ops.metrics.client import RelayState, Target  # noqa: E402
 from cosmictui.screens.monitor import MonitorScreen  # noqa: E402
 
-WIZARD_SIZE = (100, 32)
+WIZARD_SIZE = (80, 24)  # the size operators get in a tmux pane; the wizard is laid out for it first
 SAFETY = 90.0
 
 # step id → keys that do the step's work in the demo (before Next)
