@@ -76,6 +76,31 @@ def test_full_relay_refuses_extra_connections_at_once_and_keeps_every_live_pair(
             assert r.stats()["capacity"]["refused_sessions"] >= 4
 
 
+def test_full_relay_refuses_a_new_pairing_at_once_and_keeps_every_live_pair(
+    node: str, testnet: Testnet, tmp_path: Path
+) -> None:
+    """--max-active-pairs 6 with 6 live pairs: a seventh pairing is refused and its sessions
+    closed, so both peers learn at once (before: the oldest live pair was destroyed for it)."""
+    with RelayProcess(tmp_path / "store", "--max-active-pairs", "6", bootstrap=testnet.bootstrap) as r:
+        r.start()
+        assert r.key is not None, r.stderr
+        with CapacityPeers(node, testnet.bootstrap, r.key, r.port, job_hosts=["127.0.0.7"]) as peers:
+            live = peers.open(6, rate=10)
+            assert live.ok == 6, live.failures
+            extra = peers.open(3, rate=2)
+            assert extra.ok == 0, extra.pairs
+            for p in extra.failures:
+                assert p["failMs"] < REFUSED_WITHIN_MS and "timeout" not in p["error"], extra.failures
+            m = metrics(r)
+            assert m["blind_relay_refused_total{what=pairing}"] >= 3
+            assert m["blind_relay_limit_rejections_total{limit=active_pairs}"] >= 3
+            assert m["blind_relay_shed_total{cause=active_pairs}"] == 0
+            assert m["blind_relay_pairings_active"] == 6
+            echoed = peers.echo()
+            assert (echoed["ok"], echoed["failed"]) == (6, 0), echoed
+            assert peers.status()["closed"] == 0
+
+
 def test_deployment_shape_at_the_cap_the_hoard_goes_never_a_worker_session(
     node: str, testnet: Testnet, tmp_path: Path
 ) -> None:
