@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import random
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -25,10 +26,12 @@ class NodePeer:
         self._reader = asyncio.ensure_future(self._read())
 
     @classmethod
-    async def start(cls, node: str, stream_id: int | None = None) -> NodePeer:
+    async def start(cls, node: str, stream_id: int | None = None, host: str | None = None) -> NodePeer:
+        """`host`: the address the peer binds and connects to (127.0.0.1 unless given, e.g. ::1)."""
         args = [str(PEER_JS)] + ([str(stream_id)] if stream_id is not None else [])
+        env = {**os.environ, "UDX_PEER_HOST": host} if host else None
         proc = await asyncio.create_subprocess_exec(
-            node, *args, cwd=INTEROP_DIR, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
+            node, *args, cwd=INTEROP_DIR, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=env
         )
         peer = cls(proc)
         peer.ready = await peer.expect("ready", 30)

@@ -1,5 +1,6 @@
 """Blind forwarding in Python between two real udx-native streams, set up as blind-relay does it:
-one raw stream per side, a firewall that connects it on its first packet, relay_to both ways."""
+one raw stream per side, a firewall that connects it on its first packet, relay_to both ways.
+With kernel forwarding also over IPv6 (relay and peers on ::1: the `inet` table's IPv6 rules)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from ._udx_peers import NodePeer
 pytestmark = pytest.mark.interop
 
 LOOP = "127.0.0.1"
+LOOP6 = "::1"
 MB = 1 << 20
 
 
@@ -28,6 +30,7 @@ class Pair:
     rb: UDXStream  # relay stream facing A
     rc: UDXStream  # relay stream facing D
     learned: list[tuple[int, tuple[str, int]]]
+    loop: str  # the loopback address of this variant's family
 
 
 def blind_relay_firewall(peer_stream_id: int, learned: list[tuple[int, tuple[str, int]]]):  # type: ignore[no-untyped-def]
@@ -45,25 +48,27 @@ def kernel_elements(sock: UDXSocket) -> int:
     """Directions in the relay's nftables table right now, as the kernel lists them."""
     assert sock.kernel is not None
     n = 0
-    for name in ("pairs", "pairs_local"):  # remote peers' directions, loopback ones
+    sets = [f"{name}{f.suffix}" for f in sock.kernel.table.families for name in ("pairs", "pairs_local")]
+    for name in sets:  # remote peers' directions, loopback ones, per family
         doc = sock.kernel.nft.query(f"list set inet {sock.kernel.table.name} {name}")
         n += sum(len(item["set"].get("elem", [])) for item in doc["nftables"] if "set" in item)
     return n
 
 
-@pytest.fixture(params=["gso", "no-gso", "kernel"])
+@pytest.fixture(params=["gso", "no-gso", "kernel", "kernel-ipv6"])
 async def pair(node: str, request: pytest.FixtureRequest) -> AsyncIterator[Pair]:
     """The relay with UDP GSO/GRO on (where the kernel has them), off (as UDX_NO_GSO=1), and with
     established pairs forwarded by nftables (each relay stream's id its partner peer's, as the
     blind relay picks them)."""
     udx = UDX()
-    sock = await udx.create_socket(LOOP, 0, use_gso=request.param != "no-gso")
-    if request.param == "kernel":
+    loop = LOOP6 if request.param == "kernel-ipv6" else LOOP
+    sock = await udx.create_socket(loop, 0, use_gso=request.param != "no-gso")
+    same = request.param.startswith("kernel")
+    if same:
         sock.enable_kernel_forwarding()
-    a = await NodePeer.start(node)
-    d = await NodePeer.start(node)
+    a = await NodePeer.start(node, host=loop)
+    d = await NodePeer.start(node, host=loop)
     learned: list[tuple[int, tuple[str, int]]] = []
-    same = request.param == "kernel"
     try:
         rb = udx.create_stream(d.id if same else None, firewall=blind_relay_firewall(a.id, learned))
         rc = udx.create_stream(a.id if same else None, firewall=blind_relay_firewall(d.id, learned))
@@ -73,7 +78,7 @@ async def pair(node: str, request: pytest.FixtureRequest) -> AsyncIterator[Pair]
         d.cmd(cmd="connect", remote_id=rc.id, port=sock.port)
         await a.expect("connected")
         await d.expect("connected")
-        yield Pair(udx, sock, a, d, rb, rc, learned)
+        yield Pair(udx, sock, a, d, rb, rc, learned, loop)
     finally:
         await a.close()
         await d.close()
@@ -94,12 +99,15 @@ async def test_relay_forward_32mb_each_way_between_node_streams(pair: Pair) -> N
     await pair.d.expect("close", 30)
     assert not pair.a.has("error") and not pair.d.has("error")
     # the relay learned each side's address from its first packet, and forwarded everything
-    assert sorted(pair.learned) == sorted([(pair.rb.id, (LOOP, pair.a.port)), (pair.rc.id, (LOOP, pair.d.port))])
+    assert sorted(pair.learned) == sorted(
+        [(pair.rb.id, (pair.loop, pair.a.port)), (pair.rc.id, (pair.loop, pair.d.port))]
+    )
     st = pair.sock.stats
     kernel = pair.sock.kernel
     if kernel is not None:
         kernel.refresh()
         assert kernel_elements(pair.sock) == 2  # both directions were in the kernel
+        assert kernel.stats()["directions_by_family"] == {"ipv6" if ":" in pair.loop else "ipv4": 2}
         # nearly all of it never reached Python: only each side's first packets did
         assert st.kernel_packets >= 0.99 * st.relayed_packets
         assert st.kernel_bytes >= 2 * size

@@ -4,7 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from relay.udx.kernel import HEADERS, IPV4, IPV6, UNDELIVERED_MIN, Direction, KernelTable, raw_id
+from relay.udx.kernel import (
+    HEADERS,
+    IPV4,
+    IPV6,
+    UNDELIVERED_MIN,
+    Direction,
+    KernelTable,
+    raw_id,
+    unavailable_reason,
+)
+from relay.udx.nft import NftError
 
 A = ("10.0.1.2", 40001)
 D = ("10.0.2.2", 40002)
@@ -195,3 +205,13 @@ def test_lost_finds_an_ipv6_direction() -> None:
     assert t.lost(
         doc("pairs6", [(key, 100 + UNDELIVERED_MIN, 0)]), doc("delivered6", [([A6[0], D6[0], D6[1]], 100, 0)])
     ) == [d]
+
+
+def test_why_kernel_forwarding_is_off_is_one_line_that_names_the_fix() -> None:
+    no_cap = unavailable_reason(NftError("netlink: Error: cache initialization failed: Operation not permitted"))
+    assert "CAP_NET_ADMIN" in no_cap and "--systemd-unit --kernel-forwarding" in no_cap
+    nft_text = "Error: Could not process rule: No such file or directory\ntable inet x {\n^^^^^"
+    other = unavailable_reason(NftError(nft_text))
+    assert "\n" not in other and other.startswith("nftables refused the relay's table: Error: Could not process")
+    missing = "libnftables is not installed (libnftables.so.1: cannot open); install the nftables package"
+    assert unavailable_reason(NftError(missing)) == missing

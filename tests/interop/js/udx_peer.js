@@ -1,7 +1,8 @@
 // A udx-native stream endpoint driven by JSON lines on stdin, reporting JSON lines on stdout.
 // Used by the Python interop tests (tests/interop/test_interop_udx*.py, test_relay_forward*.py).
 //
-// argv: [id]   — local stream id (random when absent)
+// argv: [id]   — local stream id (random when absent); env UDX_PEER_HOST: the address to bind
+//   and connect to (default 127.0.0.1; ::1 for IPv6)
 // stdin commands:
 //   {"cmd":"connect","remote_id":N,"port":P,"host":"127.0.0.1"}
 //   {"cmd":"send","bytes":N,"end":true}   write N random bytes (64 KiB chunks, honouring
@@ -16,7 +17,8 @@ const readline = require('readline')
 
 const udx = new UDX()
 const socket = udx.createSocket()
-socket.bind(0, '127.0.0.1')
+const HOST = process.env.UDX_PEER_HOST || '127.0.0.1'
+socket.bind(0, HOST)
 const id = process.argv[2] ? Number(process.argv[2]) : crypto.randomBytes(4).readUInt32LE(0)
 const stream = udx.createStream(id)
 
@@ -58,7 +60,7 @@ const rl = readline.createInterface({ input: process.stdin })
 rl.on('line', (line) => {
   const m = JSON.parse(line)
   if (m.cmd === 'connect') {
-    stream.connect(socket, m.remote_id, m.port, m.host || '127.0.0.1')
+    stream.connect(socket, m.remote_id, m.port, m.host || HOST)
     out({ event: 'connected' })
   }
   else if (m.cmd === 'send') send(m.bytes, m.end !== false)
