@@ -297,6 +297,10 @@ def _unit_extra_args(args: argparse.Namespace) -> list[str]:
             out += [flag, str(getattr(mine, attr))]
     if args.log_level != "info":
         out += ["--log-level", args.log_level]
+    if _scraper_flags(args) is not None:  # validated: a bad value exits 2 here, not at boot
+        out += ["--scraper-public-key", args.scraper_public_key, "--scraper-secret", args.scraper_secret]
+        if args.scraper_alias:
+            out += ["--scraper-alias", args.scraper_alias]
     return out
 
 
@@ -332,6 +336,11 @@ def _systemd_unit(args: argparse.Namespace) -> int:
         )
     for note in unit.notes:
         _note(note)
+    if args.scraper_secret and args.scraper_public_key:
+        _note(
+            "the unit holds --scraper-secret in its ExecStart: install it mode 0600 (systemd reads it as root), "
+            "as the secret is also visible in the process list, as with blind-relay-service"
+        )
     print(unit.text, end="", flush=True)
     return EXIT_OK
 

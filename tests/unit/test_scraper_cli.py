@@ -60,3 +60,13 @@ def test_alias_of_99_is_fine_and_secret_alone_only_warns(caplog: pytest.LogCaptu
     with caplog.at_level(logging.WARNING, logger="relay"):
         assert flags("--scraper-secret", SECRET.hex()) is None
     assert any("without --scraper-public-key" in r.getMessage() for r in caplog.records)
+
+
+def test_systemd_unit_runs_the_relay_with_the_scraper_flags() -> None:
+    from relay.cli import _unit_extra_args
+
+    argv = ["--scraper-public-key", KEY.hex(), "--scraper-secret", encode_id(SECRET), "--scraper-alias", "gpu-1"]
+    extra = _unit_extra_args(parse_args(argv))
+    assert extra[-6:] == argv
+    with pytest.raises(SystemExit):
+        _unit_extra_args(parse_args(["--scraper-public-key", "nope", "--scraper-secret", SECRET.hex()]))
