@@ -1,0 +1,474 @@
+"""The wizard's session: settings, the deployment runner, the relay key, progress, and which steps
+are done, derived from what is true now rather than from history.
+
+The progress file says what the operator did; a tick also needs the evidence to still hold: the
+relay runs with the key the steps were done with, the `.env` lists that key, the worker was
+restarted after the last `.env` write, and later steps only stand on ticked earlier ones. A
+rerun, a restart of the relay, a cancelled apply: every tick is derived again the same way, so
+the step list, Next and the progress file cannot disagree.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from cosmictui.ops import progress as progress_mod
+from cosmictui.ops import relayproc
+from cosmictui.ops.config import Settings
+from cosmictui.ops.runner import CommandResult, LocalRunner, Runner, RunnerError, open_deployment
+
+STEP_IDS = ["prereqs", "relay", "env", "apply", "verify", "recover"]
+
+
+@dataclass(frozen=True)
+class SessionFacts:
+    """What the ticks are derived from; None where a fact is not known (yet)."""
+
+    completed: frozenset[str]
+    relay_key: str | None
+    #: the relay with `relay_key` runs (or was attached by key and proven by the probe)
+    relay_running: bool
+    #: the keys the deployment's `.env` lists; None when it was not read (e.g. not connected yet)
+    env_relays: tuple[str, ...] | None = None
+    restarted_at: float | None = None
+    #: when the wizard last wrote the `.env`; an apply from before it is stale
+    env_written_at: float | None = None
+
+
+def why_not(step: str, facts: SessionFacts) -> str | None:
+    """Why `step`'s own evidence does not hold now (None: it holds), apart from the earlier steps."""
+    if step not in facts.completed:
+        return "not done yet"
+    if step == "relay" and (facts.relay_key is None or not facts.relay_running):
+        return "the relay set up in step 2 is not running"
+    if step == "env" and facts.env_relays is not None and facts.relay_key not in facts.env_relays:
+        return "the .env does not list the relay's key"
+    if step == "apply":
+        if facts.restarted_at is None:
+            return "the worker restart was not recorded"
+        if facts.env_written_at is not None and facts.restarted_at < facts.env_written_at:
+            return "the .env changed after the last restart"
+    return None
+
+
+def derive_ticks(facts: SessionFacts) -> frozenset[str]:
+    """The steps that are done now: each one's evidence holds and, from step 2 on, so do all before it.
+
+    Step 1's checks stand on their own (they are run again on every visit); from the relay on,
+    a step is only as good as the ones it builds on.
+    """
+    ticks: set[str] = set()
+    if why_not("prereqs", facts) is None:
+        ticks.add("prereqs")
+    for step in STEP_IDS[1:]:
+        if why_not(step, facts) is not None:
+            break
+        ticks.add(step)
+    return frozenset(ticks)
+
+
+def relay_args(pid: int) -> list[str] | None:
+    """The flags a running relay was started with (its command line from the first flag on)."""
+    import psutil
+
+    try:
+        argv = psutil.Process(pid).cmdline()
+    except (psutil.Error, OSError):
+        return None
+    for i, a in enumerate(argv):
+        if (a == "relay" and i > 0 and argv[i - 1] == "-m") or os.path.basename(a) == "blind-relay":
+            return argv[i + 1 :]
+    return None
+
+
+def wanted_args(settings: Settings, storage: str, port: int) -> list[str]:
+    """The flags the wizard starts its relay with (as `relayproc.relay_command` builds them)."""
+    metrics = settings.relay_metrics if settings.relay_metrics else None
+    cmd = relayproc.relay_command(
+        storage,
+        port,
+        settings.relay_host,
+        settings.relay_bootstrap,
+        metrics,
+        kernel_forwarding=settings.relay_kernel_forwarding,
+    )
+    return cmd[3:]  # after `python -m relay`
+
+
+class CommandEntry(Protocol):
+    """One command in the log (the widget's entry); only its identity matters here."""
+
+    cmd: str
+
+
+class CommandSink(Protocol):
+    """Where commands and notes go: the wizard's command log (a widget), kept out of ops by this protocol."""
+
+    def begin(self, cmd: str, where: str) -> Any: ...
+
+    def output(self, entry: Any, text: str) -> None: ...
+
+    def end(self, entry: Any, exit_code: int, expected: str | None = None) -> None: ...
+
+    def note(self, text: str) -> None: ...
+
+
+RunnerFactory = Callable[[Settings], Awaitable[Runner]]
+#: (storage, key) -> why that relay cannot serve jobs right now, or None when it runs.
+RelayCheck = Callable[[str, str], "str | None"]
+
+
+def relay_problem(storage: str, key: str) -> str | None:
+    """Is the relay the deployment was set up with still running? (runtime file + live pid)"""
+    problem = relayproc.relay_problem(storage, key)
+    if problem is None:
+        return None
+    if "is not running" in problem:
+        return problem + " Go back to step 2 (b) and press s to start it again: jobs cannot leave Creating without it."
+    return problem + " Go back to step 2 (b) and check the storage directory."
+
+
+async def _close_quietly(runner: Runner) -> None:
+    with contextlib.suppress(Exception):  # a dead connection may fail to close; it is gone either way
+        await runner.close()
+
+
+async def _open_runner(settings: Settings) -> Runner:
+    return await open_deployment(
+        settings.deployment,
+        env=settings.command_env or None,
+        known_hosts=settings.ssh_known_hosts,
+        client_keys=list(settings.ssh_identity) or None,
+        connect_timeout=settings.ssh_connect_timeout,
+    )
+
+
+class LoggedRunner(Runner):
+    """The deployment runner as the ops layer sees it, with every command going to the log."""
+
+    def __init__(
+        self, ctx: WizardContext, inner: Runner, expect: tuple[Callable[[str], bool], str] | None = None
+    ) -> None:
+        self._ctx = ctx
+        self.inner = inner
+        self.root = inner.root
+        self.label = inner.label
+        self._expect = expect
+
+    def expecting(self, match: Callable[[str], bool], why: str) -> LoggedRunner:
+        """The same runner, logging a failure of commands that `match` as expected (`why`), not FAILED."""
+        return LoggedRunner(self._ctx, self.inner, (match, why))
+
+    async def run(
+        self, cmd: str, cwd: str | None = None, on_output: Any = None, timeout: float | None = None
+    ) -> CommandResult:
+        expected = self._expect[1] if self._expect is not None and self._expect[0](cmd) else None
+        return await self._ctx.run(
+            cmd, on_output=on_output, runner=self.inner, timeout=timeout, cwd=cwd, expected_failure=expected
+        )
+
+    async def read_file(self, path: str) -> bytes:
+        return await self.inner.read_file(path)
+
+    async def write_file_atomic(
+        self, path: str, data: bytes, backup: bool = True, expect: bytes | None = None
+    ) -> str | None:
+        return await self.inner.write_file_atomic(path, data, backup, expect)
+
+    async def exists(self, path: str) -> bool:
+        return await self.inner.exists(path)
+
+    def resolve(self, path: str) -> str:
+        return self.inner.resolve(path)
+
+    def __getattr__(self, name: str) -> Any:  # e.g. SSHRunner.host, used to tell local from remote
+        return getattr(self.inner, name)
+
+
+class WizardContext:
+    """State shared by the steps for one deployment."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        demo: Any = None,
+        open_runner: RunnerFactory = _open_runner,
+        save: bool = True,
+        clock: Callable[[], float] = time.time,
+        relay_check: RelayCheck = relay_problem,
+    ) -> None:
+        self.settings = settings
+        self.demo = demo
+        self._open_runner = open_runner
+        self._runner: Runner | None = None
+        self._runner_lock = asyncio.Lock()
+        self.local = LocalRunner(str(Path.cwd()), env=settings.command_env or None)
+        self._save = save
+        self._clock = clock
+        self._relay_check = relay_check
+        self.progress = progress_mod.load_progress(settings.deployment)
+        self.relay_key: str | None = self.progress.relay_key
+        # step 2 attached by key: the relay runs elsewhere, no runtime file here
+        self.relay_external = self.progress.relay_external is True
+        self.relay_storage: str = self.progress.relay_storage or settings.relay_storage
+        self.restarted_at: float | None = self.progress.restarted_at
+        self.env_backup: str | None = self.progress.env_backup
+        self.env_writes = 0  # bumped on every .env write: an apply from before a write is stale
+        #: the keys the deployment's .env lists, as last read (None: not read yet or unreadable)
+        self.env_relays: tuple[str, ...] | None = None
+        self._log: CommandSink | None = None
+        self._on_command: Callable[[str], None] | None = None
+        self._on_notice: Callable[[str], None] | None = None
+        self._dropped: str | None = None  # label of a connection that was lost, until it is back
+
+    # -- deployment -----------------------------------------------------------------------------
+
+    def describe_deployment(self) -> str:
+        return ("demo sandbox · " if self.demo is not None else "") + self.settings.deployment
+
+    async def deployment(self) -> Runner:
+        """The deployment runner, connected on first use (SSH errors surface as RunnerError)."""
+        async with self._runner_lock:
+            if self._runner is not None and getattr(self._runner, "lost", False):
+                self.drop_connection()  # reconnect on the next action, with a plain note in the log
+            if self._runner is None:
+                self._runner = await self._open_runner(self.settings)
+                if self._dropped is not None:
+                    self._dropped = None
+                    self._notice(f"Connected to {self._runner.label} again.")
+            return self._runner
+
+    async def logged_deployment(self) -> Runner:
+        """The deployment runner for ops functions that run commands themselves (checks)."""
+        return LoggedRunner(self, await self.deployment())
+
+    def drop_connection(self, e: RunnerError | None = None) -> None:
+        """After a lost SSH connection, forget it: the next action connects again.
+
+        Without this every later action failed with the dead connection's error forever.
+        """
+        runner = self._runner
+        if runner is None or (e is not None and e.kind != "disconnected" and not getattr(runner, "lost", False)):
+            return
+        self._runner = None
+        self._dropped = runner.label
+        self._notice(f"The SSH connection to {runner.label} was lost; the next action connects again.")
+        asyncio.get_running_loop().create_task(_close_quietly(runner))
+
+    def relay_metrics_url(self) -> str | None:
+        """Where the wizard's relay serves /metrics: its runtime file, else the configured address."""
+        rt = relayproc.attach(self.relay_storage) if self.relay_storage else None
+        if rt is not None and rt.metrics:
+            return rt.metrics if "://" in rt.metrics else f"http://{rt.metrics}"
+        return self.settings.metrics_url
+
+    def journal(self) -> progress_mod.CommandJournal | None:
+        """The command log's file beside the progress file (none when progress is not saved)."""
+        if not self._save:
+            return None
+        return progress_mod.CommandJournal(progress_mod.journal_path(self.settings.deployment))
+
+    def remember_lost(self, message: str) -> None:
+        """Keep "job X was DELETED and NOT recreated" in the progress file until dismissed."""
+        lost = self.progress.data.setdefault("lost_jobs", [])
+        if message not in lost:
+            lost.append(message)
+        if self._save:
+            progress_mod.save_progress(self.progress)
+
+    def lost_jobs(self) -> list[str]:
+        lost = self.progress.data.get("lost_jobs")
+        return [m for m in lost if isinstance(m, str)] if isinstance(lost, list) else []
+
+    def dismiss_lost(self) -> None:
+        if self.progress.data.pop("lost_jobs", None) is not None and self._save:
+            progress_mod.save_progress(self.progress)
+
+    def uncomplete(self, *step_ids: str) -> None:
+        """Take back the ticks of `step_ids` (e.g. after the .env changed): saved at once."""
+        changed = False
+        for sid in step_ids:
+            if sid in self.progress.completed:
+                self.progress.completed.remove(sid)
+                changed = True
+        if changed and self._save:
+            progress_mod.save_progress(self.progress)
+
+    @property
+    def env_path(self) -> str:
+        if self._runner is not None:
+            return self._runner.resolve(self.settings.env_path)
+        return self.settings.env_path
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.close()
+            self._runner = None
+
+    # -- commands and files, all logged ---------------------------------------------------------
+
+    def attach_log(
+        self,
+        log: CommandSink,
+        on_command: Callable[[str], None] | None = None,
+        on_notice: Callable[[str], None] | None = None,
+    ) -> None:
+        self._log = log
+        self._on_command = on_command
+        self._on_notice = on_notice
+
+    def _notice(self, text: str) -> None:
+        self.note(text)
+        if self._on_notice is not None:
+            self._on_notice(text)
+
+    async def run(
+        self,
+        cmd: str,
+        *,
+        on_output: Callable[[str], None] | None = None,
+        runner: Runner | None = None,
+        timeout: float | None = None,
+        cwd: str | None = None,
+        expected_failure: str | None = None,
+    ) -> CommandResult:
+        """Run `cmd` on the deployment (or `runner`), logged with its output and exit code.
+
+        `expected_failure` says why a non-zero exit is expected, so the log does not cry FAILED.
+        """
+        runner = runner or await self.deployment()
+        entry = self._log.begin(cmd, f"{runner.label}:{runner.root}") if self._log else None
+        if self._on_command:
+            self._on_command(cmd)
+
+        def chunk(text: str) -> None:
+            if entry is not None and self._log is not None:
+                self._log.output(entry, text)
+            if on_output is not None:
+                on_output(text)
+
+        try:
+            result = await runner.run(cmd, cwd=cwd, on_output=chunk, timeout=timeout)
+        except RunnerError as e:
+            if entry is not None and self._log is not None:
+                self._log.output(entry, str(e))
+                self._log.end(entry, -1)
+            if e.kind == "disconnected" and runner is self._runner:
+                self.drop_connection(e)
+            raise
+        except asyncio.CancelledError:
+            if entry is not None and self._log is not None:
+                self._log.output(entry, "cancelled by the operator")
+                self._log.end(entry, -1)
+            raise
+        if entry is not None and self._log is not None:
+            self._log.end(entry, result.exit_code, expected_failure)
+        return result
+
+    def begin_local(self, cmd: str) -> CommandEntry | None:
+        """Log a command the wizard runs itself on this machine (e.g. starting the relay)."""
+        if self._on_command:
+            self._on_command(cmd)
+        return self._log.begin(cmd, "this machine") if self._log else None
+
+    def end_local(self, entry: CommandEntry | None, exit_code: int, output: str = "") -> None:
+        if entry is None or self._log is None:
+            return
+        if output:
+            self._log.output(entry, output)
+        self._log.end(entry, exit_code)
+
+    def note(self, text: str) -> None:
+        if self._log is not None:
+            self._log.note(text)
+
+    def relay_problem(self) -> str | None:
+        """Why the relay set up in step 2 cannot serve jobs now; None when it runs (or before step 2)."""
+        if not self.relay_key or self.relay_external:
+            return None
+        return self._relay_check(self.relay_storage, self.relay_key)
+
+    # -- what is done, from evidence --------------------------------------------------------------
+
+    async def read_env_relays(self) -> tuple[str, ...] | None:
+        """Read the keys the deployment's .env lists now (None when it cannot be read)."""
+        from cosmictui.ops.setup.envfile import EnvFileError, decode_text, read_relays
+
+        try:
+            runner = await self.deployment()
+            text = decode_text(await runner.read_file(runner.resolve(self.settings.env_path)))
+            self.env_relays = tuple(read_relays(text, self.settings.env_var))
+        except (RunnerError, EnvFileError, OSError):
+            self.env_relays = None
+        return self.env_relays
+
+    def env_written(self, keys: tuple[str, ...]) -> None:
+        """The wizard wrote the .env: an apply from before now is stale (kept across runs)."""
+        self.env_relays = keys
+        self.progress.data["env_written_at"] = self.now()
+        if self._save:
+            progress_mod.save_progress(self.progress)
+
+    def facts(self) -> SessionFacts:
+        written = self.progress.data.get("env_written_at")
+        return SessionFacts(
+            completed=frozenset(self.progress.completed),
+            relay_key=self.relay_key,
+            relay_running=self.relay_key is not None and self.relay_problem() is None,
+            env_relays=self.env_relays,
+            restarted_at=self.restarted_at,
+            env_written_at=float(written) if isinstance(written, int | float) else None,
+        )
+
+    def ticks(self) -> frozenset[str]:
+        """The steps that are done now (see `derive_ticks`)."""
+        return derive_ticks(self.facts())
+
+    def set_done(self, step_id: str, done: bool) -> None:
+        """Record that the operator did (or undid) a step; its tick still needs the evidence."""
+        if done == self.progress.is_done(step_id):
+            return
+        if done:
+            self.progress.complete(step_id)
+        else:
+            self.progress.completed.remove(step_id)
+        if self._save:
+            progress_mod.save_progress(self.progress)
+
+    # -- progress -------------------------------------------------------------------------------
+
+    def progress_step(self) -> int:
+        """Index of the step to resume at."""
+        current = self.progress.current_step
+        if current in STEP_IDS:
+            return STEP_IDS.index(current)
+        return 0
+
+    def save_progress(self, step_index: int) -> None:
+        p = self.progress
+        for sid in STEP_IDS[:step_index]:
+            p.complete(sid)
+        p.current_step = STEP_IDS[min(step_index, len(STEP_IDS) - 1)]
+        p.relay_key = self.relay_key
+        p.relay_storage = self.relay_storage
+        p.relay_external = self.relay_external
+        p.restarted_at = self.restarted_at
+        p.env_backup = self.env_backup
+        if self._save:
+            progress_mod.save_progress(p)
+
+    def now(self) -> float:
+        """Wall-clock time; injectable so layout snapshots of job ages are reproducible."""
+        return self._clock()
+
+    def now_dt(self) -> datetime:
+        return datetime.fromtimestamp(self._clock(), UTC)
