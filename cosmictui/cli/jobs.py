@@ -201,7 +201,14 @@ def cmd_jobs_recover(args: argparse.Namespace, out: TextIO) -> int:
     """`jobs recover`: the wizard's step 6 use case (ops/recover), confirmed by --yes instead of a dialog."""
     settings = settings_from(args)
     from cosmictui.ops.jobs.listing import list_jobs
-    from cosmictui.ops.jobs.recover import RecoveryRefused, draft_create, plan_jobs, recover, recovery_dir, save_record
+    from cosmictui.ops.jobs.recover import (
+        RecordSaved,
+        RecoveryRefused,
+        RecoveryStopped,
+        plan_jobs,
+        recover_jobs,
+        recovery_dir,
+    )
     from cosmictui.ops.runner import RunnerError
 
     name = "jobs recover"
@@ -267,42 +274,36 @@ def cmd_jobs_recover(args: argparse.Namespace, out: TextIO) -> int:
                     out.write("not confirmed: nothing saved or deleted; run again with --yes to do it\n")
                 return NOT_CONFIRMED
             rc = OK
-            for plan in plans:
-                try:  # the record first: without it on disk, nothing is deleted
-                    record = save_record(plan, settings, draft_create(plan.job, settings))
-                except OSError as e:
-                    doc["error"] = f"could not save job {plan.job.id}'s record in {folder}: {e}; job not deleted"
-                    doc["fix"] = "make the state directory writable (XDG_STATE_HOME), then run again"
+            async for event in recover_jobs(runner.run, plans, settings):  # the wizard's step 6 loop
+                if isinstance(event, RecordSaved):
+                    if not args.json:
+                        out.write(f"saved job {event.job_id} (every field, recreate command) to {event.record}\n")
+                        out.flush()
+                    continue
+                result = event.result
+                if result is not None:
+                    doc["results"].append(
+                        {
+                            "id": result.job_id,
+                            "outcome": result.outcome,
+                            "message": result.message,
+                            "record": result.record,
+                            "command": result.command,
+                            "output": result.output,
+                        }
+                    )
+                if isinstance(event, RecoveryStopped):
+                    doc["error"] = event.message + " Stopped here."
+                    doc["fix"] = event.fix or None
                     rc = FAILED
-                    break
-                if not args.json:
-                    out.write(f"saved job {plan.job.id} (every field, recreate command) to {record}\n")
-                    out.flush()
-                result = await recover(runner.run, plan, record)
-                doc["results"].append(
-                    {
-                        "id": result.job_id,
-                        "outcome": result.outcome,
-                        "message": result.message,
-                        "record": result.record,
-                        "command": result.command,
-                        "output": result.output,
-                    }
-                )
-                if result.outcome in ("delete-failed", "create-failed"):
-                    doc["error"] = result.message + " Stopped here."
-                    if result.output.strip():
-                        doc["fix"] = f"the command printed: {result.output.strip()[-500:]}"
-                    rc = FAILED
-                    break
-                if not args.json:
+                elif not args.json and result is not None:
                     out.write(result.message + "\n")
             if rc == OK and not args.json and any(r["outcome"] == "recreated" for r in doc["results"]):
                 out.write("watch the recreated job(s) leave Creating: cosmictui jobs --watch\n")
             if args.json:
                 dump(doc | {"exit_code": rc}, out)
             elif doc["error"]:
-                fix = f"\n  {doc['fix']}" if doc["fix"] else ""
+                fix = f"\n  fix: {doc['fix']}" if doc["fix"] else ""
                 print(f"cosmictui {name}: {doc['error']}{fix}", file=sys.stderr)
             return rc
         finally:

@@ -18,7 +18,15 @@ from textual.widgets.selection_list import Selection
 
 from cosmictui.ops.jobs.listing import list_jobs
 from cosmictui.ops.jobs.model import Job, JobView, shown_status
-from cosmictui.ops.jobs.recover import RecoveryPlan, draft_create, plan_recovery, recover, recovery_dir, save_record
+from cosmictui.ops.jobs.recover import (
+    RecordSaved,
+    RecoveryPlan,
+    RecoveryStopped,
+    draft_create,
+    plan_recovery,
+    recover_jobs,
+    recovery_dir,
+)
 from cosmictui.ops.setup.steps import JobWatch, format_age, recoverable
 from cosmictui.screens.confirm import ConfirmScreen
 from cosmictui.screens.edit_command import EditCommandScreen
@@ -228,25 +236,25 @@ class RecoverStep(Step):
                 return
             since = self.ctx.now_dt()
             s = self.ctx.settings
-            for plan in plans:
-                record = save_record(plan, s, draft_create(plan.job, s))
-                self.ctx.note(f"saved job {plan.job.id} (every field, recreate command) to {record}")
-                self.status.set(f"Saved {plan.job.id} to {record}; running {plan.delete} …", "busy")
-                result = await recover(self.ctx.run, plan, record)
-                self.ctx.note(result.message)
-                if result.lost:
-                    self.post_message(LostJob(result.message))
-                    self.ctx.remember_lost(result.message)
-                    self.status.set(result.message + " Stopped here.", "error")
+            async for event in recover_jobs(self.ctx.run, plans, s):  # the one recover loop (ops)
+                if isinstance(event, RecordSaved):
+                    self.ctx.note(f"saved job {event.job_id} (every field, recreate command) to {event.record}")
+                    self.status.set(f"Saved {event.job_id} to {event.record}; running {event.delete} …", "busy")
+                elif isinstance(event, RecoveryStopped):
+                    self.ctx.note(event.message)
+                    if event.lost:
+                        self.post_message(LostJob(event.message))
+                        self.ctx.remember_lost(event.message)
+                    fix = "" if event.lost or not event.fix or event.fix in event.message else f" Fix: {event.fix}"
+                    self.status.set(f"{event.message} Stopped here.{fix}", "error")
                     return
-                if result.outcome == "delete-failed":
-                    self.status.set(result.message + " Stopped here.", "error")
-                    return
-                if result.outcome == "deleted-only":
-                    self.status.set(result.message, "warn")
-                    continue
-                recreated.append(plan.job.id)
-                self.recreated.append(plan.job.id)
+                else:
+                    self.ctx.note(event.result.message)
+                    if event.result.outcome == "deleted-only":
+                        self.status.set(event.result.message, "warn")
+                        continue
+                    recreated.append(event.result.job_id)
+                    self.recreated.append(event.result.job_id)
             if not recreated:
                 self.load(keep_status=True)
                 return

@@ -145,3 +145,18 @@ async def test_a_reviewed_create_command_is_known_once_every_field_is_filled(tmp
     assert _calls(d) == ["jobs delete job-001", "jobs create --name llama train --gpu a100"]
     (record,) = _records(d)
     assert record["recreate_source"] == "operator"
+
+
+async def test_a_record_that_cannot_be_saved_deletes_nothing_and_says_how_to_fix_it(tmp_path: Path) -> None:
+    """Step 6 runs the same recover loop as `jobs recover`: no record on disk, no delete, and the fix."""
+    d, settings = _deploy(tmp_path, create_command="cosmicac jobs create --name {name} --gpu {gpu}")
+    blocker = recovery_dir(str(d))
+    blocker.parent.mkdir(parents=True, exist_ok=True)
+    blocker.write_text("")  # where the records go is a file: nothing can be saved there
+    app = make_app(settings)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _select_and_confirm(pilot, app)
+        text = await wait_status(pilot, app, "recover", ("error",), timeout=30)
+        assert "Could not save job job-001's record" in text and "not deleted" in text
+        assert "Fix:" in text and "XDG_STATE_HOME" in text
+    assert _calls(d) == []  # not one delete ran

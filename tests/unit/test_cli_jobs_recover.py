@@ -237,7 +237,9 @@ def test_no_record_on_disk_means_no_delete(tmp_path: Path, monkeypatch: pytest.M
     rc, out = run(cfg, "job-001", "--yes", "--json")
     assert rc == 1
     doc = strict(out)
-    assert "could not save job job-001's record" in doc["error"] and "job not deleted" in doc["error"]
+    error = doc["error"].lower()
+    assert "could not save job job-001's record" in error and "job job-001 not deleted" in error
+    assert "XDG_STATE_HOME" in doc["fix"]
     assert doc["results"] == [] and calls(d) == [] and job_ids(d) == ["job-001", "job-002"]
 
 

@@ -11,10 +11,11 @@ delete is reported as such ("DELETED and NOT recreated"), with the command and t
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -138,7 +139,7 @@ def save_record(plan: RecoveryPlan, settings: Settings, draft: CreateDraft | Non
     """
     job = plan.job
     d = recovery_dir(settings.deployment)
-    d.mkdir(parents=True, exist_ok=True)
+    d.mkdir(mode=0o700, parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     safe = re.sub(r"[^A-Za-z0-9._-]+", "_", job.id)[:80] or "job"
     path = d / f"{stamp}-{safe}.json"
@@ -169,11 +170,11 @@ def save_record(plan: RecoveryPlan, settings: Settings, draft: CreateDraft | Non
     if draft is not None and plan.create is None:
         record["draft_create_command"] = draft.command
     data = json.dumps(record, indent=2, ensure_ascii=False) + "\n"
-    with open(path, "x", encoding="utf-8") as f:
+    # only the operator reads it: a job's fields may name private images, hosts or tokens
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with open(fd, "w", encoding="utf-8") as f:
         f.write(data)
         f.flush()
-        import os
-
         os.fsync(f.fileno())
     return path
 
@@ -189,6 +190,8 @@ class RecoveryResult:
     record: Path
     command: str | None = None
     output: str = ""
+    #: what to do about a failure: the hint for the failed command, or how to recreate a lost job
+    fix: str = ""
 
     @property
     def lost(self) -> bool:
@@ -211,7 +214,7 @@ async def recover(run: RunCommand, plan: RecoveryPlan, record: Path) -> Recovery
         result = await run(plan.delete)
     except RunnerError as e:
         return RecoveryResult(
-            jid, "delete-failed", runner_problem(e, f"delete job {jid}") + " Nothing deleted.", record
+            jid, "delete-failed", runner_problem(e, f"delete job {jid}") + " Nothing deleted.", record, plan.delete
         )
     if not result.ok:
         hint = command_failure_hint(plan.delete, result.exit_code, result.output)
@@ -222,6 +225,7 @@ async def recover(run: RunCommand, plan: RecoveryPlan, record: Path) -> Recovery
             record,
             plan.delete,
             result.output,
+            hint,
         )
     if plan.create is None:
         return RecoveryResult(
@@ -239,6 +243,7 @@ async def recover(run: RunCommand, plan: RecoveryPlan, record: Path) -> Recovery
             lost_message(jid, plan.create, record) + " " + runner_problem(e, "recreate it"),
             record,
             plan.create,
+            fix=f"recreate it with: {plan.create} (every field is in {record})",
         )
     if not result.ok:
         hint = command_failure_hint(plan.create, result.exit_code, result.output)
@@ -249,8 +254,76 @@ async def recover(run: RunCommand, plan: RecoveryPlan, record: Path) -> Recovery
             record,
             plan.create,
             result.output,
+            f"{hint} Then recreate it with: {plan.create} (every field is in {record})",
         )
     return RecoveryResult(jid, "recreated", f"Job {jid} deleted and created again.", record, plan.create)
+
+
+@dataclass(frozen=True)
+class RecordSaved:
+    """A job's record is on disk (mode 0600); its delete runs next."""
+
+    job_id: str
+    record: Path
+    delete: str
+
+
+@dataclass(frozen=True)
+class JobRecovered:
+    """One job done: recreated, or deleted only (the operator recreates it from the record)."""
+
+    result: RecoveryResult
+
+
+@dataclass(frozen=True)
+class RecoveryStopped:
+    """Recovery stopped at this job; the jobs after it were not touched.
+
+    `result` is None when its record could not be saved (then nothing of it was deleted);
+    otherwise its delete failed (nothing deleted) or its create failed after the delete
+    (`result.lost`: the record is what it takes to recreate it).
+    """
+
+    job_id: str
+    message: str
+    fix: str
+    result: RecoveryResult | None = None
+
+    @property
+    def lost(self) -> bool:
+        return self.result is not None and self.result.lost
+
+
+RecoveryEvent = RecordSaved | JobRecovered | RecoveryStopped
+
+
+async def recover_jobs(
+    run: RunCommand, plans: Sequence[RecoveryPlan], settings: Settings
+) -> AsyncIterator[RecoveryEvent]:
+    """Recover `plans` in order, as progress events: the one recover loop (wizard step 6, `jobs recover`).
+
+    Per job: save its record (every field and the recreate command) first; without it on disk
+    nothing is deleted. Then delete and, when known, create. The first failure stops the loop
+    (`RecoveryStopped`), so one broken command cannot delete job after job.
+    """
+    for plan in plans:
+        jid = plan.job.id
+        try:
+            record = save_record(plan, settings, draft_create(plan.job, settings))
+        except OSError as e:
+            where = recovery_dir(settings.deployment)
+            yield RecoveryStopped(
+                jid,
+                f"Could not save job {jid}'s record in {where}: {e.strerror or e}. Job {jid} not deleted.",
+                f"make {where} writable (or set XDG_STATE_HOME to a writable directory), then recover again",
+            )
+            return
+        yield RecordSaved(jid, record, plan.delete)
+        result = await recover(run, plan, record)
+        if result.outcome in ("delete-failed", "create-failed"):
+            yield RecoveryStopped(jid, result.message, result.fix, result)
+            return
+        yield JobRecovered(result)
 
 
 class RecoveryRefused(Exception):

@@ -1,0 +1,111 @@
+"""The one recover loop (`ops.jobs.recover.recover_jobs`) that wizard step 6 and `jobs recover`
+both consume: a record (mode 0600) before every delete, and the first failure stops it."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from cosmictui.ops.config import Settings
+from cosmictui.ops.jobs.model import Job
+from cosmictui.ops.jobs.recover import (
+    JobRecovered,
+    RecordSaved,
+    RecoveryEvent,
+    RecoveryStopped,
+    plan_recovery,
+    recover_jobs,
+)
+from cosmictui.ops.runner import CommandResult
+
+TEMPLATE = "cosmicac jobs create --name {name}"
+
+
+@pytest.fixture(autouse=True)
+def _state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+
+
+class Deployment:
+    """Runs commands against a list of jobs; `fail` maps a command prefix to an exit code."""
+
+    def __init__(self, fail: dict[str, int] | None = None) -> None:
+        self.calls: list[str] = []
+        self.fail = fail or {}
+
+    async def run(self, cmd: str) -> CommandResult:
+        self.calls.append(cmd)
+        code = next((c for prefix, c in self.fail.items() if cmd.startswith(prefix)), 0)
+        return CommandResult(cmd, code, "error: boom" if code else "ok")
+
+
+def _job(jid: str) -> Job:
+    return Job(jid, "Creating", fields={"id": jid, "name": f"train {jid}"})
+
+
+async def _events(dep: Deployment, ids: list[str], settings: Settings) -> list[RecoveryEvent]:
+    plans = [plan_recovery(_job(i), settings) for i in ids]
+    return [e async for e in recover_jobs(dep.run, plans, settings)]
+
+
+async def test_each_record_is_saved_0600_before_its_delete_and_every_job_recovered() -> None:
+    dep = Deployment()
+    settings = Settings(create_command=TEMPLATE)
+    seen: list[tuple[str, int]] = []
+    plans = [plan_recovery(_job(i), settings) for i in ("a", "b")]
+    async for e in recover_jobs(dep.run, plans, settings):
+        if isinstance(e, RecordSaved):  # on disk, private, and nothing of this job ran yet
+            assert stat.S_IMODE(os.stat(e.record).st_mode) == 0o600
+            assert not any(c.startswith(f"cosmicac jobs delete {e.job_id}") for c in dep.calls)
+        seen.append((type(e).__name__, len(dep.calls)))
+    assert [n for n, _ in seen] == ["RecordSaved", "JobRecovered", "RecordSaved", "JobRecovered"]
+    assert dep.calls == [
+        "cosmicac jobs delete a",
+        "cosmicac jobs create --name 'train a'",
+        "cosmicac jobs delete b",
+        "cosmicac jobs create --name 'train b'",
+    ]
+
+
+async def test_a_record_that_cannot_be_saved_deletes_nothing_and_names_the_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("XDG_STATE_HOME", str(blocker))
+    dep = Deployment()
+    events = await _events(dep, ["a", "b"], Settings(create_command=TEMPLATE))
+    assert len(events) == 1 and isinstance(events[0], RecoveryStopped)
+    assert events[0].result is None and "not deleted" in events[0].message
+    assert "XDG_STATE_HOME" in events[0].fix
+    assert dep.calls == []
+
+
+async def test_a_failing_delete_stops_before_the_next_job() -> None:
+    dep = Deployment(fail={"cosmicac jobs delete a": 1})
+    events = await _events(dep, ["a", "b"], Settings(create_command=TEMPLATE))
+    assert [type(e) for e in events] == [RecordSaved, RecoveryStopped]
+    stop = events[-1]
+    assert isinstance(stop, RecoveryStopped) and not stop.lost and stop.fix
+    assert dep.calls == ["cosmicac jobs delete a"]
+
+
+async def test_a_create_failing_after_its_delete_is_lost_and_names_its_recreate_command() -> None:
+    dep = Deployment(fail={"cosmicac jobs create": 64})
+    events = await _events(dep, ["a", "b"], Settings(create_command=TEMPLATE))
+    stop = events[-1]
+    assert isinstance(stop, RecoveryStopped) and stop.lost
+    assert "cosmicac jobs create --name 'train a'" in stop.fix
+    assert stop.result is not None and str(stop.result.record) in stop.fix
+    assert dep.calls == ["cosmicac jobs delete a", "cosmicac jobs create --name 'train a'"]  # b untouched
+
+
+async def test_delete_only_goes_on_to_the_next_job() -> None:
+    dep = Deployment()
+    events = await _events(dep, ["a", "b"], Settings())  # no create template: delete only
+    done = [e for e in events if isinstance(e, JobRecovered)]
+    assert [e.result.outcome for e in done] == ["deleted-only", "deleted-only"]
+    assert dep.calls == ["cosmicac jobs delete a", "cosmicac jobs delete b"]
