@@ -138,6 +138,7 @@ class BatchIO:
         #: segments per send entry: 1 without GSO (one datagram per entry, as before)
         self.max_segments = GSO_MAX_SEGMENTS if gso else 1
         self.size = size = GRO_SLOT if gro else size
+        self.words = size >> 2  # 32-bit words per receive slot
 
         self.rbuf = bytearray(batch * size)
         self.rbuf_addr = address_of(self.rbuf)
@@ -186,6 +187,10 @@ class BatchIO:
         for i in range(batch):
             IOV.pack_into(self.fiov, i * 16, self.rbuf_addr + i * size, 0)
         self.fiov32 = memoryview(self.fiov).cast("I")  # length of slot i at [i * 4 + 2]
+        # for `put_each`: each slot's iovec address, and the iovlen/controllen of plain entries
+        self._slot_iovs = memoryview(array("Q", [self.fiov_addr + i * 16 for i in range(batch)]))
+        self._ones = memoryview(array("Q", [1] * batch))
+        self._zeros = memoryview(array("Q", [0] * batch))
         self.sctl = bytearray(send_cap * SCTL_STRIDE)
         sctl_addr = address_of(self.sctl)
         self.shdr = bytearray(send_cap * HDR_SIZE)
@@ -268,6 +273,53 @@ class BatchIO:
             return q[a:b:4].tolist(), None, None
         return q[a:b:4].tolist(), q[a + 1 : b : 4].tolist(), q[a + 2 : b : 4].tolist()
 
+    def slot(self, i: int) -> tuple[int, int, int, int]:
+        """(length, first header word, stream id, first `msg_name` word) of received slot `i`:
+        what the small-batch path decides on, in one call. A GRO run has a length > the
+        segment size; call `segment_size` first when GRO is on."""
+        w = i * self.words
+        u32 = self.u32
+        return self.lens[i * 16 + 14], u32[w], u32[w + 1], self.names_q[i * 4]
+
+    def put_one(self, j: int, i: int, sid: int, sa: int, target: Any, length: int) -> None:
+        """Entry `j` to `sa`: received slot `i` (`length` bytes) with its stream id set to `sid`."""
+        self.u32[i * self.words + 1] = sid
+        self.fiov32[i * 4 + 2] = length
+        q = self.shdr_q
+        e8 = j * 8
+        q[e8] = sa
+        q[e8 + 2] = self.fiov_addr + i * 16
+        q[e8 + 3] = 1
+        q[e8 + 5] = 0
+        self.targets[j] = target
+
+    def set_each_id(self, count: int, sids: list[int]) -> None:
+        """Rewrite the stream id of slots 0..`count`, slot i's to `sids[i]` (one strided store)."""
+        w = self.words
+        self.u32[1 : count * w : w] = array("I", sids)
+
+    def put_each(self, count: int, sas: list[int], targets: list[Any]) -> None:
+        """Entries 0..`count`: received slot i as entry i, one datagram each, to sockaddr
+        `sas[i]` (a batch whose datagrams all go different ways); a handful of strided stores
+        for the whole batch."""
+        q = self.shdr_q
+        n8 = count * 8
+        q[0:n8:8] = array("Q", sas)
+        q[2:n8:8] = self._slot_iovs[:count]
+        q[3:n8:8] = self._ones[:count]
+        q[5:n8:8] = self._zeros[:count]
+        self.targets[:count] = targets
+
+    def send(self, total: int) -> tuple[int, int, list[tuple[int, list[bytes]]]] | None:
+        """`flush` for the common case: None when all `total` entries went out in one call,
+        else what `flush` returns (it goes on from where this call stopped)."""
+        self.gen += 1
+        n = self._sendmmsg(self.fd, self._shdr_ptr, total, MSG_DONTWAIT)
+        if n == total:
+            return None
+        self.gen -= 1
+        return self.flush(total, (n, ctypes.get_errno()))
+
     def source(self, i: int) -> tuple[int, int, int]:
         """The `msg_name` words of slot `i` (`forwarding.source_key`'s form)."""
         q = self.names_q
@@ -299,15 +351,15 @@ class BatchIO:
         siov_q = self.siov_q
         n = len(slots)
         b = j * GSO_MAX_SEGMENTS * 2
+        rbuf, size = self.rbuf_addr, self.size
         if n <= 4:
             x = b
-            rbuf, size = self.rbuf_addr, self.size
             for k in range(n):
                 siov_q[x] = rbuf + slots[k] * size
                 siov_q[x + 1] = lens[k]
                 x += 2
         else:
-            siov_q[b : b + 2 * n : 2] = array("Q", [self.rbuf_addr + s * self.size for s in slots])
+            siov_q[b : b + 2 * n : 2] = array("Q", [rbuf + s * size for s in slots])
             siov_q[b + 1 : b + 2 * n : 2] = array("Q", lens)
         e8 = j * 8
         q[e8] = sa
@@ -423,7 +475,9 @@ class BatchIO:
                 datagrams += self.entry_size(e)[0]
         return entries, datagrams
 
-    def flush(self, total: int) -> tuple[int, int, list[tuple[int, list[bytes]]]]:
+    def flush(
+        self, total: int, first: tuple[int, int] | None = None
+    ) -> tuple[int, int, list[tuple[int, list[bytes]]]]:
         """Send the first `total` prepared entries (iovecs point into the receive buffer).
 
         Returns (entries sent, datagrams failed, leftovers) — leftovers are (entry index,
@@ -434,12 +488,16 @@ class BatchIO:
         done = 0
         failed = 0
         while done < total:
-            ptr = self._shdr_ptr if done == 0 else ctypes.c_void_p(self.shdr_addr + done * HDR_SIZE)
-            n = self._sendmmsg(self.fd, ptr, total - done, MSG_DONTWAIT)
+            if first is not None:  # `send` made the first call already
+                n, e = first
+                first = None
+            else:
+                ptr = self._shdr_ptr if done == 0 else ctypes.c_void_p(self.shdr_addr + done * HDR_SIZE)
+                n = self._sendmmsg(self.fd, ptr, total - done, MSG_DONTWAIT)
+                e = ctypes.get_errno() if n < 0 else 0
             if n > 0:
                 done += n
                 continue
-            e = ctypes.get_errno()
             if n < 0 and e in _AGAIN:
                 return done, failed, [(k, self.entry_datagrams(k)) for k in range(done, total)]
             if self.shdr_q[done * 8 + 5]:  # a segmented entry was refused

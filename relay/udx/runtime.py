@@ -67,6 +67,9 @@ BUFFER_SIZE = 2048  # libudx truncates longer datagrams to this, so do we
 RECV_BATCH = 128
 RECV_BATCH_MMSG = 64
 RECV_ROUNDS = 4
+#: A batch of at most this many datagrams is forwarded slot by slot (`_batch_small`), larger
+#: ones run by run; measured in-process, the slot path is cheaper up to about here.
+SMALL_BATCH = 4
 SEND_QUEUE_MAX = 4096
 LINGER = 3.0
 #: Packets held for a relay partner that has not connected yet. libudx drops them (the
@@ -511,13 +514,17 @@ class UDXSocket:
             got += count
             st.reads += 1
             st.received_packets += count
-            lens = io.received(count)
-            st.received_bytes += sum(lens)
-            if io.gro and io.coalesced(count):
-                merged = True
-                self._batch_per_slot(io, count, lens)
+            coalesced = io.gro and io.coalesced(count)
+            if count <= SMALL_BATCH and not coalesced:
+                st.received_bytes += self._batch_small(io, count)
             else:
-                self._batch_by_runs(io, count, lens)
+                lens = io.received(count)
+                st.received_bytes += sum(lens)
+                if coalesced:
+                    merged = True
+                    self._batch_per_slot(io, count, lens)
+                else:
+                    self._batch_by_runs(io, count, lens)
             if self._dirty:
                 self._flush_dirty()  # ACK what this batch delivered before reading more
             if count < io.batch:
@@ -566,6 +573,48 @@ class UDXSocket:
                 if not self._reading and not self.closed:
                     self.loop.add_reader(self._sock.fileno(), self._on_readable_mmsg)
                     self._reading = True
+
+    def _batch_small(self, io: mmsg.BatchIO, count: int) -> int:
+        """A few plain datagrams (a chatty pair's wake): decided slot by slot, each forwarded
+        one its own send entry, no per-batch lists or runs. Returns the bytes received.
+
+        The same decisions as the run paths (`forwarding.forwardable`, the route's pinned
+        source), written out: at one to a few datagrams per wake, the lists and calls that
+        pay off for a run cost more than the forwarding itself.
+        """
+        streams = self.udx.streams
+        v6 = self.family == _socket.AF_INET6
+        j = nbytes = total = 0
+        for i in range(count):
+            n, head, sid, src0 = io.slot(i)
+            total += n
+            s = streams.get(sid)
+            if s is not None:
+                r = s.route
+                if (
+                    r is not None
+                    and r.sock is self
+                    and n >= MIN_FORWARD
+                    and head & HEAD_MASK == HEAD_FORWARD
+                    and src0 == r.src0
+                    and (not v6 or io.source(i)[1:] == (r.src1, r.src2))
+                ):
+                    io.put_one(j, i, r.rid, r.sa, r.target, n)
+                    j += 1
+                    nbytes += n
+                    continue
+            if j:  # what is prepared goes first: nothing overtakes what came before it
+                self._flush_batch(io, j, j, nbytes, 0, 0)
+                j = nbytes = 0
+            try:
+                self._handle(io.mv[i * io.size : i * io.size + n], n, i)
+            except Exception:
+                self.stats.callback_errors += 1
+                self.stats.drop("error")
+                log.exception("udx: error while handling a datagram")
+        if j:
+            self._flush_batch(io, j, j, nbytes, 0, 0)
+        return total
 
     def _batch_by_runs(self, io: mmsg.BatchIO, count: int, lens: list[int]) -> None:
         """Forward a batch of plain datagrams run by run.
@@ -653,13 +702,18 @@ class UDXSocket:
             return False
         if src1 is not None and ([r.src1 for r in per] != src1 or [r.src2 for r in per] != src2):
             return False
+        io.set_each_id(count, [r.rid for r in per])
+        if len(routes) == count:  # every datagram its own stream (many chatty pairs): slot = entry
+            io.put_each(count, [r.sa for r in per], [r.target for r in per])
+            self._flush_batch(io, count, count, sum(lens), 0, 0)
+            return True
         self._forward_plan(io, [(routes[sid], slots) for sid, slots in plan_by_stream(ids)], lens)
         return True
 
     def _forward_plan(self, io: mmsg.BatchIO, plan: list[tuple[Route, list[int]]], lens: list[int]) -> None:
-        """Send checked per-stream runs (route, receive slots in order): ids rewritten, equal-size
-        sub-runs as segmented entries (gathered through the entry's own iovecs when the run
-        is not contiguous in the receive buffer)."""
+        """Send checked per-stream runs (route, receive slots in order; their ids already
+        rewritten): equal-size sub-runs as segmented entries (gathered through the entry's own
+        iovecs when the run is not contiguous in the receive buffer)."""
         cap = io.batch
         limit = io.max_segments
         max_bytes = mmsg.GSO_MAX_BYTES
@@ -670,12 +724,21 @@ class UDXSocket:
             sa = r.sa
             target = r.target
             r.gen = -1
+            if k == 1:  # one datagram: no run to cut
+                n = lens[first]
+                io.put_slots(j, sa, target, first, 1, n)
+                j += 1
+                fw_pkts += 1
+                fw_bytes += n
+                if j >= cap:
+                    self._flush_batch(io, j, fw_pkts, fw_bytes, seg_sends, seg_dgrams)
+                    j = fw_pkts = fw_bytes = seg_sends = seg_dgrams = 0
+                continue
             contiguous = slots[-1] - first == k - 1
             glens = lens[first : first + k] if contiguous else [lens[x] for x in slots]
             fw_pkts += k  # counted before a full batch may be flushed on the way
             fw_bytes += sum(glens)
             if contiguous:  # as they lie in the receive buffer
-                io.set_ids(first, first + k, r.rid)
                 for x, y in cut_runs(glens, limit, max_bytes):
                     n = y - x
                     io.put_slots(j, sa, target, first + x, n, glens[x])
@@ -687,9 +750,6 @@ class UDXSocket:
                         self._flush_batch(io, j, fw_pkts, fw_bytes, seg_sends, seg_dgrams)
                         j = fw_pkts = fw_bytes = seg_sends = seg_dgrams = 0
             else:
-                rid = r.rid
-                for x in slots:
-                    io.set_ids(x, x + 1, rid)
                 for x, y in cut_runs(glens, limit, max_bytes):
                     n = y - x
                     io.put_gather(j, sa, target, slots[x:y], glens[x:y], glens[x])
@@ -851,7 +911,12 @@ class UDXSocket:
         st.gso_sends += seg_sends
         st.gso_segments += seg_datagrams
         fallbacks = io.gso_fallbacks
-        _sent, failed, rest = io.flush(count)
+        res = io.send(count)
+        if res is None:  # all of it went out in one call
+            st.sent_packets += datagrams
+            st.sent_bytes += nbytes
+            return
+        _sent, failed, rest = res
         st.send_errors += failed
         if io.gso_fallbacks != fallbacks:
             st.gso_fallbacks += io.gso_fallbacks - fallbacks
