@@ -160,12 +160,18 @@ def test_interop_scraper_wrong_secret_is_counted_and_said_once(node: str, testne
         with RelayProcess(tmp_path / "store", *args, bootstrap=testnet.bootstrap) as relay:
             relay.start()
             st = poll(
-                "two refused registrations", lambda: (s := scraper_stats(relay))["registration_failures"] >= 2 and s
+                "two failed registrations, the latest refused as unauthorised",
+                lambda: (
+                    (s := scraper_stats(relay))["registration_failures"] >= 2
+                    and "Unauthorised" in (s["last_error"] or "")
+                    and s
+                ),
             )
             assert st["registered"] is False and st["registrations"] == 0
-            assert "Unauthorised" in st["last_error"], relay.stderr[-6000:]
-            warned = [ln for ln in relay.stderr.splitlines() if "Unauthorised" in ln]
-            assert len(warned) == 1 and "--scraper-secret" in warned[0], relay.stderr
+            assert "--scraper-secret" in st["last_error"]
+            # said once: later failures are at debug level
+            warned = [ln for ln in relay.stderr.splitlines() if "relay.scraper" in ln and "WARNING" in ln]
+            assert len(warned) == 1, relay.stderr
             assert bridge.scrape("gpu-relay-1")[0] == 404
             assert relay.terminate(signal.SIGTERM) == 0
 
@@ -190,22 +196,24 @@ def test_interop_scraper_that_never_answers_costs_the_relay_nothing(
             peers = run_peers(node, testnet.bootstrap, relay.key, relay.port, pairs=2, size=100_000)
             assert peers.all_ok, peers.stderr
             st = poll(
-                "a timed-out registration", lambda: (s := scraper_stats(relay))["registration_failures"] >= 1 and s
+                "a registration that timed out waiting for the answer",
+                lambda: "in time" in ((s := scraper_stats(relay))["last_error"] or "") and s,
             )
-            assert st["registered"] is False and "in time" in st["last_error"]
+            assert st["registered"] is False
             assert relay.stats()["pairings"]["matched"] >= 2
+            failures = scraper_stats(relay)["registration_failures"]
             assert relay.terminate(signal.SIGTERM) == 0
             warned = [ln for ln in relay.stderr.splitlines() if "relay.scraper" in ln and "WARNING" in ln]
             assert len(warned) == 1, relay.stderr
-            failures = st["registration_failures"]
     finally:
         assert silent.stdin is not None
         silent.stdin.close()
         silent.wait(20)
         out = silent.stdout.read() if silent.stdout else ""
     # one attempt at a time: the silent scraper saw no more connections than attempts were made
+    # (those that failed, plus at most the one under way, plus one started as the relay stopped)
     connections = [json.loads(ln) for ln in out.splitlines() if ln.startswith('{"connection"')]
-    assert 1 <= len(connections) <= failures + 1
+    assert 1 <= len(connections) <= failures + 2
 
 
 def test_interop_scraper_node_reference_relay_exports_the_same_names(
