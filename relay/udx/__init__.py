@@ -5,11 +5,13 @@ Layers (sans-IO core, one asyncio runtime):
 - `relay.udx.packet` — codec: `decode(datagram) -> Packet`, `encode(...)`, flag constants
   `DATA END SACK MESSAGE DESTROY HEARTBEAT`, `seq_lt`/`seq_diff`, `UDXError` (the one error
   type of this layer; `.code` is `ECONNRESET`, `ETIMEDOUT`, `EBADPACKET`, ...).
-- `relay.udx.stream` — `StreamCore`: the stream state machine (bytes and `now` in;
-  datagrams via `poll(now)`, `next_deadline()`, events `DataReceived`, `EndReceived`,
-  `MessageReceived`, `StreamClosed(error)` out). No sockets, no clocks. Congestion control
-  (`relay.udx.congestion.NewReno`) and loss-recovery timing (`relay.udx.recovery`) are
-  modules of their own.
+- `relay.udx.stream` — `StreamCore`: the stream state machine in `relay.core`'s vocabulary
+  (`receive(datagram, now)` in; `datagrams_to_send(now)`, `get_timer()`/`handle_timer(now)`,
+  `next_event()` -> `DataReceived`, `EndReceived`, `MessageReceived`, `StreamClosed(error)`).
+  No sockets, no clocks. Congestion control (`relay.udx.congestion.NewReno`) and loss-recovery
+  timing (`relay.udx.recovery`) are modules of their own.
+- `relay.udx.forwarding` — the relay fast path's decisions (routes, address pins, runs),
+  pure: no sockets, no clock.
 - `relay.udx.runtime` — `UDX`, `UDXSocket`, `UDXStream` below; one clock, the event loop's.
 - `relay.udx.mmsg` — recvmmsg/sendmmsg batches with UDP GSO/GRO for the relay's fast path,
   and the timerfd of receive coalescing.

@@ -1420,7 +1420,7 @@ class UDXStream:
     def send_pending(self, now: float) -> None:
         """Send what the core has for the wire now, dispatch its events, re-arm its timer."""
         core = self._core
-        out = core.poll(now)
+        out = core.datagrams_to_send(now)
         if out and self._socket is not None and self._send_addr is not None:
             self._socket.send_datagrams(out, self._send_addr)
         if core.events:
@@ -1431,7 +1431,7 @@ class UDXStream:
         w = self._drain_waiter
         if w is not None and not w.done() and core.write_buffered < core.high_watermark:
             w.set_result(None)
-        deadline = core.next_deadline()
+        deadline = core.get_timer()
         if deadline is not None and (self._timer is None or deadline < self._timer_at):
             if self._timer is not None:
                 self._timer.cancel()
@@ -1445,7 +1445,9 @@ class UDXStream:
         self.send_pending(now)
 
     def _dispatch(self) -> None:
-        for ev in self._core.take_events():
+        core = self._core
+        ev = core.next_event()
+        while ev is not None:
             if isinstance(ev, DataReceived):
                 if self.framed:
                     self._deliver_framed(ev.data)
@@ -1462,6 +1464,7 @@ class UDXStream:
             elif isinstance(ev, StreamClosed):
                 self.closed = True
                 self.error = ev.error
+            ev = core.next_event()
 
     def _deliver(self, data: bytes) -> None:
         if self.on_data is not None:

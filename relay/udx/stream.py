@@ -1,8 +1,9 @@
 """The UDX stream as a sans-IO state machine.
 
-`StreamCore` never touches a socket or a clock: the runtime feeds it datagrams and `now`
-(seconds, any monotonic origin) and collects datagrams (`poll`), a deadline
-(`next_deadline`) and events. Behaviour follows libudx as described in
+`StreamCore` never touches a socket or a clock and speaks `relay.core`'s vocabulary: the
+runtime feeds it datagrams with `receive(datagram, now)` (seconds, the loop's clock), collects
+`datagrams_to_send(now)`, arms one timer for `get_timer()` and calls `handle_timer(now)`, and
+takes events with `next_event()`. Behaviour follows libudx as described in
 `docs/wire/udx.md`: per-packet sequence numbers, an ACK for every DATA/END burst with
 SACK blocks while out-of-order data is buffered, RACK loss detection from the peer's SACKs,
 a tail-loss probe, an RTO of at least 1 s, END as a sequenced half-close, DESTROY as an
@@ -191,7 +192,7 @@ class StreamCore:
         self.lingering = False
         self.max_payload = max_payload()
         self.stats = StreamStats()
-        self.events: list[Event] = []
+        self.events: list[Event] = []  # pending, oldest first; taken with next_event
         self.out: list[bytes] = []
 
         # sender
@@ -326,15 +327,15 @@ class StreamCore:
             self._emit(DESTROY, self.seq, b"")
         self._close(error, linger=False)
 
-    def take_events(self) -> list[Event]:
-        """The events produced since the last call (the runtime dispatches them)."""
+    def next_event(self) -> Event | None:
+        """The oldest event not yet taken, None when there is none (`relay.core`'s contract;
+        `events` holds the pending ones, rarely more than two)."""
         events = self.events
-        self.events = []
-        return events
+        return events.pop(0) if events else None
 
     @property
     def wants_ack(self) -> bool:
-        """An ACK (or window update) is due: the runtime should `poll` soon."""
+        """An ACK (or window update) is due: the runtime should collect `datagrams_to_send` soon."""
         return self._ack_needed
 
     def hold_unread(self, nbytes: int) -> None:
@@ -371,7 +372,9 @@ class StreamCore:
     def has_pending(self) -> bool:
         return self._ack_needed or (self.connected and not self.closed and self._can_send_more())
 
-    def next_deadline(self) -> float | None:
+    def get_timer(self) -> float | None:
+        """The loop time of the core's next deadline (RTO, tail-loss probe, reorder, zero-window
+        probe, keepalive), None if none: the runtime arms one timer for it."""
         best: float | None = None
         for t in (self._rto_at, self._tlp_at, self._reorder_at, self._zwp_at, self._keepalive_at):
             if t is not None and (best is None or t < best):
@@ -750,7 +753,7 @@ class StreamCore:
         at = now + _probe_timeout(self.rtt, self.inflight)
         self._tlp_at = at if self._rto_at is None or at < self._rto_at else self._rto_at
 
-    def poll(self, now: float) -> list[bytes]:
+    def datagrams_to_send(self, now: float) -> list[bytes]:
         """Datagrams to send now (retransmissions first, then new data, then a bare ACK)."""
         if self.connected and not self.closed:
             cwnd = self.cc.cwnd

@@ -6,12 +6,13 @@ import hashlib
 import heapq
 import os
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from relay.core import DatagramCore, drain_events
 from relay.udx.packet import DATA, DEFAULT_RWND, DESTROY, END, HEARTBEAT, MESSAGE, SACK, decode, encode
 from relay.udx.stream import (
     DataReceived,
@@ -56,7 +57,7 @@ class Net:
     def _collect(self) -> None:
         for side in ("a", "b"):
             core = self.core(side)
-            for d in core.poll(self.now):
+            for d in core.datagrams_to_send(self.now):
                 self.wire.append((side, d))
                 if self.drop is not None and self.drop(side, d):
                     continue
@@ -65,19 +66,18 @@ class Net:
                 extra = self.delay * 2 if self.rng.random() < self.reorder else 0.0
                 self.n += 1
                 heapq.heappush(self.q, (self.now + self.delay + extra, self.n, "b" if side == "a" else "a", d))
-            for ev in core.events:
+            for ev in drain_events(core):
                 self.got[side].append(ev)
                 if isinstance(ev, DataReceived):
                     self.data[side] += ev.data
                     core.consumed(len(ev.data))
-            core.events.clear()
 
     def run(self, until: Callable[[], bool], limit: float = 120.0) -> None:
         while True:
             self._collect()
             if until():
                 return
-            times = [t for t in (self.a.next_deadline(), self.b.next_deadline()) if t is not None]
+            times = [t for t in (self.a.get_timer(), self.b.get_timer()) if t is not None]
             if self.q:
                 times.append(self.q[0][0])
             assert times, "deadlock: nothing in flight and no timer"
@@ -87,7 +87,7 @@ class Net:
                 _, _, dst, d = heapq.heappop(self.q)
                 self.core(dst).receive(d, self.now)
             for c in (self.a, self.b):
-                t = c.next_deadline()
+                t = c.get_timer()
                 if t is not None and t <= self.now:
                     c.handle_timer(self.now)
 
@@ -99,7 +99,28 @@ def pair(**kw: object) -> tuple[StreamCore, StreamCore, Net]:
     return a, b, Net(a, b, **kw)  # type: ignore[arg-type]
 
 
-def closed(core_events: list[object]) -> StreamClosed | None:
+def test_stream_core_speaks_the_relay_core_vocabulary_one_event_at_a_time() -> None:
+    """`relay.core.DatagramCore` (mypy checks the assignment): datagrams_to_send, get_timer,
+    handle_timer, next_event; events come out one at a time, oldest first, then None."""
+    a, b = StreamCore(1), StreamCore(2)
+    core: DatagramCore = b
+    a.connect(2)
+    b.connect(1)
+    a.write(b"hello")
+    a.send_message(b"ping")
+    for d in a.datagrams_to_send(0.0):
+        b.receive(d, 0.001)
+    assert a.get_timer() is not None  # the RTO of what is in flight
+    first, second = core.next_event(), core.next_event()
+    assert {type(first), type(second)} == {DataReceived, MessageReceived}
+    assert core.next_event() is None
+    a.destroy()
+    for d in a.datagrams_to_send(0.002):
+        b.receive(d, 0.003)
+    assert isinstance(core.next_event(), StreamClosed) and core.next_event() is None
+
+
+def closed(core_events: Sequence[object]) -> StreamClosed | None:
     for ev in core_events:
         if isinstance(ev, StreamClosed):
             return ev
@@ -156,7 +177,7 @@ def test_udx_stream_acks_like_node_in_the_loss_capture() -> None:
                 assert isinstance(ev, DataReceived)
                 b.consumed(len(ev.data))
             b.events.clear()
-            ours += [d.hex() for d in b.poll(0.0)]
+            ours += [d.hex() for d in b.datagrams_to_send(0.0)]
     node = [p["hex"] for p in scen["packets"] if p["from"] == "B"]
     assert ours == node
 
@@ -228,14 +249,14 @@ def test_udx_stream_destroy_resets_peer_and_old_destroy_is_ignored() -> None:
 def test_udx_stream_heartbeat_gets_an_ack_and_message_does_not() -> None:
     _a, b, _net = pair()
     assert b.receive(encode(HEARTBEAT, 2, 0, 0, 0), 0.0)
-    out = b.poll(0.0)
+    out = b.datagrams_to_send(0.0)
     assert [decode(d).type for d in out] == [0]
     assert b.receive(encode(MESSAGE, 2, DEFAULT_RWND, 0, 0, b"dgram"), 0.0)
-    assert b.poll(0.0) == []
+    assert b.datagrams_to_send(0.0) == []
     assert b.events == [MessageReceived(b"dgram")]
     # the heartbeat's (zero) window was not adopted: b still sends data
     b.write(b"go")
-    assert [decode(d).type for d in b.poll(0.0)] == [DATA]
+    assert [decode(d).type for d in b.datagrams_to_send(0.0)] == [DATA]
 
 
 def test_udx_stream_drops_packets_acknowledging_unsent_data() -> None:
@@ -243,7 +264,7 @@ def test_udx_stream_drops_packets_acknowledging_unsent_data() -> None:
     b.connect(1)
     assert not b.receive(encode(DATA, 2, DEFAULT_RWND, 0, 5, b"evil"), 0.0)
     assert b.stats.dropped == 1
-    assert b.events == [] and b.poll(0.0) == []
+    assert b.events == [] and b.datagrams_to_send(0.0) == []
 
 
 def test_udx_stream_times_out_after_six_rtos_without_destroy() -> None:
@@ -263,12 +284,12 @@ def test_udx_stream_zero_window_probes_then_resumes() -> None:
     a.connect(2)
     a.receive(encode(0, 1, 0, 0, 0), 0.0)  # peer advertises rwnd 0
     a.write(b"data")
-    out = [decode(d) for d in a.poll(0.0)]
+    out = [decode(d) for d in a.datagrams_to_send(0.0)]
     assert [p.type for p in out] == [HEARTBEAT]
-    a.handle_timer(a.next_deadline() or 0.0)
-    assert [decode(d).type for d in a.poll(1.0)] == [HEARTBEAT]
+    a.handle_timer(a.get_timer() or 0.0)
+    assert [decode(d).type for d in a.datagrams_to_send(1.0)] == [HEARTBEAT]
     a.receive(encode(0, 1, DEFAULT_RWND, 1, 0), 1.5)  # window update (newer seq)
-    assert [decode(d).type for d in a.poll(1.5)] == [DATA]
+    assert [decode(d).type for d in a.datagrams_to_send(1.5)] == [DATA]
 
 
 def test_udx_stream_receive_window_shrinks_while_the_app_does_not_read() -> None:
@@ -276,13 +297,13 @@ def test_udx_stream_receive_window_shrinks_while_the_app_does_not_read() -> None
     a.connect(2)
     b.connect(1)
     a.write(os.urandom(30_000))
-    for d in a.poll(0.0):
+    for d in a.datagrams_to_send(0.0):
         b.receive(d, 0.001)
-    acks = [decode(d) for d in b.poll(0.001)]
+    acks = [decode(d) for d in b.datagrams_to_send(0.001)]
     assert acks[-1].rwnd == 20_000 - 10 * 1152  # ten packets delivered, none consumed
     b.consumed(10 * 1152)
     b.receive(encode(HEARTBEAT, 2, 0, 0, 0), 0.002)
-    assert decode(b.poll(0.002)[-1]).rwnd == 20_000
+    assert decode(b.datagrams_to_send(0.002)[-1]).rwnd == 20_000
 
 
 def test_udx_stream_keepalive_sends_heartbeats_while_idle() -> None:
@@ -303,9 +324,9 @@ def test_udx_stream_keepalive_sends_heartbeats_while_idle() -> None:
 def test_udx_stream_buffers_data_before_connect_and_acks_on_connect() -> None:
     b = StreamCore(2)
     assert b.receive(encode(DATA, 2, DEFAULT_RWND, 0, 0, b"early"), 0.0)
-    assert b.poll(0.0) == []
+    assert b.datagrams_to_send(0.0) == []
     b.connect(1)
-    assert [decode(d).ack for d in b.poll(0.0)] == [1]
+    assert [decode(d).ack for d in b.datagrams_to_send(0.0)] == [1]
     assert b.events == [DataReceived(b"early")]
 
 
@@ -314,7 +335,7 @@ def test_udx_stream_sack_blocks_are_capped_at_fifty() -> None:
     b.connect(1)
     for seq in range(1, 200, 2):
         b.receive(encode(DATA, 2, DEFAULT_RWND, seq, 0, b"x"), 0.0)
-    p = decode(b.poll(0.0)[-1])
+    p = decode(b.datagrams_to_send(0.0)[-1])
     assert p.type == SACK and len(p.sacks) == 50
     assert p.sacks[0] == (1, 2) and p.sacks[-1] == (99, 100)
 
@@ -325,10 +346,10 @@ def test_udx_stream_random_datagrams_never_raise(junk: list[bytes], seq: int) ->
     b = StreamCore(2)
     b.connect(1)
     b.write(b"abc")
-    b.poll(0.0)
+    b.datagrams_to_send(0.0)
     for i, j in enumerate(junk):
         raw = b"\xff\x01" + j[:2] + (2).to_bytes(4, "little") + j[2:]
         b.receive(raw, i * 0.01)
         b.receive(encode(j[0] if j else 0, 2, seq, seq, seq, j), i * 0.01)
-        b.poll(i * 0.01)
+        b.datagrams_to_send(i * 0.01)
         b.handle_timer(i * 0.01 + 5)
