@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+from cosmictui.ops.metrics.prometheus import relays_from_prometheus
 from tests.interop._bridge import Bridge
 from tests.interop._relay_net import Testnet, run_peers
 from tests.interop._relay_proc import ROOT, RelayProcess, free_tcp_port
@@ -198,6 +199,18 @@ def test_interop_prometheus_scrapes_relay_over_http_and_bridge_rules_load_every_
                 assert not missing, missing
                 firing = prom.query('ALERTS{alertname=~"BlindRelayDown|BlindRelayNotBootstrapped"}')
                 assert firing == [], firing
+                # `cosmictui relay status --prometheus`: the same relay, once per job, as /stats says
+                rows = relays_from_prometheus(f"http://127.0.0.1:{prom.port}")
+                stats = relay.stats()
+                assert [(r.job, r.instance) for r in rows] == [
+                    ("blind-relay", relay.metrics_url.removeprefix("http://")),
+                    ("blind-relay-dht", "relay-under-test"),
+                ]
+                for row in rows:
+                    assert row.up and row.state == "up" and row.key == relay.key and row.bootstrapped is True
+                    assert row.sessions_open == stats["sessions"]["opened"] - stats["sessions"]["closed"]
+                    assert row.rss_bytes is not None and 0 < row.rss_bytes < 200e6
+                    assert row.scraper_registered is True and row.uptime_seconds is not None
             finally:
                 prom.stop()
             assert relay.terminate(signal.SIGTERM) == 0
