@@ -37,6 +37,11 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     rs.add_argument(
         "--timeout", metavar="S", type=timeout_seconds, default=3.0, help="seconds to wait for the relay's answer (3)"
     )
+    rs.add_argument(
+        "--prometheus",
+        metavar="URL",
+        help="instead: every relay this Prometheus server scrapes (jobs blind-relay, blind-relay-dht), one line each",
+    )
     rp = rsub.add_parser(
         "probe",
         parents=[common],
@@ -119,6 +124,10 @@ def relay_status_report(storage: str | None, metrics: str | None, timeout: float
 def cmd_relay_status(args: argparse.Namespace, out: TextIO) -> int:
     from cosmictui.ops.metrics.client import by_cause, human_bytes, human_duration
 
+    if args.prometheus:
+        from cosmictui.cli._promview import cmd_relay_status_prometheus
+
+        return cmd_relay_status_prometheus(args, out)
     settings = settings_from(args)
     storage = args.storage if args.storage is not None else (None if args.metrics else settings.relay_storage)
     rep = relay_status_report(storage, args.metrics, timeout=args.timeout)

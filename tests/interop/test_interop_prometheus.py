@@ -9,6 +9,7 @@ every Grafana panel returns data.
 
 from __future__ import annotations
 
+import io
 import json
 import secrets
 import shutil
@@ -24,6 +25,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+from cosmictui.cli import main as cosmictui_main
 from cosmictui.ops.metrics.prometheus import relays_from_prometheus
 from tests.interop._bridge import Bridge
 from tests.interop._relay_net import Testnet, run_peers
@@ -211,6 +213,14 @@ def test_interop_prometheus_scrapes_relay_over_http_and_bridge_rules_load_every_
                     assert row.sessions_open == stats["sessions"]["opened"] - stats["sessions"]["closed"]
                     assert row.rss_bytes is not None and 0 < row.rss_bytes < 200e6
                     assert row.scraper_registered is True and row.uptime_seconds is not None
+                out = io.StringIO()
+                assert cosmictui_main(["relay", "status", "--prometheus", f"127.0.0.1:{prom.port}"], out) == 0
+                lines = out.getvalue().splitlines()
+                assert lines[-1] == "2 relay targets, 0 not up"
+                assert any(ln.startswith("▲ UP") and "relay-under-test" in ln for ln in lines), lines
+                out = io.StringIO()
+                assert cosmictui_main(["relay", "status", "--prometheus", f"127.0.0.1:{prom.port}", "--json"], out) == 0
+                assert [r["state"] for r in json.loads(out.getvalue())["relays"]] == ["up", "up"]
             finally:
                 prom.stop()
             assert relay.terminate(signal.SIGTERM) == 0

@@ -80,7 +80,7 @@ class PromRelay:
 
 def _get(base: str, path: str, params: dict[str, str], timeout: float) -> Any:
     url = base.rstrip("/") + path + "?" + urllib.parse.urlencode(params)
-    fix = f"check that Prometheus answers at {base} (e.g. curl {base.rstrip('/')}/-/ready), or pass --prometheus URL"
+    fix = f"check that Prometheus answers at {base} (curl {base.rstrip('/')}/-/ready), or pass another --prometheus URL"
     try:
         with urllib.request.urlopen(url, timeout=timeout) as r:
             body = r.read(MAX_BODY + 1)
