@@ -34,7 +34,7 @@ def cmd_relay_status_prometheus(args: argparse.Namespace, out: TextIO) -> int:
         return code
     width = max(len(r.instance) for r in rows)
     for r in rows:
-        rate = f"{human_bytes(r.relayed_bytes_per_second)}/s" if r.relayed_bytes_per_second is not None else "–"
+        rate = human_bytes(r.relayed_bytes_per_second, per_second=True)
         sessions = "–" if r.sessions_open is None else f"{r.sessions_open:g}"
         pairs = "–" if r.pairs_active is None else f"{r.pairs_active:g}"
         out.write(
