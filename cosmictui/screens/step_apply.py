@@ -149,6 +149,15 @@ class ApplyStep(Step):
         else:
             self.ctx.progress.data.pop("relay_at_restart", None)
 
+    def cancel_work(self) -> None:
+        """A cancelled apply may have stopped halfway: the worker's config is not known, so this
+        step and the ones that stand on it (verify, recover) are not done any more."""
+        was_running = self.busy
+        super().cancel_work()
+        if was_running:
+            self.mark_done(False)
+            self.invalidate_later("Apply & restart was cancelled")
+
     def _skip(self, rows: list[CommandRow]) -> None:
         for r in rows:
             r.set_state("skipped")

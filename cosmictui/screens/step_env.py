@@ -123,6 +123,7 @@ class EnvStep(Step):
         finally:
             self.busy = False
         self.plan = plan
+        self.ctx.env_relays = tuple(plan.old_keys)  # evidence for the ticks: what the .env lists now
         self.query_one("#env-summary", Static).update(
             f"Relays: {len(plan.old_keys)} now → {len(plan.new_keys)} after ({self.mode}). The change:"
         )
@@ -184,6 +185,7 @@ class EnvStep(Step):
         self.written = True
         self.written_key = self.ctx.relay_key
         self.ctx.env_writes += 1
+        self.ctx.env_written(tuple(keys))
         self.invalidate_later("The .env changed")
         self.query_one("#env-summary", Static).update(
             # the backup sits next to the .env: its name alone, so no path wraps mid-word
@@ -196,7 +198,8 @@ class EnvStep(Step):
     def validate_step(self) -> str | None:
         if not self.ctx.relay_key:
             return "No relay key: finish step 2 first."
-        if not self.written:
+        if not self.written and not self.done:
+            # (a tick from an earlier run stands while the .env lists the key: ops.session.derive_ticks)
             return "The .env does not have the relay key yet: review the diff and press w to write it."
         return None
 

@@ -69,6 +69,8 @@ class PrereqsStep(Step):
     def validate_step(self) -> str | None:
         if self.busy:
             return "The checks are still running."
+        if not self.results and self.done:
+            return None  # passed on an earlier run (resumed); a visit runs them again
         if not self.results:
             return "The checks have not run yet: press r."
         fails = [r.name for r in self.results if r.status == "fail"]

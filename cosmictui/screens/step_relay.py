@@ -22,6 +22,7 @@ from cosmictui.ops import relayproc
 from cosmictui.ops.metrics.probe import PROBE_CHECK, PROBE_TIMEOUT, probe_check, probe_from_host, run_probe
 from cosmictui.ops.relayproc import RelayProcError, RelayRuntime
 from cosmictui.ops.runner import RunnerError
+from cosmictui.ops.session import relay_args, wanted_args
 from cosmictui.ops.setup.checks import CheckResult
 from cosmictui.ops.setup.envfile import EnvFileError, decode_text, normalize_key, read_relays
 from cosmictui.ops.setup.steps import RELAY_REACH_PREFIX, relay_reach_checks, sentences
@@ -49,6 +50,29 @@ class RelayStep(Step):
 
     def compose_step(self) -> ComposeResult:
         yield Static("2. Start the relay", classes="step-title")
+        # The verdict and its proof first, where the eye lands: the relay, its key, its checks.
+        yield Static("", id="relay-state", markup=False)
+        yield Static("", id="relay-key", markup=False)
+        yield Vertical(id="relay-checks")
+        # Tab into a field puts the cursor at the end; nothing is selected, so a stray key never
+        # replaces the path.
+        with Horizontal(classes="field-row"):
+            yield Static("Storage dir", classes="field-label")
+            yield Input(self.ctx.relay_storage, id="relay-storage", compact=True, select_on_focus=False)
+        with Horizontal(classes="field-row"):
+            yield Static("UDP port", classes="field-label")
+            yield Input(
+                str(self.ctx.settings.relay_port), id="relay-port", type="integer", compact=True, select_on_focus=False
+            )
+        with Horizontal(classes="field-row"):
+            yield Static("Or its key", classes="field-label")
+            yield Input(
+                self.key_attached or "",
+                id="relay-by-key",
+                placeholder="paste a key, Enter",
+                compact=True,
+                select_on_focus=False,
+            )
         lifetime = (
             "In this demo it is stopped, with the sandbox, when the wizard exits."
             if self.ctx.demo is not None
@@ -60,18 +84,6 @@ class RelayStep(Step):
             id="relay-intro",
             classes="step-intro",
         )
-        with Horizontal(classes="field-row"):
-            yield Static("Storage dir", classes="field-label")
-            yield Input(self.ctx.relay_storage, id="relay-storage", compact=True)
-        with Horizontal(classes="field-row"):
-            yield Static("UDP port", classes="field-label")
-            yield Input(str(self.ctx.settings.relay_port), id="relay-port", type="integer", compact=True)
-        with Horizontal(classes="field-row"):
-            yield Static("Or its key", classes="field-label")
-            yield Input(self.key_attached or "", id="relay-by-key", placeholder="paste a key, Enter", compact=True)
-        yield Static("", id="relay-state", markup=False)
-        yield Static("", id="relay-key", markup=False)
-        yield Vertical(id="relay-checks")
 
     # -- inputs -----------------------------------------------------------------------------------
 
@@ -85,6 +97,16 @@ class RelayStep(Step):
             return None
         return port if 0 < port < 65536 else None
 
+    def start_typing_path(self, char: str) -> bool:
+        """A `/` or `~` typed with no field focused starts a path in the storage field (never `s`)."""
+        if self.busy:
+            return False
+        field = self.query_one("#relay-storage", Input)
+        field.value = char
+        field.cursor_position = len(char)
+        field.focus()
+        return True
+
     def on_input_submitted(self, event: Input.Submitted) -> None:
         # Enter leaves the field, so the step's keys (s, a, c, n) work again.
         self.screen.query_one("#next").focus()
@@ -96,10 +118,9 @@ class RelayStep(Step):
             self.key_attached = None
             self.mark_done(False)
             self._show()
-        # A different storage is a different relay: forget what we attached to.
-        if event.input.id == "relay-storage" and self.runtime is not None and self.runtime.storage != self._abs():
-            self.runtime = None
-            self.mark_done(False)
+        # Another storage would be another relay with another key; the one running stays shown
+        # (and keeps running) until s or a acts on the new path.
+        if event.input.id == "relay-storage" and self.runtime is not None:
             self._show()
 
     def _abs(self) -> str:
@@ -125,9 +146,22 @@ class RelayStep(Step):
             return
         status = relayproc.relay_status(storage)
         if status.running and status.runtime is not None:
-            self.status.set(
-                f"A relay is already running with this storage (pid {status.runtime.pid}): press a to attach.", "info"
-            )
+            rt = status.runtime
+            other = self._other_flags(rt)
+            if other is not None:
+                self.status.set(
+                    f"A relay already runs with this storage (pid {rt.pid}) with other flags: {other}. Press s to "
+                    "restart it with the wizard's settings (same storage, so the same key), or a to use it as it is.",
+                    "warn",
+                )
+            elif rt.key == self.ctx.relay_key:
+                self.runtime = rt  # the relay set up earlier (a rerun): shown, and its tick stands
+                self.status.set(
+                    f"The relay set up earlier runs (pid {rt.pid}, same key). Press a to check it again, n to go on.",
+                    "ok",
+                )
+            else:
+                self.status.set(f"A relay already runs with this storage (pid {rt.pid}): press a to attach.", "info")
         elif status.stale_runtime:
             self.status.set(
                 "A previous relay of this storage is gone (stale runtime file). Press s to start it.", "warn"
@@ -135,6 +169,14 @@ class RelayStep(Step):
         else:
             self.status.set("No relay running with this storage. Press s to start it.", "info")
         self._show()
+
+    def _other_flags(self, rt: RelayRuntime) -> str | None:
+        """The running relay's flags when they differ from the wizard's settings (None: the same)."""
+        have = relay_args(rt.pid)
+        want = wanted_args(self.ctx.settings, rt.storage, self._port() or self.ctx.settings.relay_port)
+        if have is None or have == want:
+            return None
+        return shlex.join(have) or "(none)"
 
     def _show(self) -> None:
         rt = self.runtime
@@ -151,12 +193,17 @@ class RelayStep(Step):
             key.remove_class("-shown")
             return
         since = time.strftime("%H:%M:%S", time.localtime(rt.started_at))
-        state.update(
+        text = (
             f"Relay:   running, pid {rt.pid}, since {since}\n"
             f"UDP:     {rt.host}:{rt.port}\n"
-            # the storage path is in the field above: a path on its own would wrap mid-word
             f"Log:     {relayproc.log_path(rt.storage).name} in the storage dir"
         )
+        if self._storage() and self._abs() != rt.storage:
+            text += (
+                f"\nIt keeps running with storage {rt.storage}. The field names another directory: "
+                "s would start a second relay there, with a NEW key the .env does not list."
+            )
+        state.update(text)
         key.update(f"Relay key (c copies it):\n{rt.key}")
         key.add_class("-shown")
 
@@ -195,8 +242,50 @@ class RelayStep(Step):
         return storage, port
 
     def action_start(self) -> None:
-        if not self.busy and (inputs := self._inputs()):
+        if self.busy or not (inputs := self._inputs()):
+            return
+        running = relayproc.attach(inputs[0])
+        if running is None:
             self.confirm_then("start", *inputs)
+            return
+        other = self._other_flags(running)
+        if other is None:
+            # Already running with these settings: nothing to start; look at it again instead.
+            self._attached(running, f"Already running (pid {running.pid}): checked")
+            return
+        self.restart(running, other, *inputs)
+
+    @work(exclusive=True, group="relay", exit_on_error=False)
+    async def restart(self, rt: RelayRuntime, other: str, storage: str, port: int) -> None:
+        """A relay of this storage runs with other flags: restart it with the wizard's settings."""
+        s = self.ctx.settings
+        metrics = s.relay_metrics if s.relay_metrics else None
+        cmd = relayproc.relay_command(
+            storage, port, s.relay_host, s.relay_bootstrap, metrics, kernel_forwarding=s.relay_kernel_forwarding
+        )
+        ok = await self.app.push_screen_wait(
+            ConfirmScreen(
+                "Restart the relay with the wizard's settings?",
+                f"A relay already runs with this storage (pid {rt.pid}) with: {other}. It is stopped and started "
+                "again with the wizard's settings. Same storage, so the same key: the .env and the worker keep "
+                "working with it; jobs reconnect after a few seconds.",
+                commands=[f"kill {rt.pid}", shlex.join(cmd) + f"  &> {relayproc.log_path(storage)} &"],
+                yes="Restart",
+            )
+        )
+        if not ok:
+            self.status.set(f"Nothing changed: the relay (pid {rt.pid}) keeps running with its own flags.", "info")
+            return
+        entry = self.ctx.begin_local(f"kill {rt.pid}")
+        try:
+            await relayproc.stop_relay(storage)
+        except RelayProcError as e:
+            self.ctx.end_local(entry, 1, e.what)
+            fix = f"Fix: {e.fix}" if e.fix else None
+            self.status.set(sentences(f"The relay was not stopped: {e.what}", fix), "error")
+            return
+        self.ctx.end_local(entry, 0)
+        self.start(storage, port)
 
     def action_attach(self) -> None:
         if self.busy:
@@ -306,6 +395,9 @@ class RelayStep(Step):
         self.status.set("Attached by key: two peers met through it. Press c to copy the key, n for the .env.", "ok")
 
     def _attached(self, rt: RelayRuntime, verb: str) -> None:
+        if self.ctx.relay_key is not None and rt.key != self.ctx.relay_key:
+            # another key: the .env and what the worker hands to jobs no longer match it
+            self.invalidate_later("The relay key changed")
         self.runtime = rt
         self.key_attached = None
         self.ctx.relay_external = False
@@ -384,10 +476,16 @@ class RelayStep(Step):
     def validate_step(self) -> str | None:
         if self.runtime is None and self.key_attached is not None and self.key_attached == self.ctx.relay_key:
             return None  # attached by key: the probe through it passed
+        if self.runtime is None and self.done and self.ctx.relay_key:
+            # resumed: the tick says the relay set up earlier still runs with its key (ctx.relay_problem)
+            rt = relayproc.attach(self.ctx.relay_storage)
+            if rt is not None and rt.key == self.ctx.relay_key:
+                self.runtime = rt
+            return None
         if self.runtime is None:
             return "No relay yet: press s to start it or a to attach to a running one."
         if not relayproc.pid_alive(self.runtime.pid):
             return f"The relay (pid {self.runtime.pid}) is no longer running: press s to start it again."
-        if not self.reach:
+        if not self.reach and not self.done:
             return "The relay has not been checked from the deployment host yet: press a."
         return self._blocking()

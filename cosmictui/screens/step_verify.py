@@ -74,6 +74,7 @@ class VerifyStep(Step):
         self.active = False
         self.verdict: WatchVerdict | None = None
         self.evidence: RelayEvidence | None = None
+        self.case = ""  # which case of the evidence (ops.jobs.evidence.name_case) the last list was
 
     def compose_step(self) -> ComposeResult:
         yield Static("5. Verify with a new job", classes="step-title")
@@ -104,9 +105,11 @@ class VerifyStep(Step):
             f"({escape(how)}). Refreshes every {self.ctx.settings.poll_interval:g} s."
         )
         if self.job_watch is None or self.job_watch.since != r:
-            # first visit, or the worker was restarted again since
+            # first visit, or the worker was restarted again since; a tick from an earlier run
+            # stands until the new watch says otherwise (it needs two lists to confirm again)
+            restarted_again = self.job_watch is not None
             self.job_watch = JobWatch(r, statuses=self.ctx.settings.statuses)
-            if self.done:
+            if self.done and restarted_again:
                 self.mark_done(False)
         problem = self.ctx.relay_problem()
         if problem:
@@ -161,7 +164,8 @@ class VerifyStep(Step):
             self.ctx.relay_metrics_url(), self.ctx.progress.data.get("relay_at_restart"), self._restart_dt()
         )
         left = verdict.state == "confirmed"
-        _, case = name_case(left, self.evidence, new_job=bool(new_ids))
+        which, case = name_case(left, self.evidence, new_job=bool(new_ids))
+        self.case = which
         self.query_one("#verify-evidence", Static).update(f"{self.evidence.line()}\n{case}")
         kind = {
             "confirmed": "ok",
@@ -172,12 +176,26 @@ class VerifyStep(Step):
             "unknown": "warn",
             "withdrawn": "warn",
         }
-        self.status.set(verdict.message, kind[verdict.state])
-        if left and not self.done:
+        # One verdict, one truth: the tick and "the relay works" need the job AND the relay's numbers.
+        works = left and which == "relayed"
+        if works:
+            self.status.set(f"{verdict.message} The relay carried its connections: the relay works.", "ok")
+        elif left and which == "direct":
+            self.status.set(
+                f"{verdict.message} Jobs work, but not through this relay: it saw no pairing since the restart. "
+                "Check the relays variable the worker runs with (step 4 applied this .env?) and that the job "
+                "got the key; or the job connected directly.",
+                "warn",
+            )
+        elif left:  # the relay's numbers cannot be read
+            self.status.set(f"{verdict.message} Whether the relay carried it is not known: {case}", "warn")
+        else:
+            self.status.set(verdict.message, kind[verdict.state])
+        if works and not self.done:
             self.mark_done()
             self.ctx.save_progress(4)
             self.notify(verdict.message, title="The relay works")
-        elif not left:
+        elif not works and verdict.state != "left":
             self._withdraw_if_done(verdict.message)
         if self.timer is None and self.active:
             # A successful retry (r) after an error resumes the polling.
@@ -233,6 +251,13 @@ class VerifyStep(Step):
         self.poll()
 
     def validate_step(self) -> str | None:
+        if not self.done and self.case == "unknown" and self.verdict is not None and self.verdict.state == "confirmed":
+            return None  # a job left Creating; the relay's numbers cannot be read (said in the status)
+        if not self.done and self.case == "direct":
+            return (
+                "A new job left Creating, but the relay saw no pairing: it did not go through this relay. "
+                "Check the relays variable the worker runs with, then watch a new job."
+            )
         if not self.done:
             how = (
                 "press j for a test job, or create one yourself"

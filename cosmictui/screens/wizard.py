@@ -108,6 +108,7 @@ class WizardScreen(Screen[None]):
         self.sub_title = self.ctx.describe_deployment()
         self.query_one(Footer).compact = self.app.size.width < 80
         self.narrow = self.app.size.width < NARROW
+        self.query_one(StepList).set_short(self.narrow)
         log = self.query_one(CommandLog)
         log.journal = self._journal = self.ctx.journal()
         self.ctx.attach_log(log, self._on_command, lambda text: self.notify(text, title="Deployment host"))
@@ -135,6 +136,7 @@ class WizardScreen(Screen[None]):
         if self.narrow != (event.size.width < NARROW):
             self.narrow = event.size.width < NARROW
             self.refresh_bindings()
+        self.query_one(StepList).set_short(self.narrow)
 
     async def _read_env(self) -> None:
         """The .env is part of the evidence for ticks 3-6: read it once on resume (steps 3 and 2 refresh it)."""

@@ -32,6 +32,7 @@ class StepItem(Static):
         self.index = index
         self.title = title
         self.state: StepState = "pending"
+        self.short = False
 
     def set_state(self, state: StepState, force: bool = False) -> None:
         if state == self.state and not force:
@@ -39,7 +40,19 @@ class StepItem(Static):
         self.remove_class(f"-{self.state}")
         self.state = state
         self.add_class(f"-{state}")
-        self.update(f"{_MARK[state]} {self.index + 1}. {self.title}")
+        self._label()
+
+    def _label(self) -> None:
+        self.update(
+            f"{_MARK[self.state]} {self.index + 1}"
+            if self.short
+            else f"{_MARK[self.state]} {self.index + 1}. {self.title}"
+        )
+
+    def set_short(self, short: bool) -> None:
+        if short != self.short:
+            self.short = short
+            self._label()
 
     def on_mount(self) -> None:
         self.set_state(self.state, force=True)
@@ -72,6 +85,12 @@ class StepList(Vertical):
     def set_states(self, states: list[StepState]) -> None:
         for item, state in zip(self.query(StepItem), states, strict=True):
             item.set_state(state)
+
+    def set_short(self, short: bool) -> None:
+        """Below 70 columns only the marks and numbers: the room goes to the step itself."""
+        self.set_class(short, "-short")
+        for item in self.query(StepItem):
+            item.set_short(short)
 
     def state_of(self, index: int) -> StepState:
         return self.query_one(f"#step-item-{index}", StepItem).state

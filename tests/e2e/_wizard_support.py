@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from textual.pilot import Pilot
 
 from cosmictui.app import WizardApp
@@ -56,6 +57,16 @@ def relay_running(storage: str, key: str) -> str | None:
     exercised where it matters, in test_wizard_jobs.py's dead-relay test and the demo test.
     """
     return None
+
+
+def relay_carried(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The relay's own numbers say it carried the new job's connections (step 5 ticks only then)."""
+    from cosmictui.ops.jobs.evidence import RelayEvidence
+
+    async def evidence(*_a: object, **_k: object) -> RelayEvidence:
+        return RelayEvidence(True, "since the worker restart", 2, 1, 4096)
+
+    monkeypatch.setattr("cosmictui.screens.step_verify.relay_evidence", evidence)
 
 
 def make_app(settings: Settings, **ctx_kwargs: object) -> WizardApp:

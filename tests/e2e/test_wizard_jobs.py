@@ -19,6 +19,7 @@ from tests.e2e._wizard_support import (
     make_app,
     make_bin,
     path_with,
+    relay_carried,
     resume_at,
     seed_jobs,
     snapshot_tree,
@@ -75,7 +76,10 @@ def _cosmicac_calls(d: Path) -> list[str]:
     return [c for c in (d / "cosmicac.log").read_text().splitlines() if c != "jobs list"]
 
 
-async def test_wizard_verify_marks_old_jobs_and_confirms_a_new_job_left_creating(tmp_path: Path) -> None:
+async def test_wizard_verify_marks_old_jobs_and_confirms_a_new_job_left_creating(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    relay_carried(monkeypatch)
     d, settings = _deploy(tmp_path, "verify")
     app = make_app(settings)
     async with app.run_test(size=(100, 30)) as pilot:

@@ -12,7 +12,17 @@ import pytest
 
 from cosmictui.ops import progress as progress_mod
 from cosmictui.ops.config import Settings
-from tests.e2e._wizard_support import KEY, make_app, make_bin, path_with, resume_at, status, step, wait_until
+from tests.e2e._wizard_support import (
+    KEY,
+    make_app,
+    make_bin,
+    path_with,
+    relay_carried,
+    resume_at,
+    status,
+    step,
+    wait_until,
+)
 
 # Snapshot N, then N+1 on the next call; past the last one it prints the last again without moving
 # on, so a snapshot the test adds later is the next one printed (no race with the polling).
@@ -88,6 +98,7 @@ async def test_verdict_is_withdrawn_when_the_job_goes_back_to_creating(
 ) -> None:
     base = "ID        STATUS     UPDATED\n"
     t = time.time()
+    relay_carried(monkeypatch)
     seq = [("Creating", 1), ("Running", 2), ("Running", 3), ("Creating", 4)]
     snaps = [base, *(base + f"job-100   {st:<9}  {_iso(t + u)}\n" for st, u in seq)]
     d, settings = _deploy(tmp_path, snaps, monkeypatch)

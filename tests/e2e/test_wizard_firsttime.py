@@ -1,0 +1,311 @@
+"""A first-time operator at 80×24 and 60×20: every proof reachable from the keyboard, focus that
+cannot be mistaken, no false green in step 5, ticks that follow the evidence on resume and after
+a cancelled apply.
+
+The relay's process and network are stood in for where the test is about the screen (its
+layout, its keys); the demo's real relay is walked in a real terminal in test_wizard_tty.py.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+from textual.widgets import Input
+from textual.widgets._footer import FooterKey
+
+from cosmictui.ops import progress as progress_mod
+from cosmictui.ops.config import Settings
+from cosmictui.ops.jobs.evidence import RelayEvidence
+from cosmictui.ops.metrics.probe import ProbeResult
+from cosmictui.ops.relayproc import RelayRuntime
+from cosmictui.ops.setup.checks import CheckResult
+from cosmictui.screens import step_relay
+from cosmictui.widgets.check_row import CheckRow
+from cosmictui.widgets.step_list import StepList
+from tests.e2e._wizard_support import (
+    ENV_VAR,
+    KEY,
+    install_cosmicac,
+    make_app,
+    make_bin,
+    path_with,
+    resume_at,
+    seed_jobs,
+    status,
+    status_kind,
+    step,
+    wait_status,
+    wait_until,
+)
+
+SIZES = [(80, 24), (60, 20)]
+
+
+@pytest.fixture(autouse=True)
+def _state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+
+
+def _stand_in_relay(monkeypatch: pytest.MonkeyPatch, storage: Path) -> RelayRuntime:
+    """`s` starts "a relay" that is this test process (a live pid), with a key and a port."""
+    rt = RelayRuntime(
+        pid=os.getpid(),
+        key=KEY,
+        host="127.0.0.1",
+        port=49737,
+        metrics=None,
+        started_at=time.time(),
+        version="test",
+        storage=str(storage),
+    )
+
+    async def start_relay(*_a: object, **_k: object) -> RelayRuntime:
+        return rt
+
+    async def reach(*_a: object, **_k: object) -> list[CheckResult]:
+        return [
+            CheckResult("DHT reachable, port open", "ok", "bootstrapped, 5 nodes, firewalled: no"),
+            CheckResult("Relay answers from localhost", "ok", "127.0.0.1:49737 answered a PING in 1 ms"),
+        ]
+
+    async def probe(key: str, *_a: object, **_k: object) -> ProbeResult:
+        return ProbeResult(relay_key=key, ok=True, relayed=True, relay_address="127.0.0.1:49737", rtt_ms=2.0)
+
+    monkeypatch.setattr(step_relay.relayproc, "start_relay", start_relay)
+    # other relays on this (shared) machine are not this test's: no key-change warning about them
+    monkeypatch.setattr(step_relay.relayproc, "running_relays", lambda: [])
+    monkeypatch.setattr(step_relay, "relay_reach_checks", reach)
+    monkeypatch.setattr(step_relay, "run_probe", probe)
+    return rt
+
+
+def _relay_setup(tmp_path: Path) -> tuple[Path, Settings]:
+    d = tmp_path / "deploy"
+    d.mkdir()
+    storage = tmp_path / "relay-storage"
+    resume_at(str(d), "relay")
+    return storage, Settings(deployment=str(d), relay_storage=str(storage), relay_metrics="off")
+
+
+def _inside(app: object, widget: object) -> bool:
+    body = step(app, "relay").body  # type: ignore[arg-type]
+    return body.content_region.contains_region(widget.region)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_step2_probe_row_is_reachable_after_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size: tuple[int, int]
+) -> None:
+    storage, settings = _relay_setup(tmp_path)
+    _stand_in_relay(monkeypatch, storage)
+    app = make_app(settings)
+    async with app.run_test(size=size) as pilot:
+        await wait_until(pilot, lambda: "Press s to start it" in status(app, "relay"), "the relay step")
+        await pilot.press("s")
+        await wait_status(pilot, app, "relay", ("ok",))
+        rows = {r.result.name: r for r in step(app, "relay").query(CheckRow)}
+        answers, probe = rows["Relay answers from localhost"], rows["Relay carries a connection (probe)"]
+        # End reaches the bottom, Home the top, PgUp/PgDn page: the keyboard alone shows everything.
+        await pilot.press("end")
+        await wait_until(pilot, lambda: _inside(app, probe), f"probe row {probe.region} in view after End")
+        await pilot.press("home")
+        await wait_until(pilot, lambda: step(app, "relay").body.scroll_y == 0, "Home back at the top")
+        for _ in range(8):
+            await pilot.press("pagedown")
+        await wait_until(pilot, lambda: _inside(app, answers) or _inside(app, probe), "PgDn reached the rows")
+        await pilot.press("end")
+        await wait_until(pilot, lambda: _inside(app, answers) and _inside(app, probe), "both rows in view")
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_c_in_focused_storage_field_leaves_the_running_relay_shown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size: tuple[int, int]
+) -> None:
+    storage, settings = _relay_setup(tmp_path)
+    rt = _stand_in_relay(monkeypatch, storage)
+    app = make_app(settings)
+    async with app.run_test(size=size) as pilot:
+        await wait_until(pilot, lambda: "Press s to start it" in status(app, "relay"), "the relay step")
+        await pilot.press("s")
+        await wait_status(pilot, app, "relay", ("ok",))
+        field = step(app, "relay").query_one("#relay-storage", Input)
+        for _ in range(6):
+            if field.has_focus:
+                break
+            await pilot.press("tab")
+        assert field.has_focus
+        # The focused field says so in the footer: how to leave it.
+        await wait_until(
+            pilot,
+            lambda: any(k.key == "escape" and "field" in k.description for k in app.screen.query(FooterKey)),
+            "the footer's way out of the field",
+        )
+        await pilot.press("c")
+        await pilot.pause()
+        assert field.value == f"{storage}c"  # typed at the end, the path was not replaced by "c"
+        state = str(step(app, "relay").query_one("#relay-state").render())
+        assert f"pid {rt.pid}" in state, state  # the relay still runs and is still shown
+        assert rt.key in str(step(app, "relay").query_one("#relay-key").render())
+        assert "new key" in state.lower() or "new key" in status(app, "relay").lower()
+        await pilot.press("escape")  # leaves the field; the step's keys work again
+        await pilot.pause()
+        assert not field.has_focus
+        await pilot.press("c")
+        await pilot.pause()
+        assert app.clipboard == rt.key and field.value == f"{storage}c"
+
+
+def _verify_setup(tmp_path: Path) -> Settings:
+    d = tmp_path / "deploy"
+    d.mkdir()
+    now = time.time()
+    (d / ".env").write_text(f"{ENV_VAR}='[\"{KEY}\"]'\n")
+    seed_jobs(
+        d,
+        [
+            {
+                "id": "job-100",
+                "name": "new",
+                "gpu": "small",
+                "created": now - 5,
+                "updated": now - 5,
+                "script": ["Creating", "Running"],
+            }
+        ],
+    )
+    bin_dir = install_cosmicac(tmp_path)
+    resume_at(str(d), "verify", relay_key=KEY, restarted_at=now - 60)
+    return Settings(deployment=str(d), command_env={"PATH": path_with(bin_dir)}, poll_interval=0.1)
+
+
+def _relay_saw(monkeypatch: pytest.MonkeyPatch, pairings: int, relayed: int) -> None:
+    async def evidence(*_a: object, **_k: object) -> RelayEvidence:
+        return RelayEvidence(True, "since the worker restart", pairings, pairings, relayed)
+
+    monkeypatch.setattr("cosmictui.screens.step_verify.relay_evidence", evidence)
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_left_creating_while_the_relay_saw_nothing_is_no_tick(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size: tuple[int, int]
+) -> None:
+    settings = _verify_setup(tmp_path)
+    _relay_saw(monkeypatch, 0, 0)
+    app = make_app(settings)
+    async with app.run_test(size=size) as pilot:
+        await wait_until(
+            pilot, lambda: "not through this relay" in status(app, "verify"), "the job left Creating", timeout=30
+        )
+        verify = step(app, "verify")
+        assert not verify.done and status_kind(app, "verify") == "warn"
+        assert "The relay works" not in [n.title for n in app._notifications]
+        assert app.screen.query_one(StepList).state_of(4) != "done"
+        text = status(app, "verify")
+        assert "left Creating" in text and "relays variable" in text, text
+        assert not progress_mod.load_progress(settings.deployment).is_done("verify")
+        await pilot.press("n")
+        assert app.screen.index == 4
+
+
+async def test_left_creating_and_the_relay_carried_it_ticks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = _verify_setup(tmp_path)
+    _relay_saw(monkeypatch, 1, 4096)
+    app = make_app(settings)
+    async with app.run_test(size=(80, 24)) as pilot:
+        text = await wait_status(pilot, app, "verify", ("ok",), timeout=30)
+        assert "relay carried" in text
+        assert "The relay works" in [n.title for n in app._notifications]
+
+
+def _full_deploy(tmp_path: Path, task_body: str = "echo ok\n") -> tuple[Path, Settings]:
+    d = tmp_path / "deploy"
+    d.mkdir()
+    (d / ".env").write_text(f"{ENV_VAR}='[\"{KEY}\"]'\n")
+    bin_dir = make_bin(tmp_path, {"task": task_body, "cosmicac": "echo 'ID  STATUS'\n"})
+    return d, Settings(
+        deployment=str(d), command_env={"PATH": path_with(bin_dir)}, relay_metrics="off", poll_interval=0.2
+    )
+
+
+# Saved as if the operator quit at this step after doing the ones before (restart after the .env write).
+EXPECTED_TICKS = {
+    "prereqs": [],
+    "relay": [0],
+    "env": [0, 1],
+    "apply": [0, 1, 2],
+    "verify": [0, 1, 2, 3],
+    "recover": [0, 1, 2, 3, 4],
+}
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_resume_after_quitting_at_every_step_shows_the_right_ticks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size: tuple[int, int]
+) -> None:
+    for at, ticks in EXPECTED_TICKS.items():
+        root = tmp_path / at
+        root.mkdir()
+        monkeypatch.setenv("XDG_STATE_HOME", str(root / "state"))
+        d, settings = _full_deploy(root)
+        resume_at(str(d), at, relay_key=KEY, relay_storage=str(root / "store"), restarted_at=time.time() - 30)
+        app = make_app(settings)
+        async with app.run_test(size=size) as pilot:
+            index = list(EXPECTED_TICKS).index(at)
+            await wait_until(pilot, lambda app=app, index=index: app.screen.index == index, f"resumed at {at}")
+            steps = app.screen.query_one(StepList)
+
+            def ticked(steps: StepList = steps) -> list[int]:
+                return [i for i in range(6) if steps.state_of(i) == "done"]
+
+            await wait_until(pilot, lambda ticks=ticks, ticked=ticked: ticked() == ticks, f"ticks {ticks} at {at}")
+            # A ticked step passes Next: never "✔ 4" beside "Both commands must succeed first".
+            for i in ticks:
+                assert app.screen.steps[i].validate_step() is None, (at, i, app.screen.steps[i].validate_step())
+
+
+async def test_resume_takes_back_ticks_the_evidence_no_longer_backs(tmp_path: Path) -> None:
+    d, settings = _full_deploy(tmp_path)
+    # The history says 1-5 were done, but the .env lists another key now: 3, 4 and 5 are not.
+    (d / ".env").write_text(f"{ENV_VAR}='[]'\n")
+    resume_at(str(d), "recover", relay_key=KEY, relay_storage=str(tmp_path / "store"), restarted_at=time.time() - 30)
+    app = make_app(settings)
+    async with app.run_test(size=(80, 24)) as pilot:
+        steps = app.screen.query_one(StepList)
+        await wait_until(
+            pilot,
+            lambda: [i for i in range(6) if steps.state_of(i) == "done"] == [0, 1],
+            f"ticks 1 and 2 only: now {[steps.state_of(i) for i in range(6)]}",
+        )
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_a_cancelled_apply_takes_back_steps_5_and_6(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size: tuple[int, int]
+) -> None:
+    gate = tmp_path / "never"
+    d, settings = _full_deploy(tmp_path, f'echo started\nwhile [ ! -e "{gate}" ]; do sleep 0.05; done\n')
+    resume_at(str(d), "apply", relay_key=KEY, relay_storage=str(tmp_path / "store"), restarted_at=time.time() - 30)
+    p = progress_mod.load_progress(str(d))
+    for sid in ("apply", "verify", "recover"):
+        p.complete(sid)  # as after an earlier, good run
+    progress_mod.save_progress(p)
+    app = make_app(settings)
+    async with app.run_test(size=size) as pilot:
+        steps = app.screen.query_one(StepList)
+        await wait_until(pilot, lambda: steps.state_of(4) == "done", "5 ticked from the earlier run")
+        await pilot.press("r")
+        await wait_until(pilot, lambda: step(app, "apply").busy, "apply running")
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: not step(app, "apply").busy, "apply cancelled")
+        await wait_until(
+            pilot,
+            lambda: [steps.state_of(i) for i in (4, 5)] == ["pending", "pending"],
+            f"5 and 6 taken back: now {[steps.state_of(i) for i in range(6)]}",
+        )
+        saved = progress_mod.load_progress(str(d))
+        assert not saved.is_done("apply") and not saved.is_done("verify") and not saved.is_done("recover")
+        await pilot.press("n")
+        assert app.screen.index == 3
