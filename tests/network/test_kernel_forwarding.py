@@ -59,6 +59,8 @@ class Family:
     prefix: int
     sysctl: str
     suffix: str  # of the relay's sets and counters
+    relay_host: str = ""  # the relay's bind address when not the family's wildcard
+    test_id: str = ""
 
     def set(self, name: str) -> str:
         return name + self.suffix
@@ -66,6 +68,9 @@ class Family:
 
 IPV4 = Family("ipv4", "ip", "0.0.0.0", A_HOST, D_HOST, R_A, R_D, 24, "net.ipv4.ip_forward", "")
 IPV6 = Family("ipv6", "ip6", "::", "fd31::2", "fd32::2", "fd31::1", "fd32::1", 64, "net.ipv6.conf.all.forwarding", "6")
+# IPv4 peers of a relay on `::` (dual-stack): their packets are IPv4 on the wire, the relay's
+# socket sees them as ::ffff:a.b.c.d; the table's IPv4 rules carry them
+IPV4_ON_DUAL_STACK = dataclasses.replace(IPV4, relay_host="::", test_id="ipv4-on-dual-stack")
 FAMILIES = pytest.mark.parametrize("fam", [IPV4, IPV6], ids=lambda f: f.name)
 INTEROP = ROOT / "tests" / "interop"
 PEER_JS = INTEROP / "js" / "udx_peer.js"
@@ -191,7 +196,8 @@ class ForwardNet(Topology):
         return p
 
     def relay(self, a_id: int, d_id: int) -> Events:
-        argv = [sys.executable, "-m", "tests.network.test_kernel_forwarding", str(a_id), str(d_id), self.fam.any]
+        host = self.fam.relay_host or self.fam.any
+        argv = [sys.executable, "-m", "tests.network.test_kernel_forwarding", str(a_id), str(d_id), host]
         r = Events(self.spawn("r", argv, env={"PYTHONUNBUFFERED": "1"}), "relay")
         r.ready = r.expect("ready")
         return r
@@ -323,7 +329,7 @@ def assert_learned(pair: Relayed, st: dict[str, Any]) -> None:
 # -- the tests ---------------------------------------------------------------------------------
 
 
-@FAMILIES
+@pytest.mark.parametrize("fam", [IPV4, IPV6, IPV4_ON_DUAL_STACK], ids=lambda f: f.test_id or f.name)
 def test_kernel_forwarding_between_hosts_8mb_each_way_and_sigkill_drops_the_table(
     make_pair: Callable[..., Relayed], fam: Family
 ) -> None:
@@ -334,7 +340,7 @@ def test_kernel_forwarding_between_hosts_8mb_each_way_and_sigkill_drops_the_tabl
     k = st["kernel"]
     assert k["fallbacks"] == {} and k["skipped"] == {} and k["errors"] == 0, k
     assert k["directions"] == 2 and k["directions_by_family"][fam.name] == 2, k
-    assert k["families"] == (["ipv4", "ipv6"] if fam is IPV6 else ["ipv4"]), k
+    assert k["families"] == (["ipv4", "ipv6"] if fam.any == "::" or fam.relay_host == "::" else ["ipv4"]), k
     assert st["kernel_packets"] >= 0.95 * st["relayed_packets"], st
     assert st["kernel_bytes"] >= 1.9 * SIZE, st
     # the pair is still up (graceful ends pass through): both directions are the kernel's, and were used
