@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+from relay.keys import decode_id
 from tests.interop._bridge import Bridge, parse_samples
 from tests.interop._relay_net import INTEROP, Testnet, run_peers
 from tests.interop._relay_proc import RelayProcess
@@ -251,3 +252,33 @@ def test_interop_scraper_node_reference_relay_exports_the_same_names(
     assert node_names >= INSTRUMENT_GAUGES, INSTRUMENT_GAUGES - node_names
     assert our_names >= INSTRUMENT_GAUGES
     assert "package_version" in node_names and "package_version" in our_names
+
+
+CONNECT_JS = """
+const DHT = require('hyperdht')
+const [bootstrap, key] = process.argv.slice(1)
+const [host, port] = bootstrap.split(':')
+const dht = new DHT({ bootstrap: [{ host, port: Number(port) }] })
+const socket = dht.connect(Buffer.from(key, 'hex'))
+const timer = setTimeout(() => done('timeout'), 30000)
+socket.on('open', () => done('open'))
+socket.on('error', (e) => done(e.code || e.message))
+function done (r) { clearTimeout(timer); console.log(r); dht.destroy().then(() => process.exit(0)) }
+"""
+
+
+def test_interop_scraper_target_key_admits_only_the_scraper(node: str, testnet: Testnet, tmp_path: Path) -> None:
+    """Another hyperdht peer cannot read the relay's metrics through the target key: its handshake
+    is dropped (as dht-prom-client's firewall does) and counted."""
+    args = ("--scraper-public-key", "ab" * 32, "--scraper-secret", "cd" * 32)
+    with RelayProcess(tmp_path / "store", *args, bootstrap=testnet.bootstrap) as relay:
+        relay.start()
+        target = decode_id(scraper_stats(relay)["target"]).hex()
+        first = testnet.bootstrap.split(",")[0]
+        r = subprocess.run(
+            [node, "-e", CONNECT_JS, first, target], cwd=INTEROP, capture_output=True, text=True, timeout=90
+        )
+        assert r.stdout.strip() not in ("", "open"), r.stdout + r.stderr
+        poll("the refusal counted", lambda: scraper_stats(relay)["connections_refused"] >= 1)
+        assert scraper_stats(relay)["metrics_served"] == 0
+        assert relay.terminate(signal.SIGTERM) == 0
