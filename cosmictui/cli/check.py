@@ -7,7 +7,7 @@ import asyncio
 from typing import Any, TextIO
 
 from cosmictui.cli.context import open_runner, settings_from
-from cosmictui.cli.output import EXIT_CODES, FAILED, OK, UsageError, dump
+from cosmictui.cli.output import EXIT_CODES, FAILED, KEY_FIX, OK, UsageError, dump
 from cosmictui.cli.parser import FORMAT, port_number
 
 ORDER = 20
@@ -72,7 +72,7 @@ def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
         try:
             parse_relay_key(args.relay_key)  # a typo is a usage error before any check runs
         except ProbeUsageError as e:
-            raise UsageError(f"--relay-key: {e}") from None
+            raise UsageError(f"--relay-key: {e}", f"--relay-key KEY with {KEY_FIX}") from None
 
     async def probe() -> list[Any]:
         """With a relay key known: two peers must meet through it (`relay probe`)."""
@@ -85,7 +85,7 @@ def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
         try:
             return [probe_check(await run_probe(key, list(settings.relay_bootstrap) or None, 20.0))]
         except ProbeUsageError as e:
-            raise UsageError(f"--relay-key: {e}") from None
+            raise UsageError(f"--relay-key: {e}", f"--relay-key KEY with {KEY_FIX}") from None
 
     results = asyncio.run(go())
     results += asyncio.run(probe())

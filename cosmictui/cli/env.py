@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from pathlib import Path
 from typing import Any, TextIO
 
 from cosmictui.cli.context import open_runner, runner_exit, settings_from
-from cosmictui.cli.output import EXIT_CODES, FAILED, OK, UsageError, dump, fail
+from cosmictui.cli.output import EXIT_CODES, FAILED, KEY_FIX, OK, UsageError, dump, fail
 from cosmictui.cli.parser import FORMAT
 
 ORDER = 30
@@ -39,6 +40,15 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def cmd_env_set_relay(args: argparse.Namespace, out: TextIO) -> int:
     settings = settings_from(args)
+    if getattr(args, "deployment", None) is None and settings.deployment == "." and not args.env:
+        # Nothing named the deployment: editing ./.env of wherever the command was typed
+        # would quietly change some other file. Refuse, and say how to name it.
+        here = Path.cwd() / settings.env_path
+        raise UsageError(
+            f"no deployment given, so this would edit {here} (the current directory's .env); nothing changed",
+            "--deployment DIR (or ssh://user@host/path) of the deployment whose .env lists the relays, or "
+            'deployment = "DIR" in the config, or --env PATH to edit exactly that file',
+        )
     from cosmictui.ops.runner import RunnerError
     from cosmictui.ops.setup.envapply import apply_plan
     from cosmictui.ops.setup.envfile import EnvChanged, EnvFileError, decode_text, normalize_key, plan_relays
@@ -46,7 +56,7 @@ def cmd_env_set_relay(args: argparse.Namespace, out: TextIO) -> int:
     try:
         key = normalize_key(args.key)
     except ValueError as e:
-        raise UsageError(f"KEY: {e}") from None
+        raise UsageError(f"KEY: {e}", f"KEY must be {KEY_FIX}") from None
     env_path = args.env or settings.env_path
 
     async def go() -> int:
@@ -100,7 +110,7 @@ def cmd_env_set_relay(args: argparse.Namespace, out: TextIO) -> int:
         except EnvChanged as e:  # another writer, not the operator's mistake: nothing written, exit 1
             return fail(args, out, "env", f"{e.path}: {e.problem}", FAILED, e.fix)
         except EnvFileError as e:
-            raise UsageError(str(e)) from None
+            raise UsageError(str(e), e.fix or f"--env PATH of a .env that sets {settings.env_var}") from None
         except RunnerError as e:
             return fail(args, out, "env", e.what, runner_exit(e), e.fix)
         finally:

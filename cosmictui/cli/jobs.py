@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from cosmictui.cli.context import open_runner, runner_exit, settings_from
-from cosmictui.cli.output import EXIT_CODES, FAILED, NOT_CONFIRMED, OK, USAGE, UsageError, dump, fail
+from cosmictui.cli.output import EXIT_CODES, FAILED, NOT_CONFIRMED, OK, USAGE, UsageError, dump, error_doc, fail
 from cosmictui.cli.parser import FORMAT, interval_seconds
 
 ORDER = 40
@@ -113,7 +113,7 @@ def cmd_jobs(args: argparse.Namespace, out: TextIO) -> int:
         # The same use case (and error wording) as the wizard's steps 5 and 6.
         listing = await list_jobs(runner.run, settings, datetime.now(UTC), restart_at)
         if not listing.ok:
-            return FAILED, {"error": listing.error, "output": listing.raw or ""}
+            return FAILED, error_doc(listing.error or "", listing.fix, FAILED, output=listing.raw or "")
         evidence = await relay_evidence(metrics, baseline if isinstance(baseline, dict) else None, restart_at)
         if restart_at is None:
             kind = "unknown"
@@ -128,7 +128,9 @@ def cmd_jobs(args: argparse.Namespace, out: TextIO) -> int:
             if args.json:
                 dump(res, out, stream=args.watch)
             else:
-                print(f"cosmictui jobs: {res['error']}\n{res['output']}", file=sys.stderr)
+                fix = f"\n  fix: {res['fix']}" if res["fix"] else ""
+                raw = f"\n{res['output']}" if res["output"] else ""
+                print(f"cosmictui jobs: {res['error']}{fix}{raw}", file=sys.stderr)
             return
         views, evidence, kind, case = res
         if args.json:
@@ -167,7 +169,7 @@ def cmd_jobs(args: argparse.Namespace, out: TextIO) -> int:
                 try:
                     rc, res = await once(runner)
                 except RunnerError as e:
-                    rc, res = FAILED, {"error": str(e), "output": ""}
+                    rc, res = FAILED, error_doc(e.what, e.fix, FAILED, output="")
                 show(rc, res)
                 n += 1
                 if not args.watch or (args.count is not None and n >= args.count):
@@ -213,7 +215,10 @@ def cmd_jobs_recover(args: argparse.Namespace, out: TextIO) -> int:
 
     name = "jobs recover"
     if args.create_command is not None and not args.create_command.strip():
-        raise UsageError("--create-command is empty")
+        raise UsageError(
+            "--create-command is empty",
+            "--create-command 'cosmicac jobs create ...' (your reviewed command), or --delete-only",
+        )
     relay_down = _recover_relay_problem(settings)
     if relay_down and args.yes and not args.no_relay_check:
         return fail(

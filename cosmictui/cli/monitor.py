@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from cosmictui.cli.context import settings_from
-from cosmictui.cli.output import EXIT_CODES, FAILED, OK, UsageError
+from cosmictui.cli.output import BOOTSTRAP_FIX, EXIT_CODES, FAILED, KEY_FIX, OK, UsageError
 from cosmictui.cli.parser import FORMAT, interval_seconds, metrics_addr, timeout_seconds
 
 ORDER = 10
@@ -69,7 +69,7 @@ def monitor_targets(args: argparse.Namespace, settings: Any) -> list[Any]:
         try:
             normalize_url(url)
         except ValueError as e:
-            raise UsageError(f"--metrics {url}: {e}") from None
+            raise UsageError(f"--metrics {url}: {e}", "--metrics HOST:PORT or http://HOST:PORT") from None
         targets.append(Target(metrics=url))
     for key in getattr(args, "relay_key", None) or []:
         from cosmictui.ops.metrics.probe import ProbeUsageError, parse_relay_key
@@ -77,7 +77,7 @@ def monitor_targets(args: argparse.Namespace, settings: Any) -> list[Any]:
         try:
             parse_relay_key(key)
         except ProbeUsageError as e:
-            raise UsageError(f"--relay-key: {e}") from None
+            raise UsageError(f"--relay-key: {e}", f"--relay-key KEY with {KEY_FIX}") from None
         targets.append(Target(relay_key=key))
     if not targets:
         storage = Path(settings.relay_storage).expanduser().absolute()
@@ -101,7 +101,7 @@ def cmd_monitor(args: argparse.Namespace, out: TextIO) -> int:
         try:
             bootstrap = parse_bootstrap([b.strip() for b in args.bootstrap.split(",") if b.strip()])
         except ProbeUsageError as e:
-            raise UsageError(f"--bootstrap: {e}") from None
+            raise UsageError(f"--bootstrap: {e}", BOOTSTRAP_FIX) from None
     app = MonitorApp(
         targets,
         interval=args.interval,

@@ -27,6 +27,13 @@ exit codes:
   3  jobs recover without --yes: the plan was printed, nothing was saved or deleted"""
 
 
+#: How to give a relay key, for every error about one.
+KEY_FIX = (
+    "the relay's public key as blind-relay prints it after 'Server listening on' (52 z-base32 or 64 hex characters)"
+)
+BOOTSTRAP_FIX = "--bootstrap HOST:PORT[,HOST:PORT...] of DHT bootstrap nodes (or [relay] bootstrap in the config)"
+
+
 class UsageError(Exception):
     """Bad input from the operator: exit 2 with the message and the flag or key that fixes it."""
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import time
 from datetime import datetime
 from typing import Any, TextIO
 
 from cosmictui.cli.context import settings_from
-from cosmictui.cli.output import EXIT_CODES, FAILED, OK, UsageError, dump, plain
+from cosmictui.cli.output import BOOTSTRAP_FIX, EXIT_CODES, FAILED, KEY_FIX, OK, UsageError, dump, plain
 from cosmictui.cli.parser import FORMAT, interval_seconds, metrics_addr, timeout_seconds
 
 ORDER = 50
@@ -78,6 +79,10 @@ def relay_status_report(storage: str | None, metrics: str | None, timeout: float
 
     report: dict[str, Any] = {"state": "not running", "storage": storage, "runtime": None, "stats": None}
     report |= {"metrics": metrics, "error": None, "fix": None, "key": None}
+    if storage is not None and (problem := relayproc.storage_problem(storage)):
+        report["storage"] = os.path.abspath(storage)
+        report["error"], report["fix"] = problem, relayproc.STORAGE_FIX
+        return report
     if storage is not None:
         st = relayproc.relay_status(storage)
         report["storage"] = st.storage
@@ -121,6 +126,40 @@ def relay_status_report(storage: str | None, metrics: str | None, timeout: float
     return report
 
 
+def find_running_relay(settings: Any, configured: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """No flags and nothing on the configured storage: look where a relay would be before
+    saying NOT RUNNING: the configured metrics address (by default blind-relay's 127.0.0.1:49738),
+    then relays running on this machine (found by their runtime file in their storage)."""
+    from cosmictui.ops import relayproc
+
+    where = configured.get("storage")
+    url = settings.metrics_url
+    if url:
+        rep = relay_status_report(None, url, timeout)
+        if rep["state"] in ("up", "bad data"):
+            rep["found_by"] = f"its metrics address {url} ([relay] metrics in the config)"
+            rep["configured_storage"] = where
+            return rep
+    running = relayproc.running_relays()
+    if running:
+        rep = relay_status_report(running[0].storage, None, timeout)
+        rep["found_by"] = f"a relay running on this machine (storage {running[0].storage})"
+        rep["configured_storage"] = where
+        if len(running) > 1:
+            others = ", ".join(f"{r.storage} (pid {r.pid})" for r in running[1:])
+            rep["others"] = [r.storage for r in running[1:]]
+            rep["fix"] = rep["fix"] or f"more relays run here: {others}; pick one with --storage DIR"
+        return rep
+    configured["fix"] = (
+        f"start it: blind-relay --storage {where}" if where else "start it: blind-relay --storage DIR"
+    ) + " (or point at a running one with --storage DIR or --metrics HOST:PORT)"
+    configured["error"] = (
+        f"no relay is running with storage {where}, none runs on this machine, and nothing answers on "
+        f"{url or 'a metrics address (metrics off in the config)'}"
+    )
+    return configured
+
+
 def cmd_relay_status(args: argparse.Namespace, out: TextIO) -> int:
     from cosmictui.ops.metrics.client import by_cause, human_bytes, human_duration
 
@@ -131,14 +170,19 @@ def cmd_relay_status(args: argparse.Namespace, out: TextIO) -> int:
     settings = settings_from(args)
     storage = args.storage if args.storage is not None else (None if args.metrics else settings.relay_storage)
     rep = relay_status_report(storage, args.metrics, timeout=args.timeout)
+    if args.storage is None and args.metrics is None and rep["state"] == "not running":
+        rep = find_running_relay(settings, rep, args.timeout)
+    rep["exit_code"] = OK if rep["state"] == "up" else FAILED
     if args.json:
         dump(rep, out)
-        return OK if rep["state"] == "up" else FAILED
+        return int(rep["exit_code"])
     badge = {"up": "▲ UP", "down": "✖ DOWN", "not running": "■ NOT RUNNING", "bad data": "✖ BAD DATA"}[rep["state"]]
     stats = rep["stats"] or {}
     rt = rep["runtime"] or {}
     key = stats.get("key") or rt.get("key") or "–"
     out.write(f"relay    {badge}   key {key}\n")
+    if rep.get("found_by"):
+        out.write(f"found    by {rep['found_by']}\n")
     if rep.get("storage"):
         out.write(f"storage  {rep['storage']}\n")
     if rt:
@@ -190,11 +234,14 @@ def probe_key(key: str | None, storage: str | None, *, explicit_storage: bool = 
         if len(running) == 1:
             return running[0].key
     where = f"storage {storage}" if storage else "the configured storage"
-    raise UsageError(f"no KEY given and no relay key in {where}; pass the relay's key")
+    raise UsageError(
+        f"no KEY given and no relay key in {where}",
+        f"pass KEY ({KEY_FIX}), or --storage DIR of a relay that ran on this machine",
+    )
 
 
 def cmd_relay_probe(args: argparse.Namespace, out: TextIO) -> int:
-    from cosmictui.ops.metrics.probe import ProbeUsageError, run_probe
+    from cosmictui.ops.metrics.probe import ProbeUsageError, probe_fix, run_probe
 
     settings = settings_from(args)
     storage = args.storage if args.storage is not None else settings.relay_storage
@@ -205,10 +252,11 @@ def cmd_relay_probe(args: argparse.Namespace, out: TextIO) -> int:
     try:
         res = asyncio.run(run_probe(key, boot or list(settings.relay_bootstrap) or None, args.timeout))
     except ProbeUsageError as e:
-        raise UsageError(str(e)) from None
+        raise UsageError(str(e), BOOTSTRAP_FIX if "bootstrap" in str(e) else f"KEY must be {KEY_FIX}") from None
+    rc = OK if res.ok else FAILED
     if args.json:
-        dump(res.as_dict(), out)
-        return OK if res.ok else FAILED
+        dump(res.as_dict() | {"fix": probe_fix(res) or None, "exit_code": rc}, out)
+        return rc
     out.write(f"probe    relay {res.relay_key}\n")
     for st in res.stages:
         mark = "✔" if st.ok else "✖"
@@ -217,6 +265,8 @@ def cmd_relay_probe(args: argparse.Namespace, out: TextIO) -> int:
         out.write(f"result   ✔ relayed echo through {res.relay_address}, round trip {res.rtt_ms} ms\n")
         return OK
     out.write(f"result   ✖ failed at {res.error} (after {res.seconds:.1f} s)\n")
+    if fix := probe_fix(res):
+        out.write(f"fix      {fix}\n")
     return FAILED
 
 
@@ -241,7 +291,7 @@ def _relay_probe_watch(args: argparse.Namespace, out: TextIO, key: str, boot: li
     try:
         asyncio.run(go())
     except ProbeUsageError as e:
-        raise UsageError(str(e)) from None
+        raise UsageError(str(e), BOOTSTRAP_FIX if "bootstrap" in str(e) else f"KEY must be {KEY_FIX}") from None
     except KeyboardInterrupt:
         return OK
     return OK if last_ok else FAILED

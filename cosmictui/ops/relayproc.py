@@ -74,6 +74,22 @@ def _abs(storage: str) -> str:
     return str(Path(storage).expanduser().absolute())
 
 
+STORAGE_FIX = "choose a directory for the relay's storage: [relay] storage in the config, or --storage DIR"
+
+
+def storage_problem(storage: str) -> str | None:
+    """Why `storage` cannot be a relay's storage directory (a file there, or a file in its path),
+    else None. Said before anything talks of keys: a file holds no key and never will."""
+    path = Path(_abs(storage))
+    for p in (path, *path.parents):
+        if p.exists():
+            if p.is_dir():
+                return None
+            what = "is a file" if p == path else f"is under {p}, which is a file"
+            return f"storage {path} {what}, not a directory: no relay can keep its key there"
+    return None
+
+
 def read_runtime(storage: str) -> RelayRuntime | None:
     """The runtime file, or None when absent or unreadable."""
     try:
@@ -220,6 +236,8 @@ async def start_relay(
     if running is not None:
         return running
     root = Path(_abs(storage))
+    if problem := storage_problem(storage):
+        raise RelayProcError(problem, STORAGE_FIX)
     hook = _prestart.get(str(root))
     if hook is not None:
         try:
@@ -404,6 +422,8 @@ def key_change_warning(
     (`running`, e.g. `running_relays()`).
     """
     path = _abs(storage)
+    if problem := storage_problem(path):
+        return f"{problem[0].upper()}{problem[1:]}. Fix: {STORAGE_FIX}."
     key = storage_key(path)
     notes: list[str] = []
     if previous_storage and _abs(previous_storage) != path:

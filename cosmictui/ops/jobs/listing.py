@@ -42,6 +42,8 @@ class JobListing:
     raw: str | None = None
     exit_code: int | None = None
     runner_error: RunnerError | None = None
+    #: How to fix what went wrong (a config key or command to change), "" when listed.
+    fix: str = ""
 
     @property
     def ok(self) -> bool:
@@ -58,11 +60,15 @@ async def list_jobs(
     try:
         result = await run(cmd)
     except RunnerError as e:
-        return JobListing(cmd, error=runner_problem(e, "list the jobs"), runner_error=e)
+        return JobListing(cmd, error=runner_problem(e, "list the jobs"), runner_error=e, fix=e.fix)
     if result.exit_code != 0:
         hint = command_failure_hint(cmd, result.exit_code, result.output)
         return JobListing(
-            cmd, error=f"{cmd} exited {result.exit_code}. {hint}", raw=result.output, exit_code=result.exit_code
+            cmd,
+            error=f"{cmd} exited {result.exit_code}. {hint}",
+            raw=result.output,
+            exit_code=result.exit_code,
+            fix=f"{hint} The list command is [commands] list in the config.",
         )
     try:
         jobs = parse_jobs(result.output, now)
@@ -74,6 +80,7 @@ async def list_jobs(
             "the config to that command.",
             raw=e.raw,
             exit_code=0,
+            fix=f"set [commands] list in the config to a command that prints the jobs as JSON ({prog} ... --json)",
         )
     views = view_jobs(jobs, now, restart_at, settings.stuck_after, settings.stale_after, settings.statuses)
     return JobListing(cmd, jobs, views, exit_code=0)

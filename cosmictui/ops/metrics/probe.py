@@ -240,9 +240,21 @@ class _Probe:
         self.result.stages.append(ProbeStage(name, ok, self.clock.lap() if seconds is None else seconds, detail))
 
     def fail(self, detail: str) -> None:
-        """The stage under way failed (used for the overall timeout)."""
+        """The stage under way failed (used for the overall timeout): still finding the key
+        with no answer from any bootstrap node is said as that, not as a slow lookup."""
         if self.result.failed is None and len(self.result.stages) < len(STAGES):
+            if not self.result.stages and not self._heard_from_dht():
+                names = ", ".join(self.bootstrap) or "the public bootstrap nodes"
+                detail = f"{NO_BOOTSTRAP} ({names}); {detail}"
             self.stage(False, detail)
+
+    def _heard_from_dht(self) -> bool:
+        """Whether any DHT node answered either of our nodes."""
+        for node in (self.server_node, self.client_node):
+            with contextlib.suppress(Exception):
+                if node.rpc.stats["responses"] > 0:
+                    return True
+        return False
 
     async def run(self) -> None:
         if not await self._find():
@@ -395,6 +407,12 @@ class _Probe:
 
 
 PROBE_CHECK = "Relay carries a connection (probe)"
+#: The words the DHT node (and this probe) use when no bootstrap node answered.
+NO_BOOTSTRAP = "no DHT bootstrap node answered"
+BOOTSTRAP_FIX = (
+    "give DHT bootstrap nodes that answer: --bootstrap HOST:PORT[,...] (or [relay] bootstrap in the config), "
+    "and allow outbound UDP to them"
+)
 
 _FIXES = {
     STAGES[0]: "start the relay (or wait for its first announce), and check it uses the same DHT bootstrap nodes",
@@ -416,9 +434,17 @@ def probe_check(res: ProbeResult) -> Any:
             f"two peers, punching off, echoed through {res.relay_address} in {res.seconds:.1f}s "
             f"(round trip {res.rtt_ms} ms)",
         )
+    return CheckResult(PROBE_CHECK, "fail", f"failed at {res.error}", probe_fix(res))
+
+
+def probe_fix(res: ProbeResult) -> str:
+    """How to fix a failed probe: the failed stage's fix, or the bootstrap when no node answered."""
     failed = res.failed
-    fix = _FIXES.get(failed.name, "") if failed else ""
-    return CheckResult(PROBE_CHECK, "fail", f"failed at {res.error}", fix)
+    if failed is None:
+        return ""
+    if NO_BOOTSTRAP in failed.detail:
+        return BOOTSTRAP_FIX
+    return _FIXES.get(failed.name, "")
 
 
 async def probe_from_host(

@@ -24,7 +24,7 @@ from typing import Any, Literal
 import psutil
 
 from cosmictui.ops.config import Settings
-from cosmictui.ops.relayproc import attach
+from cosmictui.ops.relayproc import STORAGE_FIX, attach, storage_problem
 from cosmictui.ops.runner import Runner, RunnerError
 from relay.dht.messages import BOOTSTRAP_NODES
 
@@ -173,7 +173,7 @@ def check_storage(path: str) -> CheckResult:
     while not os.path.exists(probe):
         probe = os.path.dirname(probe)
     if not os.path.isdir(probe):
-        return CheckResult(name, "fail", f"{probe} exists and is not a directory", "choose a directory path")
+        return CheckResult(name, "fail", storage_problem(full) or f"{probe} is not a directory", STORAGE_FIX)
     try:  # os.access says yes to root even on read-only mounts: really write
         fd, tmp = tempfile.mkstemp(prefix=".cosmictui-check.", dir=probe)
         os.close(fd)
