@@ -334,7 +334,7 @@ class MetricsResponder:
     """Answers `metrics` on one scraper connection. Renders at most `rate` per second (burst
     `burst`): past that the scraper gets a short error reply, counted, and no render."""
 
-    def __init__(self, render: Callable[[], str], now: float, *, rate: float = 1.0, burst: float = 5.0) -> None:
+    def __init__(self, render: Callable[[], str], now: float, *, rate: float = 2.0, burst: float = 10.0) -> None:
         self.mux = Mux()
         channel = self.mux.open_channel(METRICS_PROTOCOL, b"", messages=RPC_MESSAGES)
         assert channel is not None
