@@ -35,10 +35,44 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.relay_bench import Relay, settle  # noqa: E402
 from benchmarks.udx_forward import machine_cpu  # noqa: E402
+from relay.udx.nft import NFPROTO_INET, Nft, NftError, read_counters  # noqa: E402
 from tests.interop._relay_net import INTEROP, Testnet  # noqa: E402
 
 CHATTY_JS = ROOT / "benchmarks" / "js" / "chatty_peers.js"
 LABELS = {"python": "ours", "python-kernel": "ours, --kernel-forwarding", "node": "Node (hyperdht + blind-relay)"}
+
+
+class PacketCount:
+    """Datagrams sent to the relay's port, counted by nftables before anything else sees them
+    (before kernel forwarding's rewrite too): the packets a round trip costs on the wire, data and
+    ACKs, whichever path carries them. Needs root; without it the column says so. The table is the
+    process's own (`flags owner`): it goes when the benchmark exits."""
+
+    def __init__(self, port: int) -> None:
+        self.table = f"chatty_bench_{os.getpid()}_{port}"
+        self.nft: Nft | None = None
+        try:
+            nft = Nft()
+            nft.run(
+                f"table inet {self.table} {{\n  flags owner\n  counter to_relay {{ }}\n"
+                "  chain pre {\n    type filter hook prerouting priority -400; policy accept;\n"
+                f'    udp dport {port} counter name "to_relay"\n  }}\n}}'
+            )
+            self.nft = nft
+        except NftError:
+            pass
+
+    def read(self) -> int | None:
+        if self.nft is None:
+            return None
+        try:
+            return read_counters(self.table, NFPROTO_INET).get("to_relay", (0, 0))[0]
+        except NftError:
+            return None
+
+    def close(self) -> None:
+        if self.nft is not None:
+            self.nft.close()
 
 
 def run_chatty(bootstrap: str, relay: Relay, pairs: int, size: int, seconds: float) -> dict[str, Any]:
@@ -65,11 +99,13 @@ def run_chatty(bootstrap: str, relay: Relay, pairs: int, size: int, seconds: flo
         if not ready_line:
             raise RuntimeError(f"chatty peers failed: {peers.communicate(timeout=30)[1][-2000:]}")
         ready = json.loads(ready_line)
-        cpu0, m0 = relay.cpu(), machine_cpu()
+        counted = PacketCount(relay.port)
+        cpu0, m0, n0 = relay.cpu(), machine_cpu(), counted.read()
         peers.stdin.write("go\n")
         peers.stdin.flush()
         done_line = peers.stdout.readline()
-        cpu, machine = relay.cpu() - cpu0, machine_cpu() - m0
+        cpu, machine, n1 = relay.cpu() - cpu0, machine_cpu() - m0, counted.read()
+        counted.close()
         rss = relay.rss()
         if not done_line:
             raise RuntimeError(f"chatty peers failed: {peers.communicate(timeout=30)[1][-2000:]}")
@@ -94,6 +130,7 @@ def run_chatty(bootstrap: str, relay: Relay, pairs: int, size: int, seconds: flo
         "relay_core_share": cpu / res["seconds"],
         "machine_cpu_ms_per_1k": machine * 1000 / rt * 1000,
         "rss_mb": rss / 2**20,
+        "packets_per_rt": (n1 - n0) / rt if n0 is not None and n1 is not None else None,
     }
 
 
@@ -117,7 +154,7 @@ def measure(kind: str, bootstrap: str, args: argparse.Namespace, workdir: Path) 
 def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
     out = dict(runs[0])
     for key, value in runs[0].items():
-        if isinstance(value, float):
+        if isinstance(value, float) and all(isinstance(r[key], float) for r in runs):
             out[key] = statistics.median(float(r[key]) for r in runs)
     out["relayed"] = all(r["relayed"] for r in runs)
     return out
@@ -137,8 +174,8 @@ def report(results: dict[str, dict[int, dict[str, Any]]], args: argparse.Namespa
     node = results.get("node")
     lines = [
         "| pairs | relay | relay CPU per 1,000 round trips | round trips/s | RTT p50 / p99 "
-        "| relay CPU (share of a core) | RSS |",
-        "|---:|---|---:|---:|---:|---:|---:|",
+        "| relay CPU (share of a core) | RSS | datagrams to the relay per round trip |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for n in args.pairs:
         for kind in results:
@@ -152,11 +189,12 @@ def report(results: dict[str, dict[int, dict[str, Any]]], args: argparse.Namespa
                     f" ({r['rtt_p99_ms'] / b['rtt_p99_ms']:.2f}× p99)",
                 )
             flag = "" if r["relayed"] else " (NOT all relayed)"
+            per_rt = "–" if r.get("packets_per_rt") is None else f"{r['packets_per_rt']:.2f}"
             lines.append(
                 f"| {n} | {LABELS[kind]}{flag} | {r['cpu_ms_per_1k']:.1f} ms{ratios[0]} "
                 f"| {r['rt_per_s']:,.0f}{ratios[1]} "
                 f"| {r['rtt_p50_ms']:.2f} / {r['rtt_p99_ms']:.1f} ms{ratios[2]} | {r['relay_core_share'] * 100:.0f} % "
-                f"| {r['rss_mb']:.0f} MB |"
+                f"| {r['rss_mb']:.0f} MB | {per_rt} |"
             )
     top = max(args.pairs)
     cap = []
