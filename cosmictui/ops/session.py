@@ -277,6 +277,18 @@ class WizardContext:
             return None
         return progress_mod.CommandJournal(progress_mod.journal_path(self.settings.deployment))
 
+    def save_unit(self, text: str) -> Path | None:
+        """Keep the systemd unit Finish printed beside the command log (None when nothing is saved)."""
+        if not self._save:
+            return None
+        path = progress_mod.journal_path(self.settings.deployment).with_suffix(".blind-relay.service")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        except OSError:
+            return None  # the dialog still shows it
+        return path
+
     def remember_lost(self, message: str) -> None:
         """Keep "job X was DELETED and NOT recreated" in the progress file until dismissed."""
         lost = self.progress.data.setdefault("lost_jobs", [])

@@ -260,9 +260,8 @@ class RelayStep(Step):
         """A relay of this storage runs with other flags: restart it with the wizard's settings."""
         s = self.ctx.settings
         metrics = s.relay_metrics if s.relay_metrics else None
-        cmd = relayproc.relay_command(
-            storage, port, s.relay_host, s.relay_bootstrap, metrics, kernel_forwarding=s.relay_kernel_forwarding
-        )
+        kernel = relayproc.choose_kernel_forwarding(s.relay_kernel_forwarding).on
+        cmd = relayproc.relay_command(storage, port, s.relay_host, s.relay_bootstrap, metrics, kernel_forwarding=kernel)
         ok = await self.app.push_screen_wait(
             ConfirmScreen(
                 "Restart the relay with the wizard's settings?",
@@ -328,7 +327,8 @@ class RelayStep(Step):
     async def start(self, storage: str, port: int) -> None:
         s = self.ctx.settings
         metrics = s.relay_metrics if s.relay_metrics else None
-        kernel = s.relay_kernel_forwarding
+        kernel = s.relay_kernel_forwarding  # None ("auto"): on where the host allows it (relayproc)
+        self.ctx.note((await asyncio.to_thread(relayproc.choose_kernel_forwarding, kernel)).why)
         cmd = relayproc.relay_command(storage, port, s.relay_host, s.relay_bootstrap, metrics, kernel_forwarding=kernel)
         entry = self.ctx.begin_local(shlex.join(cmd) + f"  &> {relayproc.log_path(storage)} &")
         self.busy = True

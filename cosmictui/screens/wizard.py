@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from textual import events, on
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
@@ -18,8 +18,9 @@ from textual.widgets import Button, ContentSwitcher, Footer, Header, Input, Stat
 
 from cosmictui.ops import relayproc
 from cosmictui.ops.progress import CommandJournal
+from cosmictui.ops.runner import RunnerError
 from cosmictui.ops.session import WizardContext
-from cosmictui.ops.setup.steps import keep_running_commands
+from cosmictui.ops.setup.install import DEFAULT_PREFIX, InstallPlan, UnitError, install_plan
 from cosmictui.screens.confirm import ConfirmScreen
 from cosmictui.screens.step import Step
 from cosmictui.screens.step_apply import ApplyStep
@@ -278,24 +279,93 @@ class WizardScreen(Screen[None]):
             return
         await self._show(self.index + 1)
 
+    #: where Finish installs the relay for systemd (a test points it elsewhere)
+    install_prefix = DEFAULT_PREFIX
+
     def _finish(self) -> None:
-        """The relay the wizard started does not survive a reboot: say how to make it."""
+        """The relay the wizard started does not survive a reboot: offer to install it for systemd."""
         ctx = self.ctx
+        if ctx.relay_external:
+            self._finished("Done. The relay runs elsewhere (attached by key): keep it running there.")
+            return
         rt = relayproc.attach(ctx.relay_storage) if ctx.relay_storage else None
         port = rt.port if rt is not None else ctx.settings.relay_port
-        stop = "the wizard starts the relay detached: it runs until this host reboots"
-        if ctx.demo is not None:
-            stop = "the demo's relay stops with the wizard; on a real relay host"
-        body = (
-            f"Done. Keep the relay running after a reboot ({stop}): stop this relay, then let systemd run it "
-            "with the same storage (same key) — as root:"
+        try:
+            plan = install_plan(
+                ctx.settings, ctx.relay_storage, port, prefix=self.install_prefix, relay_pid=rt.pid if rt else None
+            )
+        except UnitError as e:
+            self._finished(f"Done. To keep the relay running after a reboot, systemd needs a unit, but: {e}.")
+            return
+        why = (
+            "The wizard started the relay detached: it runs until this host reboots. systemd keeps it running, "
+            "but its hardened unit hides /home, /root and /tmp from the service, so the relay must be installed "
+            f"where the unit can run it: a virtual environment in {plan.prefix}."
         )
+        if ctx.demo is not None:
+            self._finished(
+                f"Done. {why} On a real relay host Finish offers to run these, as root, then shows the unit:",
+                plan.install + plan.enable,
+            )
+            return
         self.app.push_screen(
             ConfirmScreen(
-                "Finished: the relay is set up",
-                body,
-                commands=([f"kill {rt.pid}"] if rt is not None and ctx.demo is None else [])
-                + keep_running_commands(ctx.settings, ctx.relay_storage, port),
+                "Finished: keep the relay running after a reboot",
+                f"{why} Install it there now? These run on this machine (as root):",
+                commands=plan.install,
+                yes="Install",
+                no="Not now",
+            ),
+            lambda ok: self._install_or_not(plan, bool(ok)),
+        )
+
+    def _install_or_not(self, plan: InstallPlan, ok: bool) -> None:
+        if ok:
+            self._install(plan)
+        else:
+            self._finished("Done. Nothing was installed; these commands do it later, as root:", plan.install)
+
+    def _finished(self, body: str, commands: list[str] | None = None) -> None:
+        self.app.push_screen(
+            ConfirmScreen("Finished: the relay is set up", body, commands=commands or [], yes="Quit", no="Stay"),
+            lambda ok: self.app.exit() if ok else None,
+        )
+
+    @work(exclusive=True, group="install", exit_on_error=False)
+    async def _install(self, plan: InstallPlan) -> None:
+        """Run the install commands (logged), then show the unit for the installed relay."""
+        self.notify(f"Installing the relay into {plan.prefix} …", title="Finish")
+        for cmd in plan.install:
+            try:
+                result = await self.ctx.run(cmd, runner=self.ctx.local, timeout=900)
+            except RunnerError as e:
+                self._finished(f"Installing stopped: {cmd} could not run ({e}). Nothing else was run.", plan.install)
+                return
+            if result.exit_code != 0:
+                tail = "\n".join(result.output.strip().splitlines()[-5:])
+                self._finished(
+                    f"Installing stopped: {cmd} exited {result.exit_code}. Nothing else was run. Its last lines:\n"
+                    f"{tail}\nFix what it says, then press n (Finish) again.",
+                    plan.install,
+                )
+                return
+        saved = self.ctx.save_unit(plan.unit)
+        self.ctx.note(f"the unit for {plan.exe}" + (f" is saved in {saved}" if saved else "") + ":\n" + plan.unit)
+        moved = (
+            f" The unit's storage is {plan.storage}: the first command copies the key there from {plan.moved_from} "
+            "(the unit cannot see it), so it is the same key."
+            if plan.moved_from
+            else " Same storage, so the same key."
+        )
+        notes = "".join(f"\nNote: {n}" for n in plan.notes)
+        self.app.push_screen(
+            ConfirmScreen(
+                f"The unit for {plan.exe}",
+                f"{plan.unit.rstrip()}\n{notes}\n"
+                f"Installed in {plan.prefix}. The unit above"
+                + (f" is saved in {saved}" if saved else "")
+                + f". Put it in place as root (this stops the wizard's relay; systemd starts it again).{moved}",
+                commands=plan.enable,
                 yes="Quit",
                 no="Stay",
             ),
