@@ -1,6 +1,7 @@
 """The wheel an operator installs holds every module, every data file (the `.tcss` styles the
-screens load) and the licence: a package-data glob that misses a file breaks only installed
-copies, never the editable checkout the other tests run from."""
+screens load, the Prometheus pack `cosmictui export` prints) and the licence: a package-data glob
+that misses a file breaks only installed copies, never the editable checkout the other tests run
+from."""
 
 from __future__ import annotations
 
