@@ -73,7 +73,7 @@ SMALL_BATCH = 4
 SEND_QUEUE_MAX = 4096
 LINGER = 3.0
 #: Packets held for a relay partner that has not connected yet. libudx drops them (the
-#: sender's first RTO, ~1 s, repairs it); holding a few is udx.md §11.2's compatible MAY.
+#: sender's first RTO, ~1 s, repairs it); holding a few is compatible (docs/wire/udx.md §4).
 EARLY_PACKETS = 64
 #: ... and at most this many bytes over all streams of one UDX instance: an honest pair's early
 #: packets are its first flight, gone within a round trip, while 64 packets held on each of the
