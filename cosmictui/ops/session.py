@@ -103,6 +103,40 @@ def wanted_args(settings: Settings, storage: str, port: int) -> list[str]:
     return cmd[3:]  # after `python -m relay`
 
 
+def unjoined_relay(results: list[Any], runtime: relayproc.RelayRuntime | None, other_flags: str | None) -> list[Any]:
+    """Tell "the running relay is not joined" apart from "this host cannot reach a bootstrap node".
+
+    The relay's "not bootstrapped" read as a firewall problem even right above "Bootstrap node
+    answers: 1 of 1": when this host reaches a bootstrap node, it is that relay (often started
+    with other flags) that is not joined, and the fix is to restart it with the wizard's settings.
+    """
+    from dataclasses import replace
+
+    if runtime is None:
+        return results
+    boot = next((r for r in results if r.name == "Bootstrap node answers"), None)
+    if boot is None or boot.status != "ok":
+        return results
+    flags = f" with other flags ({other_flags})" if other_flags else ""
+    fix = (
+        "press n, then s in step 2 to restart it with the wizard's settings (same storage, so the same key)"
+        if other_flags
+        else f"read its log ({relayproc.log_path(runtime.storage)}); restart it in step 2 (s) if it stays so"
+    )
+    return [
+        replace(
+            r,
+            status="warn",  # not this host's problem: step 2 restarts the relay, no dead end here
+            detail=f"the relay already running here (pid {runtime.pid}){flags} is not joined to the DHT, "
+            "while this host reaches a bootstrap node",
+            fix=fix,
+        )
+        if r.name == "DHT reachable, port open" and r.status in ("fail", "warn") and "not bootstrapped" in r.detail
+        else r
+        for r in results
+    ]
+
+
 class CommandEntry(Protocol):
     """One command in the log (the widget's entry); only its identity matters here."""
 

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import shlex
+
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.widgets import Static
 
+from cosmictui.ops import relayproc
+from cosmictui.ops.session import relay_args, unjoined_relay, wanted_args
 from cosmictui.ops.setup.checks import CheckResult
 from cosmictui.ops.setup.steps import gather_checks
 from cosmictui.screens.step import Step
@@ -46,6 +51,9 @@ class PrereqsStep(Step):
         self.status.set("Checking …", "busy")
         try:
             results = await gather_checks(self.ctx.settings, self.ctx.logged_deployment, self.ctx.relay_storage)
+            rt = relayproc.attach(self.ctx.relay_storage) if self.ctx.relay_storage else None
+            other = await asyncio.to_thread(self._other_flags, rt)
+            results = unjoined_relay(results, rt, other)
         finally:
             self.busy = False
         self.results = results
@@ -65,6 +73,15 @@ class PrereqsStep(Step):
             self.mark_done()
             extra = f" ({len(warns)} warning(s))" if warns else ""
             self.status.set(f"All prerequisites met{extra}. Press n to continue.", "warn" if warns else "ok")
+
+    def _other_flags(self, rt: relayproc.RelayRuntime | None) -> str | None:
+        """The flags a relay of this storage runs with, when they are not the wizard's."""
+        if rt is None:
+            return None
+        have = relay_args(rt.pid)
+        if have is None or have == wanted_args(self.ctx.settings, rt.storage, rt.port):
+            return None
+        return shlex.join(have)
 
     def validate_step(self) -> str | None:
         if self.busy:
