@@ -67,11 +67,12 @@ from relay.udx import UDX, UDXSocket, UDXStream
 from relay.udx.kernel import KernelUnavailable
 
 #: Out-of-order bytes a session's control stream may hold (payload + 128 B per packet). Its
-#: blind-relay messages are ~40-byte frames, so 4 KiB still parks ~20 of them behind a lost
-#: packet, while 4,096 sessions parking all they may cost 16 MiB (at 256 KiB it was 1 GiB: the
-#: combined attack at the default caps reached 506 MB). A packet over it is dropped and counted
-#: (`dropped{reorder_limit}`); the peer retransmits it.
-CONTROL_REORDER_BYTES = 4 * 1024
+#: blind-relay messages are ~40-byte frames, so 1 KiB still parks ~6 of them behind a lost
+#: packet, while 8,192 sessions parking all they may cost 8 MiB (at 256 KiB it was 1 GiB: the
+#: combined attack at the default caps reached 506 MB; at 4 KiB, 32 MiB of the 200 MB budget at
+#: 8,192 sessions). A packet over it is dropped and counted (`dropped{reorder_limit}`); the peer
+#: retransmits it.
+CONTROL_REORDER_BYTES = 1024
 log = logging.getLogger("relay")
 
 PUBLIC_BOOTSTRAP = (
@@ -134,6 +135,27 @@ class _Session:
         self.conn = conn
         self.session = session
         self.peer = encode_id(conn.remote_public_key)
+
+
+class _RelayLeg:
+    """One relay stream's hooks (its firewall, its close), in one small object: two closures
+    per stream were ~500 B of a relayed pair's ~6 KB."""
+
+    __slots__ = ("app", "remote_id", "stream_id")
+
+    def __init__(self, app: RelayApp, remote_id: int, stream_id: int) -> None:
+        self.app = app
+        self.remote_id = remote_id
+        self.stream_id = stream_id
+
+    def __call__(self, stream: UDXStream, sock: UDXSocket, addr: Address) -> bool:
+        """The first packet: connect to its sender (the firewall hook)."""
+        stream.connect(sock, self.remote_id, addr)
+        self.app.blind.stream_carried(stream.id)  # its peer is really there: not a silent pair
+        return False  # accept: the packet that taught us the address is forwarded at once
+
+    def closed(self, err: Any) -> None:
+        self.app._on_relay_stream_closed(self.stream_id, err)
 
 
 class RelayApp:
@@ -428,15 +450,9 @@ class RelayApp:
         """Two raw streams, each learning its peer's address from its first packet, relayed both ways."""
         streams = []
         for link in ev.links:
-            remote_id = link.remote_stream_id
-
-            def firewall(stream: UDXStream, sock: UDXSocket, addr: Address, remote_id: int = remote_id) -> bool:
-                stream.connect(sock, remote_id, addr)
-                self.blind.stream_carried(stream.id)  # its peer is really there: not a silent pair
-                return False  # accept: the packet that taught us the address is forwarded at once
-
-            stream = self.udx.create_stream(link.stream_id, firewall=firewall, framed=True)
-            stream.on_close = lambda err, sid=link.stream_id: self._on_relay_stream_closed(sid, err)
+            leg = _RelayLeg(self, link.remote_stream_id, link.stream_id)
+            stream = self.udx.create_stream(link.stream_id, firewall=leg, framed=True)
+            stream.on_close = leg.closed
             self._streams[link.stream_id] = stream
             streams.append(stream)
         a, b = streams
