@@ -189,7 +189,7 @@ class LoggedRunner(Runner):
     """The deployment runner as the ops layer sees it, with every command going to the log."""
 
     def __init__(
-        self, ctx: WizardContext, inner: Runner, expect: tuple[Callable[[str], bool], str] | None = None
+        self, ctx: WizardContext, inner: Runner, expect: tuple[tuple[Callable[[str], bool], str], ...] = ()
     ) -> None:
         self._ctx = ctx
         self.inner = inner
@@ -199,12 +199,12 @@ class LoggedRunner(Runner):
 
     def expecting(self, match: Callable[[str], bool], why: str) -> LoggedRunner:
         """The same runner, logging a failure of commands that `match` as expected (`why`), not FAILED."""
-        return LoggedRunner(self._ctx, self.inner, (match, why))
+        return LoggedRunner(self._ctx, self.inner, (*self._expect, (match, why)))
 
     async def run(
         self, cmd: str, cwd: str | None = None, on_output: Any = None, timeout: float | None = None
     ) -> CommandResult:
-        expected = self._expect[1] if self._expect is not None and self._expect[0](cmd) else None
+        expected = next((why for match, why in self._expect if match(cmd)), None)
         return await self._ctx.run(
             cmd, on_output=on_output, runner=self.inner, timeout=timeout, cwd=cwd, expected_failure=expected
         )
@@ -282,8 +282,14 @@ class WizardContext:
             return self._runner
 
     async def logged_deployment(self) -> Runner:
-        """The deployment runner for ops functions that run commands themselves (checks)."""
-        return LoggedRunner(self, await self.deployment())
+        """The deployment runner for ops functions that run commands themselves (checks).
+
+        `task --list-all --json` failing is an expected fallback (a go-task without --json, or a
+        stand-in): the check then reads the plain listing or the Taskfile, so it is no FAILED.
+        """
+        return LoggedRunner(self, await self.deployment()).expecting(
+            lambda cmd: cmd == "task --list-all --json", "the Taskfile is read instead"
+        )
 
     def drop_connection(self, e: RunnerError | None = None) -> None:
         """After a lost SSH connection, forget it: the next action connects again.

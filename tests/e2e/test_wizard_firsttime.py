@@ -24,6 +24,7 @@ from cosmictui.ops.relayproc import RelayRuntime
 from cosmictui.ops.setup.checks import CheckResult
 from cosmictui.screens import step_relay
 from cosmictui.widgets.check_row import CheckRow
+from cosmictui.widgets.command_log import CommandLog
 from cosmictui.widgets.step_list import StepList
 from tests.e2e._wizard_support import (
     ENV_VAR,
@@ -309,3 +310,30 @@ async def test_a_cancelled_apply_takes_back_steps_5_and_6(
         assert not saved.is_done("apply") and not saved.is_done("verify") and not saved.is_done("recover")
         await pilot.press("n")
         assert app.screen.index == 3
+
+
+async def test_an_expected_fallback_is_not_logged_as_failed(tmp_path: Path) -> None:
+    """`task --list-all --json` failing (a go-task without --json, like the demo's stand-in) is a
+    fallback the check expects: it reads the Taskfile, passes, and the log says so, not FAILED."""
+    from tests.e2e.test_wizard_contract import TASKFILE
+
+    d = tmp_path / "deploy"
+    d.mkdir()
+    (d / "Taskfile.yml").write_text(TASKFILE)
+    task = 'if [ "$*" = "--list-all --json" ]; then echo "unknown flag: --json" >&2; exit 201; fi\necho ok\n'
+    bin_dir = make_bin(tmp_path, {"task": task, "cosmicac": "echo 'ID  STATUS'\n"})
+    settings = Settings(
+        deployment=str(d),
+        relay_storage=str(tmp_path / "store"),
+        command_env={"PATH": path_with(bin_dir)},
+        relay_metrics="off",
+    )
+    app = make_app(settings)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_status(pilot, app, "prereqs", ("ok", "warn", "error"), timeout=30)
+        rows = {r.result.name: r.result for r in step(app, "prereqs").query(CheckRow)}
+        contract = next(r for name, r in rows.items() if "task" in name.lower() or "Taskfile" in r.detail)
+        assert contract.status == "ok", contract
+        log = app.screen.query_one(CommandLog).transcript()
+        assert "$ task --list-all --json" in log and "exit 201 (expected: the Taskfile is read instead)" in log, log
+        assert "FAILED" not in log, log
