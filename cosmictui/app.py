@@ -14,7 +14,7 @@ from textual.binding import Binding
 
 from cosmictui.ops import progress as progress_mod
 from cosmictui.ops.config import ConfigError, load_settings
-from cosmictui.screens.context import WizardContext
+from cosmictui.ops.session import WizardContext
 from cosmictui.screens.wizard import WizardScreen
 
 
@@ -119,6 +119,8 @@ def main_wizard(deployment: str | None, demo: bool, config: str | None) -> int:
             for sig in WizardApp.EXIT_SIGNALS:  # a second SIGHUP must not cut the cleanup short
                 signal.signal(sig, signal.SIG_IGN)
             close_demo(ctx)
+            # the path printed at the start is gone now: say so, so nobody goes looking for it
+            print(f"cosmictui: demo finished; its sandbox {ctx.demo.root} was removed.", file=sys.stderr)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     if app.exit_signal is not None:

@@ -94,3 +94,7 @@ async def test_a_relay_with_other_flags_is_named_and_restarted_with_the_same_key
         assert new is not None and new.pid != old.pid and new.key == old.key  # same storage, same key
         assert not relayproc.pid_alive(old.pid)
         assert "Started" in text
+        await pilot.press("s")  # again: it runs with the wizard's settings now, nothing to start
+        await wait_until(pilot, lambda: "Already running" in status(app, "relay"), "already running")
+        text = await wait_status(pilot, app, "relay", ("ok",), timeout=60)
+        assert "Started" not in text and relayproc.attach(str(storage)).pid == new.pid  # type: ignore[union-attr]

@@ -86,3 +86,5 @@ def test_demo_in_a_real_terminal_shows_the_relay_proof_at_80x24_and_60x20(tmux: 
         assert time.monotonic() < deadline, tmux.screen()
         time.sleep(0.2)
     assert rc.read_text().strip() == "0"
+    # the sandbox path printed at the start is gone: the last word says so
+    tmux.wait(lambda s: "was removed" in s.replace("\n", ""), "the demo's goodbye")
