@@ -76,6 +76,7 @@ def relay_status_report(storage: str | None, metrics: str | None, timeout: float
     """What `relay status` prints: runtime file, process liveness, /stats, and a verdict."""
     from cosmictui.ops import relayproc
     from cosmictui.ops.metrics.client import BadData, MetricsError, fetch
+    from cosmictui.ops.metrics.forwarding import forwarding_path
 
     report: dict[str, Any] = {"state": "not running", "storage": storage, "runtime": None, "stats": None}
     report |= {"metrics": metrics, "error": None, "fix": None, "key": None}
@@ -120,6 +121,8 @@ def relay_status_report(storage: str | None, metrics: str | None, timeout: float
     report["state"] = "up"
     report["error"] = None
     report["stats"] = s.stats
+    path = forwarding_path(s.stats)  # which path carries the traffic: kernel (nftables) or Python
+    report["forwarding"] = path.as_json() if path is not None else None
     if isinstance(s.stat("key"), str):
         report["key"] = s.stat("key")
     report["rss_bytes"] = s.rss_bytes
@@ -208,6 +211,11 @@ def cmd_relay_status(args: argparse.Namespace, out: TextIO) -> int:
         )
         if joined is False:
             out.write("         not joined to the DHT yet — retrying\n")
+        if rep.get("forwarding"):
+            from cosmictui.ops.metrics.forwarding import forwarding_path
+
+            if (path := forwarding_path(stats)) is not None:
+                out.write(f"path     {path.line()}\n")
         for block in ("dropped", "shed"):
             if block in stats:
                 out.write(f"{block:<8} {by_cause(stats[block], top=8)}\n")

@@ -102,8 +102,9 @@ class Settings:
     relay_address: str = ""
     relay_metrics: str = RELAY_METRICS
     relay_bootstrap: tuple[str, ...] = ()
-    #: start the relay with --kernel-forwarding (established pairs forwarded by nftables; root)
-    relay_kernel_forwarding: bool = False
+    #: start the relay with --kernel-forwarding (established pairs forwarded by nftables): True, False,
+    #: or None ("auto", the default): on when this host can have it (relayproc.choose_kernel_forwarding)
+    relay_kernel_forwarding: bool | None = None
     ssh_known_hosts: str = "~/.ssh/known_hosts"
     ssh_identity: tuple[str, ...] = ()
     ssh_connect_timeout: float = 10.0
@@ -179,6 +180,12 @@ def _coerce(name: str, value: Any) -> Any:
     """Bring TOML/flag values into the field's type, with an error naming the field."""
     kind = str(_FIELD_TYPES[name])
     try:
+        if kind == "bool | None":  # true, false, or "auto" (None): decided where it is used
+            if value == "auto":
+                return None
+            if not isinstance(value, bool):
+                raise ConfigError(f'{name} must be bool or "auto", got {value!r}')
+            return value
         if kind == "bool":
             if not isinstance(value, bool):
                 raise TypeError

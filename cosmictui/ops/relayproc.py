@@ -182,6 +182,89 @@ def attach(storage: str) -> RelayRuntime | None:
     return status.runtime if status.running else None
 
 
+@dataclass(frozen=True)
+class KernelChoice:
+    """Whether the wizard's relay forwards established pairs in the kernel (nftables), and why.
+
+    `on`: the relay this process starts gets --kernel-forwarding. `unit`: the systemd unit gets it
+    (the unit grants CAP_NET_ADMIN itself, so only a host without nftables rules it out). `why`:
+    one plain line for the operator.
+    """
+
+    on: bool
+    unit: bool
+    why: str
+
+
+_kernel_support: tuple[bool, bool, str] | None = None
+
+
+def kernel_support() -> tuple[bool, bool, str]:
+    """(a relay this process starts can manage nftables, the host has nftables, why not) — found
+    out honestly, in a child process as the relay would be (libnftables writes to stderr, which
+    must not reach a TUI): the relay's own binding adds and deletes an empty `inet` table in one
+    transaction, so nothing is left behind. Asked once per process."""
+    global _kernel_support
+    if _kernel_support is None:
+        code = "import json\nfrom cosmictui.ops.relayproc import probe_kernel_here as p\nprint(json.dumps(p()))"
+        env = dict(os.environ)
+        spec = importlib.util.find_spec("cosmictui")
+        if spec is not None and spec.origin:
+            root = str(Path(spec.origin).parent.parent)
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        try:
+            res = subprocess.run(
+                [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, env=env, check=False
+            )
+            can, host_has, why = json.loads(res.stdout.strip().splitlines()[-1])
+            _kernel_support = (bool(can), bool(host_has), str(why))
+        except (OSError, subprocess.SubprocessError, ValueError, IndexError) as e:
+            _kernel_support = (False, False, f"could not check for nftables ({e})")
+    return _kernel_support
+
+
+def probe_kernel_here() -> tuple[bool, bool, str]:
+    """`kernel_support`'s check, in this process."""
+    try:
+        from relay.udx.kernel import unavailable_reason
+        from relay.udx.nft import Nft, NftError
+    except ImportError as e:  # pragma: no cover - the relay ships with cosmictui
+        return False, False, f"the relay's kernel forwarding is not installed ({e})"
+    try:
+        nft = Nft()
+    except NftError as e:
+        return False, False, unavailable_reason(e)
+    name = f"cosmictui_check_{os.getpid()}"
+    try:
+        nft.run(f"add table inet {name}\ndelete table inet {name}")
+    except NftError as e:
+        denied = "Operation not permitted" in str(e)
+        why = unavailable_reason(e)
+        if denied:
+            why = "this process lacks CAP_NET_ADMIN, which the relay's nftables table needs (run the wizard as root)"
+        return False, denied, why
+    finally:
+        nft.close()
+    return True, True, ""
+
+
+def choose_kernel_forwarding(wanted: bool | None) -> KernelChoice:
+    """`[relay] kernel_forwarding`: true or false as configured; unset ("auto"), on where the host
+    allows it (root or CAP_NET_ADMIN, and nftables), with one line saying why not elsewhere."""
+    if wanted is False:
+        return KernelChoice(
+            False, False, "Kernel forwarding is off ([relay] kernel_forwarding = false): the relay forwards in Python."
+        )
+    can, host_has, why = kernel_support()
+    if wanted is True:
+        note = "" if can else f" It may not work here: {why}; the relay then forwards in Python."
+        return KernelChoice(True, True, f"Kernel forwarding is on ([relay] kernel_forwarding = true).{note}")
+    if can:
+        return KernelChoice(True, True, "Kernel forwarding is on: established pairs are forwarded by nftables.")
+    unit = " The systemd unit below grants CAP_NET_ADMIN, so it is on there." if host_has else ""
+    return KernelChoice(False, host_has, f"Kernel forwarding is off: {why}; the relay forwards in Python.{unit}")
+
+
 def relay_command(
     storage: str,
     port: int,
@@ -189,9 +272,14 @@ def relay_command(
     bootstrap: tuple[str, ...] | list[str] = (),
     metrics: str | None = None,
     python: str = sys.executable,
-    kernel_forwarding: bool = False,
+    kernel_forwarding: bool | None = False,
 ) -> list[str]:
-    """`python -m relay --storage S --port P [--host H] [--bootstrap ...] [--metrics ...] [--kernel-forwarding]`."""
+    """`python -m relay --storage S --port P [--host H] [--bootstrap ...] [--metrics ...] [--kernel-forwarding]`.
+
+    `kernel_forwarding` None ("auto", `[relay] kernel_forwarding` unset): on where this host allows
+    it (`choose_kernel_forwarding`)."""
+    if kernel_forwarding is None:
+        kernel_forwarding = choose_kernel_forwarding(None).on
     cmd = [python, "-m", "relay", "--storage", _abs(storage), "--port", str(port)]
     if host and host != "0.0.0.0":
         cmd += ["--host", host]
@@ -225,7 +313,7 @@ async def start_relay(
     metrics: str | None = None,
     timeout: float = 30.0,
     python: str = sys.executable,
-    kernel_forwarding: bool = False,
+    kernel_forwarding: bool | None = False,
 ) -> RelayRuntime:
     """Start the relay detached and wait until it listens; attach instead if it already runs.
 

@@ -22,6 +22,7 @@ from cosmictui.ops.metrics.client import (
     human_bytes,
     human_duration,
 )
+from cosmictui.ops.metrics.forwarding import forwarding_path
 
 STATE_STYLE = {
     RelayState.UP: "bold $success",
@@ -108,21 +109,14 @@ class RelayFacts(Static):
         self.update(table.to_text(), layout=rows != self._rows)
         self._rows = rows
 
-    def _kernel_row(self, t: _Rows, kernel: dict[str, Any], traffic: Any, width: int) -> None:
-        """--kernel-forwarding: how much of what was relayed nftables carried, or why it is off
-        when it was asked for (the relay then forwards in Python; nothing else to do)."""
-        if kernel.get("enabled") is True:
-            tr = traffic if isinstance(traffic, dict) else {}
-            rel, kb = tr.get("relayed_bytes"), tr.get("kernel_bytes")
-            share = "on"
-            if isinstance(rel, int | float) and isinstance(kb, int | float) and rel > 0:
-                share = f"{min(100.0, 100 * kb / rel):.0f}% of relayed bytes"
-            ways = kernel.get("directions")
-            t.add_row("kernel", share + (f" · {int(ways)} ways now" if isinstance(ways, int) else ""))
+    def _path_row(self, t: _Rows, stats: dict[str, Any], width: int) -> None:
+        """Which path carries the traffic: the kernel's share (nftables) and Python's, or why
+        Python carries it all (a warning when kernel forwarding was asked for and is off)."""
+        fp = forwarding_path(stats)
+        if fp is None:
             return
-        reason = kernel.get("reason")
-        if isinstance(reason, str) and reason and not reason.startswith("not asked"):
-            t.add_wrapped("kernel", f"off: {reason}", width, style=self._style("$text-warning"))
+        style = self._style("$text-warning") if fp.path == "python" and fp.asked else ""
+        t.add_wrapped("path", fp.line(), width, style=style)
 
     def render_facts(self, w: RelayWatch, key_width: int, roomy: bool, now: float) -> _Rows:
         t = _Rows()
@@ -183,9 +177,7 @@ class RelayFacts(Static):
             "relayed", f"{human_bytes(r['relayed_bytes'], True)}  drop {_rate(r['dropped_packets'])}" if r else "–"
         )
         stats = s.stats if s is not None and isinstance(s.stats, dict) else {}
-        kernel = stats.get("kernel")
-        if isinstance(kernel, dict):
-            self._kernel_row(t, kernel, stats.get("traffic"), width)
+        self._path_row(t, stats, width)
         if s is not None and isinstance(s.stats, dict):
             # new in the relay's /stats: shown only when the relay sends them, wrapped (causes
             # are words like unknown_stream, and the pane is narrow at 80 columns)

@@ -123,17 +123,30 @@ async def test_a_bug_in_one_relays_poll_costs_that_row_only(monkeypatch: pytest.
         good.close()
 
 
-def test_kernel_forwarding_shows_its_share_or_why_it_is_off() -> None:
+def test_the_path_carrying_the_traffic_is_shown_kernel_and_python_share_or_why_python() -> None:
     def shown(stats: dict[str, object]) -> list[str]:
         w = m.RelayWatch(m.Target(metrics="127.0.0.1:9"))
         w.observe(m.Scrape(at=1.0, wall=1000.0, values={}, stats=stats))
-        return [" ".join(line.split()) for line in facts_text(w, 1000.0).splitlines() if line.startswith("kernel")]
+        lines = facts_text(w, 1000.0).splitlines()
+        at = next((i for i, line in enumerate(lines) if line.startswith("path")), None)
+        if at is None:
+            return []
+        rows = [lines[at], *(x for x in lines[at + 1 : at + 2] if x.startswith(" "))]  # wrapped: one more row
+        return [" ".join(" ".join(rows).split())]
 
     on = {"kernel": {"enabled": True, "directions": 6}, "traffic": {"relayed_bytes": 1000, "kernel_bytes": 990}}
-    assert shown(on) == ["kernel 99% of relayed bytes · 6 ways now"]
+    assert shown(on) == ["path kernel 99% · Python 1% of relayed bytes · 6 ways now"]
     off = {"kernel": {"enabled": False, "reason": "nftables refused the relay's table: Operation not permitted"}}
-    assert shown(off)[0].startswith("kernel off: nftables refused")
-    # not asked for, or a hostile/odd /stats: nothing, and no crash
-    assert shown({"kernel": {"enabled": False, "reason": "not asked (--kernel-forwarding)"}}) == []
-    assert shown({"kernel": {"enabled": True}, "traffic": {"relayed_bytes": "x"}}) == ["kernel on"]
+    assert shown(off)[0].startswith("path Python (kernel forwarding off: nftables refused")
+    # not asked for: Python carries it all, said plainly
+    assert shown({"kernel": {"enabled": False, "reason": "not asked (--kernel-forwarding)"}}) == [
+        "path Python only (started without --kernel-forwarding)"
+    ]
+    # a hostile/odd /stats: nothing wrong shown, and no crash
+    assert shown({"kernel": {"enabled": True}, "traffic": {"relayed_bytes": "x"}}) == [
+        "path kernel forwarding on, nothing relayed yet"
+    ]
+    assert shown({"kernel": {"enabled": True}, "traffic": {"relayed_bytes": float("nan"), "kernel_bytes": 1}}) == [
+        "path kernel forwarding on, nothing relayed yet"
+    ]
     assert shown({"kernel": "yes"}) == [] and shown({}) == []

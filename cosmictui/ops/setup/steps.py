@@ -12,7 +12,7 @@ from typing import Literal
 
 from cosmictui.ops.config import Settings
 from cosmictui.ops.jobs.model import FAILED_STATUSES, STUCK_STATUSES, Job, JobView, StatusSets, format_age
-from cosmictui.ops.relayproc import RelayRuntime, attach
+from cosmictui.ops.relayproc import RelayRuntime, attach, choose_kernel_forwarding
 from cosmictui.ops.runner import Runner, RunnerError
 from cosmictui.ops.setup.checks import (
     CheckResult,
@@ -252,7 +252,7 @@ def keep_running_commands(settings: Settings, storage: str, port: int) -> list[s
     flags = [f"--storage {shlex.quote(storage)}", f"--port {int(port)}"]
     if settings.relay_bootstrap:
         flags.append("--bootstrap " + shlex.quote(",".join(settings.relay_bootstrap)))
-    if settings.relay_kernel_forwarding:
+    if choose_kernel_forwarding(settings.relay_kernel_forwarding).unit:  # the unit grants CAP_NET_ADMIN
         flags.append("--kernel-forwarding")
     return [
         f"{shlex.quote(exe)} --systemd-unit {' '.join(flags)} > /etc/systemd/system/blind-relay.service",
