@@ -150,9 +150,12 @@ class MonitorScreen(Screen[None]):
                 )
                 yield TimePlot("probe round trip", unit="ms", floor=1.0, id="plot-probe")
         yield Log(id="log", max_lines=500, auto_scroll=True)
-        yield Footer()
+        # No "^p palette" entry: pushed from the wizard (which has the palette) it took the room
+        # "q Quit" needs at 80 columns; ctrl+p still opens it.
+        yield Footer(show_command_palette=False)
 
     def on_mount(self) -> None:
+        self._fit_footer()
         self.set_class(len(self.watches) > 1, "-multi")
         self.query_one("#facts-pane").border_title = "relay"
         log = self.query_one("#log", Log)
@@ -343,7 +346,15 @@ class MonitorScreen(Screen[None]):
             self.selected = int(event.row_key.value)
 
     def on_resize(self) -> None:
+        self._fit_footer()
         self.call_after_refresh(self._refresh_if_present)
+
+    def _fit_footer(self) -> None:
+        """Below 80 columns the footer drops its padding (as the wizard's does): q Quit stays in view."""
+        with contextlib.suppress(NoMatches):
+            footer = self.query_one(Footer)
+            if footer.compact != (self.app.size.width < 80):
+                footer.compact = self.app.size.width < 80
 
     def _refresh_if_present(self) -> None:
         with contextlib.suppress(NoMatches):

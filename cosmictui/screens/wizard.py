@@ -30,7 +30,7 @@ from cosmictui.screens.step_recover import RecoverStep
 from cosmictui.screens.step_relay import RelayStep
 from cosmictui.screens.step_verify import VerifyStep
 from cosmictui.widgets.banner import Banner, LostJob
-from cosmictui.widgets.command_log import CommandLog
+from cosmictui.widgets.command_log import CommandLog, fold_command
 from cosmictui.widgets.step_list import StepList, StepState
 
 STEP_CLASSES: list[type[Step]] = [PrereqsStep, RelayStep, EnvStep, ApplyStep, VerifyStep, RecoverStep]
@@ -473,4 +473,4 @@ class WizardScreen(Screen[None]):
 
     def _on_command(self, cmd: str) -> None:
         """Show the last command in the nav bar, so it is visible even with the log hidden."""
-        self.query_one("#nav-hint", Static).update(f"$ {cmd}")
+        self.query_one("#nav-hint", Static).update(f"$ {fold_command(cmd)}")

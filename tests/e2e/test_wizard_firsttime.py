@@ -337,3 +337,29 @@ async def test_an_expected_fallback_is_not_logged_as_failed(tmp_path: Path) -> N
         log = app.screen.query_one(CommandLog).transcript()
         assert "$ task --list-all --json" in log and "exit 201 (expected: the Taskfile is read instead)" in log, log
         assert "FAILED" not in log, log
+
+
+async def test_the_monitor_opened_from_the_wizard_keeps_quit_in_its_footer(tmp_path: Path) -> None:
+    size = (80, 24)
+    from cosmictui.screens.monitor import MonitorScreen
+
+    d = tmp_path / "deploy"
+    d.mkdir()
+    resume_at(str(d), "relay")
+    app = make_app(Settings(deployment=str(d), relay_storage=str(tmp_path / "store"), relay_metrics="127.0.0.1:9"))
+    async with app.run_test(size=size) as pilot:
+        await wait_until(pilot, lambda: app.screen.index == 1, "step 2")
+        await pilot.press("m")
+        await wait_until(pilot, lambda: isinstance(app.screen, MonitorScreen), "the monitor")
+
+        def quit_shown() -> bool:
+            keys = list(app.screen.query(FooterKey))
+            q = next((k for k in keys if k.key == "q" and k.description == "Quit"), None)
+            # whole, inside the screen, and nothing (the palette's entry) drawn over it
+            return (
+                q is not None
+                and 0 < q.region.right <= size[0]
+                and not any(k is not q and k.region.overlaps(q.region) for k in keys)
+            )
+
+        await wait_until(pilot, quit_shown, f"q Quit whole in the monitor's footer at {size}")
