@@ -273,13 +273,13 @@ class BatchIO:
             return q[a:b:4].tolist(), None, None
         return q[a:b:4].tolist(), q[a + 1 : b : 4].tolist(), q[a + 2 : b : 4].tolist()
 
-    def slot(self, i: int) -> tuple[int, int, int, int]:
-        """(length, first header word, stream id, first `msg_name` word) of received slot `i`:
-        what the small-batch path decides on, in one call. A GRO run has a length > the
-        segment size; call `segment_size` first when GRO is on."""
+    def slot(self, i: int) -> tuple[int, int, int, int, int]:
+        """(length, first header word, stream id, first `msg_name` word, control length) of
+        received slot `i`: what the small-batch path decides on, in one call. A control
+        length other than 0 means a GRO run (see `segment_size`)."""
         w = i * self.words
         u32 = self.u32
-        return self.lens[i * 16 + 14], u32[w], u32[w + 1], self.names_q[i * 4]
+        return self.lens[i * 16 + 14], u32[w], u32[w + 1], self.names_q[i * 4], self.rhdr_q[i * 8 + 5]
 
     def put_one(self, j: int, i: int, sid: int, sa: int, target: Any, length: int) -> None:
         """Entry `j` to `sa`: received slot `i` (`length` bytes) with its stream id set to `sid`."""
@@ -309,6 +309,14 @@ class BatchIO:
         q[3:n8:8] = self._ones[:count]
         q[5:n8:8] = self._zeros[:count]
         self.targets[:count] = targets
+
+    def forward_one(
+        self, i: int, sid: int, sa: int, target: Any, length: int
+    ) -> tuple[int, int, list[tuple[int, list[bytes]]]] | None:
+        """Received slot `i` (`length` bytes) to `sa` with its stream id set to `sid`, alone:
+        `put_one` and `send` of one entry (a chatty pair's wake), same result as `send`."""
+        self.put_one(0, i, sid, sa, target, length)
+        return self.send(1)
 
     def send(self, total: int) -> tuple[int, int, list[tuple[int, list[bytes]]]] | None:
         """`flush` for the common case: None when all `total` entries went out in one call,

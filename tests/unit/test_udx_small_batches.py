@@ -179,3 +179,23 @@ async def test_one_datagram_from_another_address_in_a_many_pair_batch_is_dropped
     assert st.dropped_by_cause == {"wrong_address": 1}
     x.close()
     p.close()
+
+
+async def test_a_lone_datagram_from_another_address_is_dropped_not_forwarded(mode: str) -> None:
+    """A read of one datagram (a chatty pair's usual wake) from an address that is not the
+    stream's peer: dropped as `wrong_address`; the peer's next datagram is what D gets."""
+    p = await _pairs(1, mode)
+    st = p.sock.stats
+    x = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    x.bind(("127.0.0.7", 0))
+    received = st.received_packets
+    x.sendto(encode(DATA, p.rb[0].id, DEFAULT_RWND, 9, 0, b"forged"), p.addr)
+    async with asyncio.timeout(20):
+        while st.received_packets == received:
+            await asyncio.sleep(0.001)
+    legit = encode(DATA, p.rb[0].id, DEFAULT_RWND, 9, 0, b"from the peer")
+    p.ea.sendto(legit, p.addr)
+    assert await recv_n(p.ed, 1) == [_rewritten(legit, p.d_ids[0])]
+    assert st.dropped_by_cause == {"wrong_address": 1}
+    x.close()
+    p.close()
