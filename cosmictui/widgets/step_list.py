@@ -89,6 +89,7 @@ class StepList(Vertical):
     def set_short(self, short: bool) -> None:
         """Below 70 columns only the marks and numbers: the room goes to the step itself."""
         self.set_class(short, "-short")
+        self.border_title = "" if short else "Steps"  # "St…" said nothing
         for item in self.query(StepItem):
             item.set_short(short)
 
