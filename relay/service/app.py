@@ -25,6 +25,7 @@ import errno
 import logging
 import os
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,7 +48,7 @@ from relay.dht.connection import KEEP_ALIVE
 from relay.dhtprom import ScraperConfig
 from relay.keys import KeyPair, encode_id
 from relay.secretstream import Closed, Ended, FrameTooLarge, Message, SecretStreamError
-from relay.service.closing import reset_relayed_peers
+from relay.service.closing import reset_targets, send_resets
 from relay.service.limits import (
     LIMIT_ACTIVE_PAIRS,
     LIMIT_CONTROL_FRAME,
@@ -61,7 +62,7 @@ from relay.service.limits import (
     Limits,
 )
 from relay.service.metrics import MetricsError, MetricsServer, build_registry, render_metrics
-from relay.service.runtime import remove_runtime, write_runtime
+from relay.service.runtime import remove_runtime, take_returning, write_returning, write_runtime
 from relay.service.scraper import ScraperLink
 from relay.udx import UDX, UDXSocket, UDXStream
 from relay.udx.kernel import KernelUnavailable
@@ -87,6 +88,9 @@ BOOTSTRAP_TIMEOUT = 20.0
 #: Seconds closing waits for the DHT to drop the relay's announcement before it resets its
 #: peers (each answers in milliseconds; a dead node must not hold the exit up).
 UNANNOUNCE_TIMEOUT = 2.0
+#: Seconds after a start during which the hosts the last clean stop recorded may reconnect the
+#: sessions they held without the handshake gates' throttling (their reconnect storm).
+RETURNING_WINDOW = 60.0
 
 
 class RelayStartError(Exception):
@@ -213,6 +217,13 @@ class RelayApp:
         except OSError as e:
             raise RelayStartError(_bind_error(cfg.host, cfg.port, e)) from e
         self.port = self.socket.port
+        returning = take_returning(cfg.storage, time.time())
+        if returning:
+            self.handshakes.expect_returning(returning, self._now(), RETURNING_WINDOW)
+            log.info(
+                "expecting the last run's peers back",
+                extra={"hosts": len(returning), "sessions": sum(returning.values()), "seconds": RETURNING_WINDOW},
+            )
         if cfg.kernel_forwarding:
             try:
                 k = self.socket.enable_kernel_forwarding()
@@ -301,15 +312,21 @@ class RelayApp:
         if self.server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.server.unannounce(), UNANNOUNCE_TIMEOUT)
-        told = reset_relayed_peers(self._streams.values())
-        if told or self._sessions:
+        targets = reset_targets(self._streams.values())
+        held = Counter(s.conn.client_address[0] for s in self._sessions.values())
+        if held:
+            with contextlib.suppress(OSError):
+                write_returning(self.config.storage, held, time.time())
+        if targets or self._sessions:
             n = len(self._sessions)
-            log.info("closing: reset relayed peers, ending sessions", extra={"peers": told, "sessions": n})
+            log.info("closing: resetting relayed peers, ending sessions", extra={"peers": len(targets), "sessions": n})
         if self._expiry is not None:
             self._expiry.cancel()
             self._expiry = None
         self.blind.close()
         self._pump()
+        with contextlib.suppress(Exception):
+            await send_resets(targets)
         if self.scraper is not None:
             await self.scraper.close()
         if self.server is not None:

@@ -9,6 +9,7 @@ The per-address handshake limiter is a sans-IO token bucket: it takes `now`, nev
 from __future__ import annotations
 
 from collections import Counter, OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 # Names of the caps, as they appear in metrics and /stats.
@@ -150,10 +151,32 @@ class HandshakeGate:
         self.budget = HandshakeLimiter(
             max(1, int(limits.handshake_budget_per_second)), limits.handshake_budget_per_second, 1
         )
+        self._returning: dict[str, int] = {}
+        self._returning_until = 0.0
+
+    def expect_returning(self, sessions_by_host: Mapping[str, int], now: float, window: float) -> None:
+        """After a planned restart: each host may reconnect as many sessions as it held when the
+        relay stopped, unthrottled, for `window` seconds. A worker address holding thousands of
+        jobs' connections is then not mistaken for a flood when they all come back at once (the
+        backlog still serves hosts least served first), while a host the previous run did not
+        serve gets nothing more than before."""
+        self._returning = dict(sessions_by_host)
+        self._returning_until = now + window
+
+    def returning(self, host: str, sessions_held: int, now: float) -> bool:
+        """Whether `host` is still coming back after a restart (below what it held then)."""
+        if not self._returning:
+            return False
+        if now >= self._returning_until:
+            self._returning = {}
+            return False
+        return sessions_held < self._returning.get(host, 0)
 
     def admit(self, host: str, sessions_held: int, now: float) -> float | str:
         """Seconds the handshake must wait before it is answered (0.0: now), or the name of
         the limit that refused it."""
+        if self.returning(host, sessions_held, now):
+            return 0.0
         wait = self.per_address.reserve(host, now, self.max_wait)
         if wait is None:
             return LIMIT_HANDSHAKES_PER_ADDRESS

@@ -43,7 +43,7 @@ async function main () {
     })
     socket.on('data', (d) => {
       if (socket.userData === null || socket.userData === undefined) {
-        socket.userData = { i: d[0] } // the client's first byte says which pair it is
+        socket.userData = { i: d.readUInt32BE(0) } // the client's first 4 bytes say which pair it is
       }
       socket.write(d)
     })
@@ -69,7 +69,7 @@ async function main () {
       return { ok: false, code: (await closed) || 'timeout' }
     }
     const payload = crypto.randomBytes(bytes)
-    payload[0] = i
+    payload.writeUInt32BE(i, 0)
     const got = []
     let n = 0
     const echo = Promise.race([
