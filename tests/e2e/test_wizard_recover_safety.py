@@ -81,6 +81,8 @@ async def test_failing_create_after_delete_leaves_a_banner_and_the_saved_file(tm
         text = await wait_status(pilot, app, "recover", ("error",), timeout=30)
         assert "Job job-001 was DELETED and NOT recreated" in text and "exited 64" in text
         banner = app.screen.query_one(Banner)
+        # the banner is raised by a message the step posts: a frame after the status, on a busy machine
+        await wait_until(pilot, lambda: banner.has_class("-shown"), "the lost-job banner")
         shown = str(banner.render())
         assert banner.has_class("-shown") and "DELETED and NOT recreated" in shown
         assert "cosmicac jobs create --name 'llama train' --gpu a100" in shown
