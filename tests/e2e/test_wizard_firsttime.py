@@ -363,3 +363,22 @@ async def test_the_monitor_opened_from_the_wizard_keeps_quit_in_its_footer(tmp_p
             )
 
         await wait_until(pilot, quit_shown, f"q Quit whole in the monitor's footer at {size}")
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_a_path_typed_with_no_field_focused_goes_into_the_storage_field(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size: tuple[int, int]
+) -> None:
+    from cosmictui.screens.confirm import ConfirmScreen
+
+    storage, settings = _relay_setup(tmp_path)
+    _stand_in_relay(monkeypatch, storage)
+    app = make_app(settings)
+    async with app.run_test(size=size) as pilot:
+        await wait_until(pilot, lambda: "Press s to start it" in status(app, "relay"), "the relay step")
+        assert not isinstance(app.focused, Input)
+        await pilot.press(*"/srv/relay")  # the s of /srv must not start anything
+        await pilot.pause()
+        field = step(app, "relay").query_one("#relay-storage", Input)
+        assert field.has_focus and field.value == "/srv/relay"
+        assert not isinstance(app.screen, ConfirmScreen) and step(app, "relay").runtime is None
