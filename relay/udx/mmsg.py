@@ -128,6 +128,8 @@ class BatchIO:
         self._recvmmsg.restype = ctypes.c_int
         self._sendmmsg = libc.sendmmsg
         self._sendmmsg.restype = ctypes.c_int
+        self._sendmsg = libc.sendmsg  # one entry: its msghdr alone (cheaper in the kernel)
+        self._sendmsg.restype = ctypes.c_ssize_t
         self.fd = fd
         self.family = family
         self.batch = batch
@@ -168,9 +170,8 @@ class BatchIO:
                 rctl_addr + i * RCTL_STRIDE if gro else 0,
                 RCTL_STRIDE if gro else 0,
             )
-        self._rtemplate = memoryview(bytes(self.rhdr))
-        self._rhdr_mv = memoryview(self.rhdr)
-        self._rused = 0
+        self._rctl_lens = memoryview(array("Q", [RCTL_STRIDE] * batch))
+        self._rused = 0  # entries the last read filled (their msg_controllen is restored before the next)
         self.lens = memoryview(self.rhdr).cast("I")  # msg_len of entry i at [i * 16 + 14]
         self.rhdr_q = memoryview(self.rhdr).cast("Q")  # msg_controllen of entry i at [i * 8 + 5]
 
@@ -221,8 +222,12 @@ class BatchIO:
 
     def recv(self) -> int:
         """Datagrams (or coalesced runs) received into the batch (0 when the socket is drained)."""
-        if self._rused:  # the kernel rewrote msg_controllen / msg_flags of the entries it filled
-            self._rhdr_mv[: self._rused] = self._rtemplate[: self._rused]
+        used = self._rused
+        if used:  # the kernel rewrote msg_controllen of the entries it filled (to 0 without a cmsg)
+            if used == 1:
+                self.rhdr_q[5] = RCTL_STRIDE
+            else:
+                self.rhdr_q[5 : used * 8 : 8] = self._rctl_lens[:used]
             self._rused = 0
         n = self._recvmmsg(self.fd, self._rhdr_ptr, self.batch, MSG_DONTWAIT, None)
         if n < 0:
@@ -233,7 +238,7 @@ class BatchIO:
                 return -1  # an ICMP error surfaced on the socket; try again
             raise OSError(e, "recvmmsg failed")
         if self.gro:
-            self._rused = n * HDR_SIZE
+            self._rused = n
         return n
 
     # --- the received batch, as the runtime reads it (msghdr/iovec layout stays here) -------
@@ -315,8 +320,19 @@ class BatchIO:
     ) -> tuple[int, int, list[tuple[int, list[bytes]]]] | None:
         """Received slot `i` (`length` bytes) to `sa` with its stream id set to `sid`, alone:
         `put_one` and `send` of one entry (a chatty pair's wake), same result as `send`."""
-        self.put_one(0, i, sid, sa, target, length)
-        return self.send(1)
+        self.u32[i * self.words + 1] = sid
+        self.fiov32[i * 4 + 2] = length
+        q = self.shdr_q
+        q[0] = sa
+        q[2] = self.fiov_addr + i * 16
+        q[3] = 1
+        q[5] = 0
+        self.targets[0] = target
+        self.gen += 1
+        if self._sendmsg(self.fd, self._shdr_ptr, MSG_DONTWAIT) >= 0:
+            return None
+        self.gen -= 1
+        return self.flush(1, (-1, ctypes.get_errno()))
 
     def send(self, total: int) -> tuple[int, int, list[tuple[int, list[bytes]]]] | None:
         """`flush` for the common case: None when all `total` entries went out in one call,

@@ -199,3 +199,34 @@ async def test_a_lone_datagram_from_another_address_is_dropped_not_forwarded(mod
     assert st.dropped_by_cause == {"wrong_address": 1}
     x.close()
     p.close()
+
+
+async def test_a_lone_datagram_that_finds_the_send_buffer_full_is_sent_when_writable() -> None:
+    """The one-datagram path's send meets EAGAIN: the datagram is queued, not lost, and goes
+    out in order before the next one."""
+    import ctypes
+    import errno
+
+    p = await _pairs(1, "mmsg")
+    io = p.sock._mmsg
+    assert io is not None
+    real = io._sendmsg
+    refused: list[int] = []
+
+    def full_once(fd: int, hdr: ctypes.c_void_p, flags: int) -> int:
+        if not refused:
+            refused.append(fd)
+            ctypes.set_errno(errno.EAGAIN)
+            return -1
+        return int(real(fd, hdr, flags))
+
+    io._sendmsg = full_once  # type: ignore[assignment]
+    first = encode(DATA, p.rb[0].id, DEFAULT_RWND, 1, 0, b"first")
+    p.ea.sendto(first, p.addr)
+    assert await recv_n(p.ed, 1) == [_rewritten(first, p.d_ids[0])]
+    second = encode(DATA, p.rb[0].id, DEFAULT_RWND, 2, 0, b"second")
+    p.ea.sendto(second, p.addr)
+    assert await recv_n(p.ed, 1) == [_rewritten(second, p.d_ids[0])]
+    assert refused and p.sock.stats.send_errors == 0
+    io._sendmsg = real
+    p.close()
