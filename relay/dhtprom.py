@@ -27,7 +27,6 @@ and every `refresh` seconds while all is well (the bridge forgets aliases after 
 
 from __future__ import annotations
 
-import socket
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -59,15 +58,11 @@ class ScraperConfig:
     public_key: bytes
     secret: bytes
     alias: str
-    hostname: str = ""
+    hostname: str = ""  # the glue fills in this host's name (dht-prom-client: `os.hostname()`)
     service: str = SERVICE_NAME
 
     def __repr__(self) -> str:  # never print the secret into logs
         return f"ScraperConfig(alias={self.alias!r})"
-
-    def host(self) -> str:
-        """The hostname the bridge labels our target with (dht-prom-client: `os.hostname()`)."""
-        return self.hostname or socket.gethostname()
 
 
 class ScraperProtocolError(Exception):

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -168,7 +169,8 @@ class ScraperLink:
     async def _register(self) -> None:
         """One attempt: connect, send the alias, wait for the answer; all of it bounded."""
         cfg = self.config
-        request = AliasRequest(cfg.secret, cfg.alias, self.target.public_key, cfg.host(), cfg.service)
+        host = cfg.hostname or socket.gethostname()
+        request = AliasRequest(cfg.secret, cfg.alias, self.target.public_key, host, cfg.service)
         conn: Connection | None = None
         try:
             conn = await connect(self.node, cfg.public_key, timeout=self.connect_timeout)
