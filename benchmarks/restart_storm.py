@@ -11,8 +11,10 @@ SIGTERM, is started again on the same storage and port, and this reports:
 - exit: seconds from SIGTERM to the relay's exit (and its code);
 - notice: seconds from SIGTERM until each peer saw its connection close, and how (codes);
 - storm: seconds from the relay being back ("Server listening") until each pair was relayed
-  again (p50/p99/max), the reconnect attempts that failed meanwhile, and what the relay's
-  handshake gates and backlog refused or shed during the storm (`/stats`).
+  again (p50/p99/max), the reconnect attempts that failed meanwhile (a peer gives an attempt
+  `attempt_timeout`, 15 s, hyperdht's own relay pairing timeout, then tries again), what the
+  relay's handshake gates and backlog refused or shed during the storm, and the CPU the new
+  relay spent from its start to the storm's end (`/stats`).
 
 `restart_storm(pairs, ...)` is the function; `main()` prints it. Runs only on this machine.
 """
@@ -66,6 +68,7 @@ def restart_storm(
     node: str = "node",
     worker_host: str = "127.0.0.2",
     job_host: str = "127.0.0.1",
+    attempt_timeout: float = 15.0,
     setup_timeout: float = 600.0,
     storm_timeout: float = 600.0,
     relay_args: tuple[str, ...] = (),
@@ -85,7 +88,14 @@ def restart_storm(
             assert first.key is not None, first.stderr
             t0 = time.time()
             peers = RestartPeers(
-                node, tn.bootstrap, first.key, port, pairs, serverHost=worker_host, clientHost=job_host, timeout=30000
+                node,
+                tn.bootstrap,
+                first.key,
+                port,
+                pairs,
+                serverHost=worker_host,
+                clientHost=job_host,
+                timeout=int(attempt_timeout * 1000),
             )
             p = peers
             p.wait_for("every pair up", lambda: len(p.since(0, "up")) == pairs, setup_timeout)
@@ -140,6 +150,7 @@ def restart_storm(
                 "failed_codes": dict(Counter(str(e["code"]) for e in failed)),
                 "gates_after_restart": _gates(after),
                 "rss_mb_after": round(after["memory"]["rss_bytes"] / 2**20, 1),
+                "relay_cpu_seconds_storm": after["cpu_seconds"],
                 "sessions_after": after["capacity"]["sessions"] if "capacity" in after else None,
                 "load_average": [round(x, 2) for x in os.getloadavg()],
                 "storm_mean": round(statistics.fmean(storm), 2),

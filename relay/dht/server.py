@@ -189,8 +189,8 @@ class HyperDHTServer:
 
     async def unannounce(self) -> None:
         """Stop answering new handshakes and withdraw the announcement; the connections made
-        stay until `close` (a relay that is going away ends them once peers can no longer
-        find it, so a peer that reconnects at once does not reach the relay on its way out)."""
+        stay until `close` (a relay that is going away ends them itself, and a peer that
+        reconnects at once must not be served by it on its way out)."""
         self.accepting = False
         if self.announcer is not None and self.listening and not self.announcer.stopped:
             with contextlib.suppress(Exception):

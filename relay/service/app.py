@@ -301,17 +301,18 @@ class RelayApp:
     async def close(self) -> None:
         """Go away so that peers notice at once; safe to call twice.
 
-        First stop answering handshakes and withdraw the announcement, so a peer that reconnects
-        straight away finds no relay on its way out (and fails fast instead of reaching it);
-        then reset every relayed peer's stream (`relay.service.closing`: ECONNRESET at the peer,
-        not ETIMEDOUT 13-17 s later) and end every session (its peer's channel closes); then
-        close the DHT node and the sockets."""
+        Stop answering handshakes and, meanwhile, withdraw the announcement (a peer that
+        reconnects straight away must not be served by a relay on its way out); reset every
+        relayed peer's stream (`relay.service.closing`: ECONNRESET at the peer, not ETIMEDOUT
+        13-17 s later), end every session (its peer's channel closes), reset them all once more;
+        then close the DHT node and the sockets."""
         if self._closed:
             return
         self._closed = True
+        unannounced: asyncio.Future[None] | None = None
         if self.server is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.server.unannounce(), UNANNOUNCE_TIMEOUT)
+            self.server.accepting = False  # from here on no handshake is answered
+            unannounced = asyncio.ensure_future(asyncio.wait_for(self.server.unannounce(), UNANNOUNCE_TIMEOUT))
         targets = reset_targets(self._streams.values())
         held = Counter(s.conn.client_address[0] for s in self._sessions.values())
         if held:
@@ -323,10 +324,15 @@ class RelayApp:
         if self._expiry is not None:
             self._expiry.cancel()
             self._expiry = None
+        with contextlib.suppress(Exception):
+            await send_resets(targets, rounds=1)  # first: the peers' data is what must not wait
         self.blind.close()
         self._pump()
         with contextlib.suppress(Exception):
-            await send_resets(targets)
+            await send_resets(targets, rounds=1)  # again, for any a busy receiver dropped
+        if unannounced is not None:
+            with contextlib.suppress(Exception):
+                await unannounced
         if self.scraper is not None:
             await self.scraper.close()
         if self.server is not None:
