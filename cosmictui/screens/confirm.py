@@ -93,6 +93,18 @@ class ConfirmScreen(ModalScreen[bool]):
             "end": box.scroll_end,
         }[how](animate=False)
 
+    def restate(self, title: str, body: str, *, yes: str, no: str) -> None:
+        """The situation changed while the question was open (the command it named has ended)."""
+        self.title_text, self.body, self.yes, self.no, self.danger = title, body, yes, no, False
+        self.remove_class("-danger")
+        box = self.query_one("#confirm-box")
+        box.border_title = title
+        self.query_one("#confirm-body", Static).update(body)
+        self.query_one("#confirm-commands").display = False
+        self.query_one("#confirm-yes", Button).label = yes
+        self.query_one("#confirm-yes", Button).variant = "primary"
+        self.query_one("#confirm-no", Button).label = no
+
     def shown_commands(self) -> list[str]:
         """The commands as the dialog shows them (one string each, however they wrap)."""
         return [str(s.render()) for s in self.query(".confirm-command-text").results(Static)]

@@ -398,18 +398,31 @@ class WizardScreen(Screen[None]):
         if running is None:
             self.app.exit()
             return
-        self.app.push_screen(
-            ConfirmScreen(
-                "Quit while a command runs?",
-                "This is still running on the deployment host. Quitting now stops it halfway; its step stays "
-                "not done and runs again next time.",
-                commands=[running],
-                yes="Quit anyway",
-                no="Keep running",
-                danger=True,
-            ),
-            lambda ok: self.app.exit() if ok else None,
+        question = ConfirmScreen(
+            "Quit while a command runs?",
+            "This is still running on the deployment host. Quitting now stops it halfway; its step stays "
+            "not done and runs again next time.",
+            commands=[running],
+            yes="Quit anyway",
+            no="Keep running",
+            danger=True,
         )
+
+        def follow() -> None:
+            # The question must not outlive its reason: once the command ended, say so.
+            if self.app.screen is not question:
+                timer.stop()
+            elif self.running_command() is None:
+                timer.stop()
+                question.restate(
+                    "The command has finished",
+                    "Nothing runs on the deployment host any more: quitting now stops nothing.",
+                    yes="Quit",
+                    no="Stay",
+                )
+
+        timer = self.set_interval(0.25, follow)
+        self.app.push_screen(question, lambda ok: self.app.exit() if ok else None)
 
     @on(LostJob)
     def _lost_job(self, event: LostJob) -> None:

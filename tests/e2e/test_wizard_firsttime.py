@@ -382,3 +382,25 @@ async def test_a_path_typed_with_no_field_focused_goes_into_the_storage_field(
         field = step(app, "relay").query_one("#relay-storage", Input)
         assert field.has_focus and field.value == "/srv/relay"
         assert not isinstance(app.screen, ConfirmScreen) and step(app, "relay").runtime is None
+
+
+async def test_the_quit_question_follows_the_command_it_names(tmp_path: Path) -> None:
+    """Asked while apply runs, the question says so once the command has ended, not "still running"."""
+    from cosmictui.screens.confirm import ConfirmScreen
+
+    gate = tmp_path / "go"
+    d, settings = _full_deploy(tmp_path, f'echo started\nwhile [ ! -e "{gate}" ]; do sleep 0.05; done\n')
+    resume_at(str(d), "apply", relay_key=KEY, relay_storage=str(tmp_path / "store"), restarted_at=time.time() - 30)
+    app = make_app(settings)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("r")
+        await wait_until(pilot, lambda: step(app, "apply").busy, "apply running")
+        await pilot.press("q")
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the quit question")
+        question = app.screen
+        assert isinstance(question, ConfirmScreen) and "still running" in question.body
+        gate.touch()  # both commands end while the question is open
+        await wait_until(pilot, lambda: "Nothing runs" in question.body, "the question restated", timeout=30)
+        assert "still running" not in str(question.query_one("#confirm-body").render())
+        await pilot.press("y")
+        await wait_until(pilot, lambda: not app.is_running, "the app to exit")
