@@ -274,7 +274,7 @@ class WizardScreen(Screen[None]):
         self.step.mark_done()
         self.ctx.save_progress(self.index + 1)
         if self.index == len(self.steps) - 1:
-            self.notify("All steps done. The relay is set up.", title="Finished")
+            # (no toast: the Finish dialog says it, and a toast covered its buttons)
             self._finish()
             return
         await self._show(self.index + 1)
