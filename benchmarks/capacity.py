@@ -154,6 +154,9 @@ def measure(kind: str, shape: str, args: argparse.Namespace) -> dict[str, Any]:
                     "echoed": echoed["ok"],
                     "echo_failed": echoed["failed"],
                     "died": status["closed"],
+                    "died_of": status.get("errors", {}),
+                    "echo_errors": echoed.get("errors", {}),
+                    "relay_cpu_seconds": round(sum(ps.cpu_times()[:2]), 1),
                     "rss_idle_mb": round(rss_idle / MB, 1),
                     "rss_open_mb": round(rss_open / MB, 1),
                     "rss_peak_mb": round(max(peak.peak, rss_open) / MB, 1),
@@ -165,7 +168,9 @@ def measure(kind: str, shape: str, args: argparse.Namespace) -> dict[str, Any]:
                         "sessions": s["capacity"]["sessions"],
                         "active_pairs": s["capacity"]["active_pairs"],
                         "refused": s["capacity"]["refused_sessions"] + s["capacity"]["refused_pairings"],
-                        "shed": sum(s["shed"].values()),
+                        "shed": {k: v for k, v in s["shed"].items() if v},
+                        "dropped": {k: v for k, v in s["dropped"].items() if v},
+                        "kernel_drops": relay.kernel_drops(),
                         "handshakes_refused": s["limits"]["rejected"].get("handshakes_busy", 0)
                         + s["limits"]["rejected"].get("handshakes_per_address", 0),
                     }
