@@ -636,23 +636,30 @@ class BlindRelayServer:
     def handle_timer(self, now: float) -> None:
         """Cancel pending pairings, reap silent pairs and close idle sessions whose time is up."""
         self._now = now
+        # each loop looks at the oldest entry only (insertion order = time order): no copy of
+        # thousands of entries each time a deadline is due
         if self.pairing_timeout is not None:
-            for key, pair in list(self._pairing.items()):
+            while self._pairing:
+                key, pair = next(iter(self._pairing.items()))
                 if now - pair.created < self.pairing_timeout:
-                    break  # insertion order = creation order
+                    break
                 self._cancel_pending(key, pair)
                 self.stats.pairings_timed_out += 1
                 self.shed[SHED_PENDING_TIMEOUT] += 1
         if self.pair_idle_timeout is not None:
-            for link, matched in list(self._silent.items()):
+            while self._silent:
+                link, matched = next(iter(self._silent.items()))
                 if now - matched < self.pair_idle_timeout:
-                    break  # insertion order = match order
+                    break
+                del self._silent[link]
                 self.shed[SHED_SILENT_PAIR] += 1
                 self._destroy_pair(link, "never carried a packet")
         if self.session_idle_timeout is not None:
-            for session, since in list(self._idle.items()):
+            while self._idle:
+                session, since = next(iter(self._idle.items()))
                 if now - since < self.session_idle_timeout:
-                    break  # insertion order = the order they became idle
+                    break
+                del self._idle[session]
                 if not session.closed:
                     self.shed[SHED_IDLE_SESSION] += 1
                     session.destroy()
