@@ -15,7 +15,7 @@ from textual.pilot import Pilot
 from cosmictui.app import WizardApp
 from cosmictui.ops import progress as progress_mod
 from cosmictui.ops.config import Settings
-from cosmictui.screens.context import STEP_IDS, WizardContext
+from cosmictui.ops.session import STEP_IDS, WizardContext
 from cosmictui.screens.step import Step, StepStatus
 from relay.keys import encode_id, key_pair
 

@@ -239,7 +239,7 @@ async def test_monitor_opened_from_the_wizard_watches_its_relay_and_escape_goes_
 ) -> None:
     from cosmictui.app import WizardApp
     from cosmictui.ops.config import Settings
-    from cosmictui.screens.context import WizardContext
+    from cosmictui.ops.session import WizardContext
     from cosmictui.screens.wizard import WizardScreen
 
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))  # the wizard saves progress there

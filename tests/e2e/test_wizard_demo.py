@@ -14,8 +14,8 @@ import pytest
 
 from cosmictui.app import WizardApp
 from cosmictui.ops.demo.sandbox import Sandbox, create_sandbox, sandbox_state
+from cosmictui.ops.session import WizardContext
 from cosmictui.screens.confirm import ConfirmScreen
-from cosmictui.screens.context import WizardContext
 from tests.e2e._wizard_support import status, step, wait_status, wait_until
 
 

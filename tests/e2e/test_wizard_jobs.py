@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from cosmictui.ops.config import Settings
+from cosmictui.ops.session import relay_problem
 from cosmictui.screens.confirm import ConfirmScreen
-from cosmictui.screens.context import relay_problem
 from cosmictui.widgets.step_list import StepList
 from tests.e2e._wizard_support import (
     KEY,

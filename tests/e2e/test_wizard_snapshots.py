@@ -19,9 +19,9 @@ from textual.pilot import Pilot
 
 from cosmictui.app import WizardApp
 from cosmictui.ops.config import Settings
+from cosmictui.ops.session import WizardContext
 from cosmictui.ops.setup.checks import CheckResult
 from cosmictui.screens.confirm import ConfirmScreen
-from cosmictui.screens.context import WizardContext
 from tests.e2e._wizard_support import (
     ENV_VAR,
     KEY,

@@ -300,7 +300,7 @@ async def test_interop_client_wizard_attaches_to_the_node_relay_by_key(
 
     from cosmictui.app import WizardApp
     from cosmictui.ops.demo.sandbox import create_sandbox
-    from cosmictui.screens.context import WizardContext
+    from cosmictui.ops.session import WizardContext
     from tests.e2e._wizard_support import step, wait_status
 
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
