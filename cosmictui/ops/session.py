@@ -506,9 +506,9 @@ class WizardContext:
         return 0
 
     def save_progress(self, step_index: int) -> None:
+        """Where to resume and the relay it stands on; what is done is recorded by `set_done` only
+        (a step passed with Next is marked done by it; step 5 only with the relay's proof)."""
         p = self.progress
-        for sid in STEP_IDS[:step_index]:
-            p.complete(sid)
         p.current_step = STEP_IDS[min(step_index, len(STEP_IDS) - 1)]
         p.relay_key = self.relay_key
         p.relay_storage = self.relay_storage

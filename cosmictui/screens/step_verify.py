@@ -201,6 +201,12 @@ class VerifyStep(Step):
             # A successful retry (r) after an error resumes the polling.
             self.timer = self.set_interval(self.ctx.settings.poll_interval, self.poll)
 
+    def mark_done(self, done: bool = True) -> None:
+        """Done only with the relay's proof: Next past "cannot tell" (metrics unreadable) is no tick."""
+        if done and self.case != "relayed":
+            return
+        super().mark_done(done)
+
     def _withdraw_if_done(self, why: str = "") -> None:
         """A verdict is only as good as the last list: take the tick back when it no longer holds."""
         if not self.done:

@@ -404,3 +404,19 @@ async def test_the_quit_question_follows_the_command_it_names(tmp_path: Path) ->
         assert "still running" not in str(question.query_one("#confirm-body").render())
         await pilot.press("y")
         await wait_until(pilot, lambda: not app.is_running, "the app to exit")
+
+
+async def test_next_past_cannot_tell_leaves_step_5_unticked(tmp_path: Path) -> None:
+    """The relay's numbers cannot be read (metrics off): Next may go on, but 5 is never ticked."""
+    settings = _verify_setup(tmp_path).with_overrides(relay_metrics="off")
+    app = make_app(settings)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(
+            pilot, lambda: "is not known" in status(app, "verify"), "left Creating, relay unknown", timeout=30
+        )
+        assert status_kind(app, "verify") == "warn"
+        assert "The relay works" not in [n.title for n in app._notifications]
+        await pilot.press("n")
+        await wait_until(pilot, lambda: app.screen.index == 5, "on to step 6")
+        assert app.screen.query_one(StepList).state_of(4) != "done"
+        assert not progress_mod.load_progress(settings.deployment).is_done("verify")
