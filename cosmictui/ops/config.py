@@ -31,6 +31,9 @@ TOML layout (every key optional)::
     metrics = "127.0.0.1:49738"                       # or "off"
     bootstrap = []        # HOST:PORT strings; empty = the public HyperDHT nodes
 
+    [monitor]
+    prometheus = ""       # e.g. "http://127.0.0.1:9090": `cosmictui monitor` shows every relay it scrapes
+
     [ssh]
     known_hosts = "~/.ssh/known_hosts"
     identity = []         # private key files; empty = agent + default keys
@@ -115,6 +118,8 @@ class Settings:
     done_statuses: tuple[str, ...] = tuple(sorted(DONE_STATUSES))
     failed_statuses: tuple[str, ...] = tuple(sorted(FAILED_STATUSES))
     test_job_command: str = ""
+    #: a Prometheus server whose relays `cosmictui monitor` shows when no relay is named ("" = none)
+    monitor_prometheus: str = ""
     config_path: str | None = None
 
     @property
@@ -166,6 +171,7 @@ _TOML_KEYS: dict[tuple[str | None, str], str] = {
     ("jobs", "done_statuses"): "done_statuses",
     ("jobs", "failed_statuses"): "failed_statuses",
     ("commands", "test_job"): "test_job_command",
+    ("monitor", "prometheus"): "monitor_prometheus",
 }
 _FIELD_TYPES = {f.name: f.type for f in fields(Settings)}
 
