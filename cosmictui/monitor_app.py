@@ -22,8 +22,10 @@ class MonitorApp(App[None]):
         scrape_timeout: float | None = None,
         bootstrap: list[str] | None = None,
         probe_interval: float | None = None,
+        prometheus: str | None = None,
     ) -> None:
         super().__init__()
+        self.prometheus = prometheus
         self.bootstrap = bootstrap
         self.probe_interval = probe_interval
         self.targets = targets
@@ -41,5 +43,6 @@ class MonitorApp(App[None]):
                 scrape_timeout=self.scrape_timeout,
                 bootstrap=self.bootstrap,
                 probe_interval=self.probe_interval,
+                prometheus=self.prometheus,
             )
         )

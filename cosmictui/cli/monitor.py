@@ -21,7 +21,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         help="live monitor of one or more relays",
         description="Live monitor of one or more relays (memory, CPU, traffic, pairings, DHT, log). "
         "Without --storage/--metrics/--relay-key: the configured relay storage, else the default metrics "
-        "address. A relay without metrics (--relay-key, or a local relay started with --metrics off) is "
+        "address (or, with [monitor] prometheus in the config, every relay that Prometheus scrapes). "
+        "--prometheus URL adds every relay a Prometheus server scrapes (jobs blind-relay, blind-relay-dht). "
+        "A relay without metrics (--relay-key, or a local relay started with --metrics off) is "
         "probed over the DHT instead: its graph is the probe's round trip over time.",
         epilog="keys: +/- refresh interval, p pause, r refresh now, t light/dark theme, l log, q quit\n\n" + EXIT_CODES,
         formatter_class=FORMAT,
@@ -53,6 +55,12 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         help="DHT bootstrap nodes for the probes (default: the config's [relay] bootstrap, else the public nodes)",
     )
     m.add_argument(
+        "--prometheus",
+        metavar="URL",
+        help="also every relay this Prometheus server scrapes, e.g. http://127.0.0.1:9090 "
+        "(default: the config's [monitor] prometheus when no relay is named)",
+    )
+    m.add_argument(
         "--probe-interval", metavar="S", type=interval_seconds, default=None, help="seconds between probe echoes (5)"
     )
     m.set_defaults(handler=cmd_monitor)
@@ -79,7 +87,7 @@ def monitor_targets(args: argparse.Namespace, settings: Any) -> list[Any]:
         except ProbeUsageError as e:
             raise UsageError(f"--relay-key: {e}", f"--relay-key KEY with {KEY_FIX}") from None
         targets.append(Target(relay_key=key))
-    if not targets:
+    if not targets and prometheus_url(args, settings) is None:
         storage = Path(settings.relay_storage).expanduser().absolute()
         if read_runtime(str(storage)) is not None or settings.metrics_url is None:
             targets.append(Target(storage=storage))
@@ -88,8 +96,28 @@ def monitor_targets(args: argparse.Namespace, settings: Any) -> list[Any]:
     return unique_targets(targets)
 
 
+def prometheus_url(args: argparse.Namespace, settings: Any) -> str | None:
+    """--prometheus, else the config's [monitor] prometheus unless a relay was named on the command
+    line; checked here, so a typo is a usage error before the screen opens."""
+    from cosmictui.ops.metrics.prometheus import base_url
+
+    url = getattr(args, "prometheus", None)
+    named = bool(args.storage or args.metrics or getattr(args, "relay_key", None))
+    source = "--prometheus"
+    configured: str = getattr(settings, "monitor_prometheus", None) or ""
+    if url is None and not named and configured:
+        url, source = configured, "[monitor] prometheus"
+    if url is None:
+        return None
+    try:
+        return base_url(url)
+    except ValueError as e:
+        raise UsageError(f"{source}: {e}", f"{source} http://HOST:PORT, e.g. http://127.0.0.1:9090") from None
+
+
 def cmd_monitor(args: argparse.Namespace, out: TextIO) -> int:
     settings = settings_from(args)
+    prometheus = prometheus_url(args, settings)
     targets = monitor_targets(args, settings)
     from cosmictui.monitor_app import MonitorApp
 
@@ -108,6 +136,7 @@ def cmd_monitor(args: argparse.Namespace, out: TextIO) -> int:
         scrape_timeout=args.timeout,
         bootstrap=bootstrap,
         probe_interval=args.probe_interval,
+        prometheus=prometheus,
     )
     app.run()
     # a crash inside the app (Textual prints the traceback) must not look like success to scripts

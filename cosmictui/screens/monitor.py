@@ -8,6 +8,9 @@ quitting never waits for one. A relay without metrics (started with `--metrics o
 only by `--relay-key`) is probed instead, in its own task too: its graph is the probe's round
 trip over time, and a failed probe is a row state, never an exception. After a while with
 nothing changing the refresh slows (up to 4×, at most 5 s) and snaps back on activity.
+Pointed at a Prometheus server (`prometheus=URL`) it also shows every relay that server scrapes,
+in the same table, read in one task with one deadline (ops.metrics.prometheus.PrometheusWatch);
+one line under the status says what the server knows, or why it cannot be read and the fix.
 Used standalone by `cosmictui monitor` and pushed by the wizard.
 """
 
@@ -43,6 +46,7 @@ from cosmictui.widgets.monitor_relays import RelayTable, summary_line
 
 if TYPE_CHECKING:
     from cosmictui.ops.metrics.probewatch import ProbeWatch
+    from cosmictui.ops.metrics.prometheus import PrometheusWatch
 
 INTERVAL_STEPS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 QUIET_POLLS_PER_SLOWDOWN = 5
@@ -91,12 +95,14 @@ class MonitorScreen(Screen[None]):
         bootstrap: list[str] | None = None,
         probe_interval: float | None = None,
         probe_metrics_off: bool = True,
+        prometheus: str | None = None,
         name: str | None = None,
     ) -> None:
         """`autopoll=False` and `clock` let snapshot tests and screenshots draw fixed data;
         `scrape_timeout` overrides the deadline derived from the interval. `bootstrap` is the
         DHT the probes join (default: the public one); `probe_metrics_off` probes a local relay
-        running with metrics off by the key in its runtime file."""
+        running with metrics off by the key in its runtime file. `prometheus`: also every relay
+        that Prometheus server scrapes (then `targets` may be empty)."""
         super().__init__(name=name)
         self.bootstrap = bootstrap
         self.probe_interval = probe_interval
@@ -105,7 +111,12 @@ class MonitorScreen(Screen[None]):
         self.scrape_timeout = scrape_timeout
         self.autopoll = autopoll
         self.clock = clock
-        if not targets:
+        self.prometheus: PrometheusWatch | None = None
+        if prometheus is not None:
+            from cosmictui.ops.metrics.prometheus import PrometheusWatch
+
+            self.prometheus = PrometheusWatch(prometheus)
+        if not targets and self.prometheus is None:
             raise ValueError("the monitor needs at least one relay to watch")
         self.watches = [RelayWatch(t) for t in targets]
         self.tails = [LogTail(t.log_path()) for t in targets]
@@ -118,12 +129,16 @@ class MonitorScreen(Screen[None]):
         self.last_poll: float | None = None
         self._plotted_at = 0.0
         self._wakes = [asyncio.Event() for _ in self.watches]
+        self._prometheus_wake = asyncio.Event()
         self.set_reactive(MonitorScreen.interval, interval)
 
     # -- layout ---------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
         yield Static("", id="status", markup=False)
-        multi = len(self.watches) > 1
+        prom_line = Static("", id="prometheus", markup=False)
+        prom_line.display = self.prometheus is not None
+        yield prom_line
+        multi = self.multi
         table = RelayTable(id="relays")
         table.display = multi
         yield table
@@ -156,7 +171,7 @@ class MonitorScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self._fit_footer()
-        self.set_class(len(self.watches) > 1, "-multi")
+        self.set_class(self.multi, "-multi")
         self.query_one("#facts-pane").border_title = "relay"
         log = self.query_one("#log", Log)
         log.border_title = "log"
@@ -164,11 +179,16 @@ class MonitorScreen(Screen[None]):
         if self.autopoll:
             self.poll_loop()
 
+    @property
+    def multi(self) -> bool:
+        """The table of relays is shown: several relays, or a Prometheus server's (however many)."""
+        return len(self.watches) > 1 or self.prometheus is not None
+
     # -- polling --------------------------------------------------------------------------------
     @property
     def quiet_polls(self) -> int:
         """Polls in a row that brought no news, for the idle slowdown (the least quiet relay's)."""
-        return min(self._quiet)
+        return min(self._quiet, default=0)
 
     @quiet_polls.setter
     def quiet_polls(self, value: int) -> None:
@@ -189,6 +209,8 @@ class MonitorScreen(Screen[None]):
                 if w.target.key_only:
                     self.start_probe(i)
                 tg.create_task(self._follow(i))
+            if self.prometheus is not None:
+                tg.create_task(self._follow_prometheus(self.prometheus))
 
     def start_probe(self, i: int) -> ProbeWatch | None:
         """Probe relay `i` by its key in a task of its own (beside its polling), so a probe
@@ -220,6 +242,59 @@ class MonitorScreen(Screen[None]):
             self._wakes[i].clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wakes[i].wait(), timeout=delay)
+
+    async def _follow_prometheus(self, prom: PrometheusWatch) -> None:
+        """The Prometheus server's own loop: all its relays in one read under one deadline, so a
+        slow or hostile server costs its own rows nothing more than staying as they were."""
+        while True:
+            if not self.paused:
+                await self.poll_prometheus(prom)
+            delay = effective_interval(self.interval, self.quiet_polls)
+            self._prometheus_wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._prometheus_wake.wait(), timeout=delay)
+
+    async def poll_prometheus(self, prom: PrometheusWatch) -> bool:
+        """Read the server once, take in relays it names for the first time, redraw."""
+        try:
+            changed = await prom.poll(self.timeout)
+        except Exception as e:  # a bug here must cost the Prometheus rows, never the monitor
+            from cosmictui.ops.metrics.prometheus import PrometheusError
+
+            changed = prom.observe_failure(
+                PrometheusError(
+                    f"monitor error: {e!r}"[:200], "restart cosmictui monitor (or watch the relays with --metrics)"
+                ),
+                time.time(),
+            )
+        first = not self.watches
+        shown = {id(w) for w in self.watches}
+        for w in prom.watches:
+            if id(w) not in shown:
+                self._adopt(w)
+        theirs = {id(w) for w in prom.watches}
+        for i, w in enumerate(self.watches):
+            if id(w) in theirs:
+                self._quiet[i] = 0 if changed else self._quiet[i] + 1
+                self.relay_polls[i] += 1
+        self.polls += 1
+        self.last_poll = self.clock()
+        with contextlib.suppress(NoMatches):
+            if first and self.watches:
+                self.refresh_view()
+            elif self.watches:
+                self._redraw(self.selected)
+            else:
+                self._render_status()
+        return changed
+
+    def _adopt(self, w: RelayWatch) -> None:
+        """A relay the Prometheus server named for the first time: a new row, at the end."""
+        self.watches.append(w)
+        self.tails.append(LogTail(None))
+        self._quiet.append(0)
+        self.relay_polls.append(0)
+        self._wakes.append(asyncio.Event())
 
     async def poll_once(self) -> bool:
         """Scrape every relay once (side by side, each redrawn as it lands); True on any news."""
@@ -256,6 +331,10 @@ class MonitorScreen(Screen[None]):
         most of the monitor's CPU."""
         wide = self.has_class("-wide")
         self._refresh_table()
+        if not self.watches:  # a Prometheus server that named no relay (yet): its line says why
+            self.query_one(RelayFacts).update("no relay yet: see the Prometheus line above")
+            self._render_status()
+            return
         w = self.watches[self.selected]
         facts_pane = self.query_one("#facts-pane")
         now = self.clock()
@@ -270,7 +349,7 @@ class MonitorScreen(Screen[None]):
         self._render_status()
 
     def _refresh_table(self) -> None:
-        if len(self.watches) > 1:
+        if self.multi:
             self.query_one(RelayTable).show(self.watches, self.clock(), compact=not self.has_class("-wide"))
             self.query_one("#summary", Static).update(summary_line(self.watches), layout=False)
 
@@ -311,6 +390,17 @@ class MonitorScreen(Screen[None]):
             log.write_lines(lines[-200:] if lines else [f"(no log at {tail.path})" if tail.path else "(no log)"])
 
     def _render_status(self) -> None:
+        if self.prometheus is not None:
+            line = self.query_one("#prometheus", Static)
+            text = self.prometheus.line()
+            if str(line.content) != text:  # it wraps: a new text may need another row
+                line.update(text)
+            line.set_class(self.prometheus.error is not None, "-error")
+        status = self.query_one("#status", Static)
+        if not self.watches:
+            assert self.prometheus is not None
+            status.update(f"{STATE_BADGE[RelayState.CONNECTING]}  relays of {self.prometheus.url}", layout=False)
+            return
         w = self.watches[self.selected]
         eff = effective_interval(self.interval, self.quiet_polls)
         refresh = "PAUSED" if self.paused else f"refresh {_secs(self.interval)}"
@@ -322,7 +412,6 @@ class MonitorScreen(Screen[None]):
             parts.append(time.strftime("%H:%M:%S", time.localtime(self.last_poll)))
         if self.has_class("-wide"):
             parts.insert(0, "cosmictui monitor")
-        status = self.query_one("#status", Static)
         status.update("  ·  ".join(parts), layout=False)
         status.set_class(w.state not in RUNNING, "-down")
 
@@ -336,7 +425,7 @@ class MonitorScreen(Screen[None]):
             self._render_status()
 
     def watch_selected(self) -> None:
-        if self.is_mounted:
+        if self.is_mounted and self.watches:
             self.tails[self.selected]._sig = None  # force the log to load
             self.refresh_view()
 
@@ -400,6 +489,7 @@ class MonitorScreen(Screen[None]):
     def _wake_all(self) -> None:
         for wake in self._wakes:
             wake.set()
+        self._prometheus_wake.set()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "close":

@@ -209,6 +209,9 @@ class RelayFacts(Static):
                 t.add_wrapped("dht", NOT_JOINED, width, style=self._style("$text-warning"))
             else:
                 t.add_row("dht", "bootstrapped ✓" if joined else "NOT bootstrapped ✗")
+            if "firewalled" not in dht:  # read through Prometheus: it has the join and the nodes only
+                t.add_row("", f"{_int(dht.get('nodes'))} nodes")
+                return self._totals(t, s, g, roomy)
             t.add_row("firewall", "firewalled ✗ (unreachable)" if dht.get("firewalled") else "open ✓ (reachable)")
             host, port = dht.get("public_host"), dht.get("public_port")
             t.add_row("public", f"{host}:{port}" if host else "unknown (not seen yet)")
@@ -217,6 +220,10 @@ class RelayFacts(Static):
             t.add_row("announced", f"{when} · {_int(dht.get('nodes'))} nodes")
         else:
             t.add_row("dht", "–")
+        return self._totals(t, s, g, roomy)
+
+    def _totals(self, t: _Rows, s: Any, g: Any, roomy: bool) -> _Rows:
+        """A tall pane's totals since the relay started, its limits, storage and version."""
         if roomy and s is not None:
             # a tall pane has room for the totals since the relay started
             t.add_row("", "")

@@ -1,4 +1,5 @@
-"""One row per relay plus a summary line, for `cosmictui monitor --metrics A --metrics B`.
+"""One row per relay plus a summary line, for `cosmictui monitor --metrics A --metrics B` (or
+`--prometheus URL`: a row for every relay that server scrapes, added as it names them).
 
 CosmicAC's relays value is an array and operators run more than one relay; this table is the
 "all of them at a glance" row, the rest of the screen details the highlighted one. Below 120
@@ -50,6 +51,9 @@ class RelayTable(DataTable[Text | str]):
             self.move_cursor(row=cursor)
             return
         for i, w in enumerate(watches):
+            if i >= self.row_count:  # a relay a Prometheus server named for the first time
+                self.add_row(*self._row(w, now).values(), key=str(i))
+                continue
             for col, value in self._row(w, now).items():
                 self.update_cell(str(i), col, value)
 

@@ -433,8 +433,9 @@ async def _get(url: str, max_bytes: int) -> bytes:
     reader, writer = await _connect(host, port, ctx)
     try:
         conn = h11.Connection(h11.CLIENT)
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         head = [("Host", parts.netloc), ("User-Agent", "cosmictui-monitor"), ("Connection", "close")]
-        writer.write(conn.send(h11.Request(method="GET", target=parts.path or "/", headers=head)))
+        writer.write(conn.send(h11.Request(method="GET", target=target, headers=head)))
         writer.write(conn.send(h11.EndOfMessage()) or b"")
         await writer.drain()
         body = bytearray()
@@ -653,6 +654,10 @@ class Target:
     metrics: str | None = None
     storage: Path | None = None
     relay_key: str | None = None
+    prometheus: str | None = None
+    """a relay target of this Prometheus server (its `job` and `instance`): read from there"""
+    job: str | None = None
+    instance: str | None = None
 
     @property
     def key_only(self) -> bool:
@@ -660,6 +665,8 @@ class Target:
 
     @property
     def label(self) -> str:
+        if self.prometheus is not None:
+            return f"{self.instance} ({self.job}, via Prometheus)"
         if self.key_only:
             assert self.relay_key is not None
             return f"key {self.relay_key[:8]}…" if len(self.relay_key) > 9 else f"key {self.relay_key}"
@@ -668,6 +675,8 @@ class Target:
     @property
     def short_label(self) -> str:
         """The label without `http://`, for narrow columns (the host:port is what tells relays apart)."""
+        if self.prometheus is not None:
+            return str(self.instance)
         label = self.label
         return label.split("://", 1)[1] if self.storage is None and "://" in label else label
 
@@ -676,6 +685,8 @@ class Target:
         """Two targets with the same identity are the same relay (`h:1` and `http://h:1/metrics`)."""
         if self.storage is not None:
             return ("storage", str(Path(self.storage).expanduser().absolute()))
+        if self.prometheus is not None:
+            return ("prometheus", f"{self.prometheus} {self.job} {self.instance}")
         if self.key_only:
             return ("key", str(self.relay_key))
         return ("metrics", normalize_url(self.metrics or DEFAULT_METRICS))
@@ -734,8 +745,10 @@ class RelayWatch:
             self.url = normalize_url(self.target.metrics)
 
     # -- sans-IO core -------------------------------------------------------------------------
-    def observe(self, scrape: Scrape) -> bool:
-        """Take a good scrape; True when something an operator would notice changed."""
+    def observe(self, scrape: Scrape, rates: Rates | None = None, *, rated: bool = False) -> bool:
+        """Take a good scrape; True when something an operator would notice changed. `rated`: the
+        rates come with the scrape (a Prometheus server's rate(); None while it has too few
+        samples) instead of from differencing scrapes."""
         prev = self.last
         changed = self.state is not RelayState.UP
         if changed:
@@ -743,7 +756,10 @@ class RelayWatch:
         if prev is not None and prev.identity != scrape.identity and self.state is RelayState.UP:
             self.restarts += 1
         self.state, self.error, self.fix, self.failures = RelayState.UP, None, None, 0
-        self.rates = rates_between(prev, scrape) if prev is not None else None
+        if rated:
+            self.rates = rates
+        else:
+            self.rates = rates_between(prev, scrape) if prev is not None else None
         if prev is not None and not changed:
             changed = any(prev.values.get(n) != scrape.values.get(n) for n in ACTIVITY)
         self.last = scrape
@@ -815,6 +831,8 @@ class RelayWatch:
 
     async def poll(self, timeout: float = 2.0) -> bool:
         """Scrape once; True when the screen has news."""
+        if self.target.prometheus is not None:
+            return False  # read with every relay of its server: PrometheusWatch.poll
         if self.target.key_only:
             return self.observe_probe(time.time())
         url, why = self.resolve()
