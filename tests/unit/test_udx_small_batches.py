@@ -32,6 +32,7 @@ class Pairs:
     d_ids: list[int]
     ea: socket.socket
     eds: list[socket.socket]  # one D end per pair: each pair's datagrams go their own way
+    peer_host: str = LOOP
 
     @property
     def ed(self) -> socket.socket:
@@ -39,7 +40,7 @@ class Pairs:
 
     @property
     def addr(self) -> tuple[str, int]:
-        return (LOOP, self.sock.port)
+        return (self.peer_host, self.sock.port)
 
     def close(self) -> None:
         for e in (self.ea, *self.eds):
@@ -60,10 +61,10 @@ async def recv_n(e: socket.socket, count: int) -> list[bytes]:
     return [await asyncio.wait_for(loop.sock_recv(e, 65536), 20) for _ in range(count)]
 
 
-async def _pairs(n: int, mode: str) -> Pairs:
+async def _pairs(n: int, mode: str, relay_host: str = LOOP, peer_host: str = LOOP) -> Pairs:
     """`n` relayed pairs on one relay socket; all A ends share one socket, each D end has its own."""
     udx = UDX()
-    sock = await udx.create_socket(LOOP, 0, use_mmsg=mode != "portable", use_gso=mode == "gso")
+    sock = await udx.create_socket(relay_host, 0, use_mmsg=mode != "portable", use_gso=mode == "gso")
     a_ids = [0xA0000000 + i for i in range(n)]
     d_ids = [0xD0000000 + i for i in range(n)]
     rb = [udx.create_stream(firewall=_fw(a)) for a in a_ids]
@@ -71,13 +72,14 @@ async def _pairs(n: int, mode: str) -> Pairs:
     for b, c in zip(rb, rc, strict=True):
         b.relay_to(c)
         c.relay_to(b)
-    ea = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    eds = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(n)]
+    family = socket.AF_INET6 if ":" in peer_host else socket.AF_INET
+    ea = socket.socket(family, socket.SOCK_DGRAM)
+    eds = [socket.socket(family, socket.SOCK_DGRAM) for _ in range(n)]
     for e in (ea, *eds):
-        e.bind((LOOP, 0))
+        e.bind((peer_host, 0))
         e.setblocking(False)
         e.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
-    p = Pairs(udx, sock, rb, rc, a_ids, d_ids, ea, eds)
+    p = Pairs(udx, sock, rb, rc, a_ids, d_ids, ea, eds, peer_host)
     for c, ed in zip(rc, eds, strict=True):  # D speaks first, then A: the relay learns both addresses
         ed.sendto(encode(HEARTBEAT, c.id, DEFAULT_RWND, 0, 0), p.addr)
     async with asyncio.timeout(20):
@@ -229,4 +231,34 @@ async def test_a_lone_datagram_that_finds_the_send_buffer_full_is_sent_when_writ
     assert await recv_n(p.ed, 1) == [_rewritten(second, p.d_ids[0])]
     assert refused and p.sock.stats.send_errors == 0
     io._sendmsg = real
+    p.close()
+
+
+@pytest.mark.parametrize("path", ["gso", "mmsg"])
+async def test_ipv6_pairs_pin_the_whole_source_address_on_the_small_paths(path: str) -> None:
+    """A dual-stack relay socket, peers on ::1. A forger on 127.0.0.1 with A's own port arrives
+    as ::ffff:127.0.0.1 and the same port: only the address words differ from A's pin. Alone
+    (the one-datagram path) and amid A's datagrams (the small-batch path) it is dropped;
+    A's datagrams reach D in order."""
+    p = await _pairs(1, path, relay_host="::", peer_host="::1")
+    st = p.sock.stats
+    x = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    x.bind(("127.0.0.1", p.ea.getsockname()[1]))  # A's port, another address
+    relay_v4 = ("127.0.0.1", p.sock.port)
+    received = st.received_packets
+    x.sendto(encode(DATA, p.rb[0].id, DEFAULT_RWND, 9, 0, b"forged"), relay_v4)
+    async with asyncio.timeout(20):
+        while st.received_packets == received:
+            await asyncio.sleep(0.001)
+    one = encode(DATA, p.rb[0].id, DEFAULT_RWND, 9, 0, b"one")
+    two = encode(DATA, p.rb[0].id, DEFAULT_RWND, 10, 0, b"two")
+    p.ea.sendto(one, p.addr)
+    x.sendto(encode(DATA, p.rb[0].id, DEFAULT_RWND, 10, 0, b"forged"), relay_v4)
+    p.ea.sendto(two, p.addr)
+    assert await recv_n(p.ed, 2) == [_rewritten(one, p.d_ids[0]), _rewritten(two, p.d_ids[0])]
+    async with asyncio.timeout(20):
+        while st.dropped_by_cause.get("wrong_address", 0) < 2:
+            await asyncio.sleep(0.001)
+    assert st.dropped_by_cause == {"wrong_address": 2} and st.relayed_packets >= 4
+    x.close()
     p.close()
