@@ -177,8 +177,11 @@ async def test_a_hostile_prometheus_is_one_error_line_with_its_fix(
         assert isinstance(screen, MonitorScreen)
         await until(pilot, lambda: words in prom_line(screen), f"the error line saying {words!r}")
         line = prom_line(screen)
-        assert line.startswith("✖ Prometheus") and "— next: check that Prometheus answers at" in line
-        assert "--prometheus URL" in line and "\n" not in line
+        assert (
+            line.startswith("✖ Prometheus")
+            and f"— next: check that Prometheus answers: curl {server.url}/-/ready" in line
+        )
+        assert ("--timeout S" if "no answer" in words else "--prometheus URL") in line and "\n" not in line
         assert screen.query_one("#prometheus").has_class("-error") and screen.watches == []
         polls = screen.prometheus.polls if screen.prometheus else 0
         await until(pilot, lambda: screen.prometheus is not None and screen.prometheus.polls > polls, "another read")

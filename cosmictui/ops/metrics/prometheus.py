@@ -135,7 +135,7 @@ def base_url(url: str) -> str:
 
 
 def _fix(base: str) -> str:
-    return f"check that Prometheus answers at {base} (curl {base}/-/ready), or pass another --prometheus URL"
+    return f"check that Prometheus answers: curl {base}/-/ready, or pass another --prometheus URL"
 
 
 def api_data(base: str, path: str, body: bytes) -> Any:
@@ -171,9 +171,8 @@ def vector(data: Any) -> list[tuple[dict[str, str], float]]:
 
 def _unreadable(base: str, e: BaseException, timeout: float) -> PrometheusError:
     if isinstance(e, TimeoutError):
-        return PrometheusError(
-            f"cannot read {base}: no answer within {timeout:g} s", _fix(base) + " (or give it longer: --timeout S)"
-        )
+        fix = f"check that Prometheus answers: curl {base}/-/ready, or give it longer: --timeout S"
+        return PrometheusError(f"cannot read {base}: no answer within {timeout:g} s", fix)
     if isinstance(e, ConnectionRefusedError):
         return PrometheusError(f"cannot read {base}: connection refused", _fix(base))
     if isinstance(e, socket.gaierror):
@@ -338,8 +337,7 @@ class PrometheusWatch:
         if not self.relays:
             return f"Prometheus {where} knows no relay (jobs blind-relay, blind-relay-dht) — next: {NO_RELAYS_FIX}"
         down = sum(w.state is not RelayState.UP for w in self.relays.values())
-        when = time.strftime("%H:%M:%S", time.localtime(self.read_at))
-        return f"Prometheus {where} · {len(self.relays)} relay targets, {down} not up · read {when}"
+        return f"Prometheus {where} · {len(self.relays)} relay targets, {down} not up"  # read when the status says
 
 
 def _observe_row(w: RelayWatch, row: PromRelay, url: str, now: float) -> bool:
@@ -349,7 +347,7 @@ def _observe_row(w: RelayWatch, row: PromRelay, url: str, now: float) -> bool:
             f"Prometheus cannot scrape {row.instance} (up == 0 in job {row.job})",
             now,
             RelayState.DOWN,
-            f"is the relay at {row.instance} running? see {url}/targets for Prometheus's error",
+            f"is the relay at {row.instance} running? {url}/targets says why",
         )
     values = dict(row.samples)
     if row.rss_bytes is not None:
