@@ -63,7 +63,9 @@ async def test_finish_installs_under_opt_and_prints_a_unit_systemd_accepts(
         app.screen.install_prefix = prefix  # type: ignore[attr-defined]
         await wait_until(pilot, lambda: app.screen.index == 5, "resumed at step 6")
         await pilot.press("n")
-        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the install offer")
+        await wait_until(
+            pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.shown_commands(), "the install offer"
+        )
         offer = app.screen
         assert isinstance(offer, ConfirmScreen)
         assert offer.shown_commands()[0].endswith(f"-m venv --without-pip {prefix}")
@@ -71,7 +73,9 @@ async def test_finish_installs_under_opt_and_prints_a_unit_systemd_accepts(
         await pilot.press("y")
         await wait_until(
             pilot,
-            lambda: isinstance(app.screen, ConfirmScreen) and app.screen.title_text.startswith("The unit for"),
+            lambda: isinstance(app.screen, ConfirmScreen)
+            and app.screen.title_text.startswith("The unit for")
+            and bool(app.screen.shown_commands()),  # composed, not only pushed
             "the unit",
             timeout=60,
         )

@@ -149,7 +149,11 @@ async def test_wizard_recover_deletes_and_recreates_selected_job_and_watches_it(
         await pilot.pause()
         assert picker.render_line(0).text.startswith("[x] job-001")
         await pilot.press("d")
-        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the delete confirmation")
+        await wait_until(
+            pilot,
+            lambda: isinstance(app.screen, ConfirmScreen) and app.screen.shown_commands(),
+            "the delete confirmation",
+        )
         shown = app.screen.shown_commands()
         assert shown[0] == "cosmicac jobs delete job-001" and app.screen.has_class("-danger")
         await pilot.press("escape")  # first: say no — nothing runs

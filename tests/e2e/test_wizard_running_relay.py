@@ -83,7 +83,9 @@ async def test_a_relay_with_other_flags_is_named_and_restarted_with_the_same_key
         await wait_until(pilot, lambda: "other flags" in status(app, "relay"), "step 2 names the relay")
         assert f"pid {old.pid}" in status(app, "relay") and "same key" in status(app, "relay")
         await pilot.press("s")
-        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the restart question")
+        await wait_until(
+            pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.shown_commands(), "the restart question"
+        )
         dialog = app.screen
         assert isinstance(dialog, ConfirmScreen)
         assert dialog.shown_commands()[0] == f"kill {old.pid}"
