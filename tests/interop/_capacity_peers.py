@@ -16,7 +16,7 @@ from typing import Any
 
 from tests.interop._relay_net import INTEROP
 
-TERMINAL = {"open": "opened", "echo": "echoed", "status": "status"}
+TERMINAL = {"open": "opened", "echo": "echoed", "status": "status", "pairRaw": "rawDone"}
 
 
 @dataclass
@@ -123,3 +123,8 @@ class CapacityPeers:
 
     def status(self) -> dict[str, Any]:
         return self.command("status")[0]
+
+    def pair_raw(self, n: int, timeout_ms: int = 20_000) -> list[dict[str, Any]]:
+        """n pairings straight at the relay (npm blind-relay Client, two sessions each): one
+        record per side with how long it took to pair or fail, and the error."""
+        return self.command("pairRaw", n=n, timeout=timeout_ms)[1]

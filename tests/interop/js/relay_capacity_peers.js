@@ -13,6 +13,12 @@
 //       every open connection echoes `bytes` random bytes through the worker:
 //       {"ev": "echoed", ok, failed, open, errors: {message: count}}
 //   {"op": "status"}  -> {"ev": "status", open, closed, errors: {message: count}}
+//   {"op": "pairRaw", "n": 3, "timeout": 20000}
+//       n pairings straight at the relay with npm blind-relay's Client (two fresh relay
+//       connections per pairing, initiator and not, one token): how long until each side's
+//       pairing fails or pairs, and how: {"ev": "raw", i, side, ok, ms, error}, then
+//       {"ev": "rawDone", ok, failed}. What a full relay tells a peer, without hyperdht's
+//       connect() around it (which waits for its hole-puncher to give up before it fails)
 // Connections that close count in `closed` with their error: an established pair never dies
 // unless something (the relay) kills it.
 const DHT = require('hyperdht')
@@ -20,6 +26,7 @@ const crypto = require('hypercore-crypto')
 const id = require('hypercore-id-encoding')
 const b4a = require('b4a')
 const readline = require('readline')
+const relay = require('blind-relay')
 
 const opts = JSON.parse(process.argv[2])
 const bootstrap = opts.bootstrap.map((b) => typeof b === 'string' ? b : `${b.host}:${b.port}`)
@@ -126,7 +133,45 @@ async function main () {
     out({ ev: 'echoed', ok, failed, open: open.size, errors })
   }
 
+  async function pairRaw (cmd) {
+    const timeout = cmd.timeout || 20000
+    let ok = 0
+    let failed = 0
+    const sockets = []
+    await Promise.all(Array.from({ length: cmd.n }, async (_, i) => {
+      const token = relay.token()
+      await Promise.all([true, false].map(async (isInitiator) => {
+        const job = jobs[i % jobs.length]
+        const t0 = process.hrtime.bigint()
+        const socket = job.connect(relayKey, { keyPair: DHT.keyPair() })
+        socket.on('error', () => {})
+        sockets.push(socket)
+        const client = relay.Client.from(socket, { id: socket.publicKey })
+        const rec = { ev: 'raw', i, side: isInitiator ? 'initiator' : 'responder', ok: false }
+        try {
+          await new Promise((resolve, reject) => {
+            const t = setTimeout(() => reject(new Error('timeout: pair')), timeout)
+            const stream = { id: (Math.random() * 0xffffffff) >>> 0 }
+            client.pair(isInitiator, token, stream)
+              .on('error', (err) => { clearTimeout(t); reject(err) })
+              .on('data', () => { clearTimeout(t); resolve() })
+          })
+          rec.ok = true
+          ok++
+        } catch (err) {
+          rec.error = err.code || err.message
+          failed++
+        }
+        rec.ms = Number(process.hrtime.bigint() - t0) / 1e6
+        out(rec)
+      }))
+    }))
+    for (const s of sockets) s.destroy()
+    out({ ev: 'rawDone', ok, failed })
+  }
+
   const commands = {
+    pairRaw,
     open: openMany,
     echo: echoAll,
     status: async () => out({ ev: 'status', open: open.size, closed, errors: closedErrors })
