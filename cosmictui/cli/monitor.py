@@ -40,7 +40,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         metavar="S",
         type=timeout_seconds,
         default=None,
-        help="give up on a relay's scrape after S seconds and show it DOWN (default: the interval, 2-5 s)",
+        help="give up on a relay's scrape (or a --prometheus read) after S seconds and show it DOWN "
+        "(default: the interval, 2-5 s)",
     )
     m.add_argument(
         "--relay-key",
