@@ -339,8 +339,10 @@ async def test_an_expected_fallback_is_not_logged_as_failed(tmp_path: Path) -> N
         assert "FAILED" not in log, log
 
 
-async def test_the_monitor_opened_from_the_wizard_keeps_quit_in_its_footer(tmp_path: Path) -> None:
-    size = (80, 24)
+@pytest.mark.parametrize("size", SIZES)
+async def test_the_monitor_opened_from_the_wizard_keeps_quit_in_its_footer(
+    tmp_path: Path, size: tuple[int, int]
+) -> None:
     from cosmictui.screens.monitor import MonitorScreen
 
     d = tmp_path / "deploy"
