@@ -502,12 +502,15 @@ def key_change_warning(
     previous_storage: str | None = None,
     configured_keys: tuple[str, ...] | list[str] = (),
     running: list[RelayRuntime] | None = None,
+    port: int | None = None,
 ) -> str | None:
     """A warning when using `storage` would change the relay key (else None).
 
     Compares with the storage used last time (`previous_storage`), with the keys the
     deployment's `.env` already lists (`configured_keys`), and with relays already running
-    (`running`, e.g. `running_relays()`).
+    (`running`, e.g. `running_relays()`). Of those, only the ones that bear on this deployment
+    are named (the one whose key the `.env` lists, the one on `port`); on a shared host the
+    rest are one line, not a list.
     """
     path = _abs(storage)
     if problem := storage_problem(path):
@@ -540,10 +543,19 @@ def key_change_warning(
         and not (previous_storage is not None and other.storage == _abs(previous_storage))
         and other.key != key
     ]
-    for other in elsewhere[:3]:
-        notes.append(f"A relay already runs here on storage {other.storage} (pid {other.pid}, key {other.key}).")
-    if len(elsewhere) > 3:
-        notes.append(f"(and {len(elsewhere) - 3} more relays)")
+    named = [o for o in elsewhere if o.key in configured_keys or (port is not None and o.port == port)]
+    for other in named:
+        why = "its key is the one the .env lists" if other.key in configured_keys else f"it holds UDP port {port}"
+        notes.append(f"The relay on storage {other.storage} (pid {other.pid}, key {other.key}) runs here and {why}.")
+    if rest := len(elsewhere) - len(named):
+        also = " other" if named else ""
+        plural = rest != 1
+        notes.append(
+            f"{rest}{also} relay{'s' if plural else ''} with {'their' if plural else 'its'} own storage and key"
+            f" run{'' if plural else 's'} on this host"
+            + (f", not on port {port}" if port is not None else "")
+            + (" and not with a key the .env lists." if configured_keys else ".")
+        )
     if elsewhere:
         notes.append(f"{path} " + ("holds no key yet." if key is None else f"has key {key}."))
     if configured_keys:

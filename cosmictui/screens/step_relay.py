@@ -209,7 +209,7 @@ class RelayStep(Step):
 
     # -- actions ----------------------------------------------------------------------------------
 
-    async def _key_warning(self, storage: str) -> str | None:
+    async def _key_warning(self, storage: str, port: int | None = None) -> str | None:
         """Loud warning text when using `storage` gives a key other than the one in use.
 
         Compares with the storage used last time, the keys the deployment's .env lists, and
@@ -227,7 +227,7 @@ class RelayStep(Step):
 
         def warn() -> str | None:  # scans every process (psutil): off the UI thread
             running = None if demo else relayproc.running_relays()
-            return relayproc.key_change_warning(storage, previous, configured, running)
+            return relayproc.key_change_warning(storage, previous, configured, running, port)
 
         return await asyncio.to_thread(warn)
 
@@ -305,7 +305,7 @@ class RelayStep(Step):
             )
             return
         self.status.set("Checking that this keeps the relay key …", "busy")
-        warning = await self._key_warning(storage)
+        warning = await self._key_warning(storage, port)
         if warning:
             verb = "Start anyway" if what == "start" else "Attach anyway"
             ok = await self.app.push_screen_wait(

@@ -74,7 +74,10 @@ async def test_start_attach_status_stop(relay: RelayRuntime, tmp_path: Path) -> 
     assert mismatch is not None and relay.key in mismatch
     assert relay in running_relays()  # found by its command line
     beside = key_change_warning(other, running=[relay])
-    assert beside is not None and f"already runs here on storage {storage}" in beside
+    assert beside is not None and "1 relay with its own storage and key runs on this host" in beside
+    on_port = key_change_warning(other, running=[relay], port=relay.port)
+    assert on_port is not None and f"storage {storage} (pid {relay.pid}" in on_port
+    assert f"holds UDP port {relay.port}" in on_port
     assert key_change_warning(storage, running=[relay]) is None
     assert await stop_relay(storage) is True
     assert not pid_alive(relay.pid)
@@ -154,8 +157,8 @@ def test_restarting_on_the_known_storage_is_no_key_change_even_beside_other_rela
     assert key_change_warning(str(storage), configured_keys=[key], running=others) is None
     # nothing known about this deployment yet: other relays are still worth a warning, kept short
     first_time = key_change_warning(str(storage), running=others)
-    assert first_time is not None and "already runs here" in first_time
-    assert first_time.count("already runs here") <= 3 and "and 3 more" in first_time
+    assert first_time is not None and "6 relays with their own storage and key run on this host" in first_time
+    assert not any(o.storage in first_time or o.key in first_time for o in others)  # one line, not a list
     # a key that differs from the .env's still warns, whatever else runs
     assert key_change_warning(str(storage), configured_keys=["someotherkey"], running=others) is not None
 
@@ -164,3 +167,20 @@ def test_relay_command_with_kernel_forwarding() -> None:
     cmd = relay_command("/var/lib/blind-relay", 49737, python="py", kernel_forwarding=True)
     assert cmd[-1] == "--kernel-forwarding"
     assert "--kernel-forwarding" not in relay_command("/var/lib/blind-relay", 49737, python="py")
+
+
+def test_key_change_warning_names_only_the_relays_that_bear_on_this_deployment(tmp_path: Path) -> None:
+    # On a shared host the warning listed other relays one by one (up to 3 long lines, then "and N
+    # more"); only the relay whose key the .env lists and the one on the wizard's port matter.
+    storage = tmp_path / "new-storage"
+    others = [_other_relay(str(tmp_path / f"other{i}"), i) for i in range(8)]
+    listed, on_port = others[2], others[5]
+    warning = key_change_warning(str(storage), configured_keys=[listed.key], running=others, port=on_port.port)
+    assert warning is not None
+    assert f"storage {listed.storage} (pid {listed.pid}, key {listed.key})" in warning
+    assert "its key is the one the .env lists" in warning
+    assert f"storage {on_port.storage} (pid {on_port.pid}" in warning and f"holds UDP port {on_port.port}" in warning
+    assert "6 other relays with their own storage and key run on this host" in warning
+    for o in others:
+        if o not in (listed, on_port):
+            assert o.storage not in warning and o.key not in warning
