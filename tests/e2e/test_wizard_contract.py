@@ -74,10 +74,40 @@ async def test_real_task_without_a_taskfile_and_task_missing(tmp_path: Path) -> 
     d, bin_dir = _deployment(tmp_path, taskfile=None)
     result = await check_tasks(LocalRunner(str(d), env={"PATH": path_with(bin_dir)}), Settings())
     assert result.status == "fail" and "found no Taskfile" in result.detail, result
+    assert "--deployment PATH" in result.fix and "deployment = " in result.fix, result  # a flag and a config key
     no_task = make_bin(tmp_path / "empty", {"cosmicac": "true\n"})
     result = await check_tasks(LocalRunner(str(d), env={"PATH": path_with(no_task)}), Settings())
     assert result.status == "fail" and "`task` (go-task) is not on PATH" in result.detail, result
     assert "[commands] env PATH" in result.fix
+
+
+async def test_a_go_task_without_json_is_asked_for_its_plain_listing(tmp_path: Path) -> None:
+    """An older go-task has no --json (it prints `unknown flag` and its usage, which names Taskfiles);
+    its plain `task --list-all` is asked next. The real binary lists a Taskfile one directory up, as
+    go-task finds it from the deployment directory; reading `<root>/Taskfile.yml` ourselves cannot."""
+    d, bin_dir = _deployment(tmp_path)
+    sub = d / "services"
+    sub.mkdir()
+    (bin_dir / "task").unlink()
+    old_task = (
+        'for a in "$@"; do if [ "$a" = "--json" ]; then\n'
+        '  echo "unknown flag: --json" >&2; echo "Usage: task [flags...] [task...] (looks for a Taskfile)" >&2\n'
+        f'  exit 1; fi; done\nexec {TASK_BIN} "$@"\n'
+    )
+    make_bin(tmp_path / "tools", {"task": old_task})
+    result = await check_tasks(LocalRunner(str(sub), env={"PATH": path_with(bin_dir)}), Settings())
+    assert result.status == "ok", result
+    assert "apply-wrk-server-k8s-nvidia-common-config, restart found (task --list-all on" in result.detail
+
+
+async def test_a_taskfile_go_task_cannot_parse_fails_with_its_words(tmp_path: Path) -> None:
+    """The real go-task refuses a Taskfile with a YAML error; the check says so (it passed by reading
+    the task names itself, so step 1 ticked a deployment whose apply could never run)."""
+    d, bin_dir = _deployment(tmp_path, taskfile=TASKFILE.replace("      - echo applied", "      - [echo applied"))
+    result = await check_tasks(LocalRunner(str(d), env={"PATH": path_with(bin_dir)}), Settings())
+    assert result.status == "fail", result
+    assert "cannot read the Taskfile" in result.detail and "yaml: line" in result.detail, result
+    assert f"fix the Taskfile in {d}" in result.fix, result
 
 
 @pytest.mark.parametrize(

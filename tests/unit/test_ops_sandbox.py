@@ -199,6 +199,11 @@ async def test_task_failures(sandbox: Sandbox) -> None:
     assert (await runner.run(s.restart_command)).ok
     unknown = await runner.run("task restart-everything")
     assert unknown.exit_code == 200 and "does not exist" in unknown.output
+    # step 1 reads the sandbox's task list as go-task prints it, so the demo logs no fallback
+    from cosmictui.ops.setup.checks import check_tasks
+
+    listed = await check_tasks(runner, s)
+    assert listed.status == "ok" and "(task --list-all on" in listed.detail, listed
 
 
 async def test_cosmicac_missing(sandbox: Sandbox) -> None:

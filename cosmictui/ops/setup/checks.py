@@ -398,6 +398,18 @@ def task_names(cmd: str) -> list[str] | None:
     return [w for w in words[1:] if not w.startswith("-") and "=" not in w]
 
 
+_NO_TASKFILE = re.compile(r"(?i)no taskfile found")
+_NO_TASKS = re.compile(r"(?im)^task: no tasks available")
+_TASK_ERROR = re.compile(r"(?i)taskfile|yaml")  # go-task's own words when it cannot read one
+
+
+def _last_lines(output: str) -> str:
+    """go-task's error in one line: its last line, with the `task: …` line before it if any."""
+    lines = [line.strip() for line in output.strip().splitlines() if line.strip()]
+    tail = lines[-2:] if len(lines) >= 2 and lines[-2].startswith("task:") else lines[-1:]
+    return " ".join(tail)[:300]
+
+
 _TASKFILES = ("Taskfile.yml", "Taskfile.yaml", "taskfile.yml", "taskfile.yaml", "Taskfile.dist.yml")
 
 
@@ -447,19 +459,47 @@ async def check_tasks(runner: Runner, settings: Settings) -> CheckResult:
         if tasks is None:
             return await _check_program(runner, cmd, f"[commands] {key}")
         wanted += tasks
-    try:
-        result = await runner.run("task --list-all --json", timeout=30)
-    except RunnerError as e:
-        if e.kind == "missing-command":
+    # go-task's own listing first: JSON (go-task >= 3.19), then its text form (older go-task has
+    # no --json); the Taskfile is read only when `task` gives neither and names no error of its own
+    # (a stand-in), so a Taskfile go-task cannot parse is never passed by reading it ourselves.
+    known: set[str] | None = None
+    source = "task --list-all"
+    said = ""
+    for cmd in ("task --list-all --json", "task --list-all"):
+        try:
+            result = await runner.run(cmd, timeout=30)
+        except RunnerError as e:
+            if e.kind == "missing-command":
+                return CheckResult(
+                    name,
+                    "fail",
+                    f"`task` (go-task) is not on PATH on {runner.label}",
+                    "install go-task there, or add its directory to [commands] env PATH in the config",
+                )
+            return CheckResult(name, "fail", e.what, e.fix)
+        known = _names_from_listing(result.output)
+        if known is None and _NO_TASKS.search(result.output):
+            known = set()  # go-task exits 1 on a Taskfile without tasks
+        if known is not None:
+            break
+        said = _last_lines(result.output) or f"exit {result.exit_code}"
+        if cmd.endswith("--json"):
+            continue  # an older go-task has no --json (its usage text names Taskfiles): ask for the text form
+        if _NO_TASKFILE.search(result.output):
             return CheckResult(
                 name,
                 "fail",
-                f"`task` (go-task) is not on PATH on {runner.label}",
-                "install go-task there, or add its directory to [commands] env PATH in the config",
+                f"`task` on {runner.label} found no Taskfile in {runner.root} or above it ({said})",
+                "give the deployment directory that holds the Taskfile: --deployment PATH "
+                "(or ssh://user@host/PATH), or deployment = ... in the config",
             )
-        return CheckResult(name, "fail", e.what, e.fix)
-    known = _names_from_listing(result.output) if result.ok else None
-    source = "task --list-all"
+        if not result.ok and _TASK_ERROR.search(result.output):
+            return CheckResult(
+                name,
+                "fail",
+                f"`{cmd}` on {runner.label} cannot read the Taskfile: {said}",
+                f"fix the Taskfile in {runner.root} (`{cmd}` there shows the same error)",
+            )
     if known is None:
         for file in _TASKFILES:
             try:
@@ -469,12 +509,12 @@ async def check_tasks(runner: Runner, settings: Settings) -> CheckResult:
             known, source = _names_from_taskfile(data.decode("utf-8", "replace")), file
             break
     if known is None:
-        said = result.output.strip().splitlines()[-1] if result.output.strip() else f"exit {result.exit_code}"
         return CheckResult(
             name,
             "fail",
-            f"`task --list-all` on {runner.label} found no Taskfile in {runner.root} ({said})",
-            "use the deployment directory that holds the Taskfile (ssh://user@host/PATH or the local path)",
+            f"`task --list-all` on {runner.label} listed no tasks and {runner.root} has no Taskfile (it said: {said})",
+            "give the deployment directory that holds the Taskfile: --deployment PATH (or ssh://user@host/PATH), "
+            "or deployment = ... in the config; or put go-task on PATH there ([commands] env PATH)",
         )
     missing = [t for t in wanted if t not in known]
     if missing:
