@@ -15,6 +15,7 @@ from textual.binding import Binding
 from cosmictui.ops import progress as progress_mod
 from cosmictui.ops.config import ConfigError, load_settings
 from cosmictui.ops.session import WizardContext
+from cosmictui.ops.wording import OUTPUT_SHOWN_IN
 from cosmictui.screens.wizard import WizardScreen
 
 
@@ -31,6 +32,9 @@ class WizardApp(App[int]):
 
     def __init__(self, ctx: WizardContext, *, handle_signals: bool = False) -> None:
         super().__init__()
+        # Set before the app's tasks exist, so every worker inherits it: a failed command's fix
+        # points at the wizard's command log (headless commands print the output instead).
+        OUTPUT_SHOWN_IN.set("command log: l")
         self.ctx = ctx
         self._handle_signals = handle_signals
         self.exit_signal: int | None = None

@@ -6,6 +6,11 @@ from __future__ import annotations
 
 import re
 import shlex
+from contextvars import ContextVar
+
+#: Where the operator finds a failed command's output, said in the generic fix: the wizard sets
+#: its command-log key; a headless command prints the output itself, so it names no key.
+OUTPUT_SHOWN_IN: ContextVar[str] = ContextVar("output_shown_in", default="")
 
 
 def sentence(text: str) -> str:
@@ -17,7 +22,6 @@ def sentence(text: str) -> str:
 def sentences(*parts: str | None) -> str:
     """Parts of a message as sentences separated by ". ": "…characters) Nothing" never again."""
     return " ".join(sentence(p) for p in parts if p and p.strip())
-
 
 
 def command_failure_hint(cmd: str, exit_code: int, output: str, retry: str = "then try again") -> str:
@@ -36,4 +40,5 @@ def command_failure_hint(cmd: str, exit_code: int, output: str, retry: str = "th
             "The Taskfile has no such task: check the deployment directory and the apply/restart "
             "commands in the config."
         )
-    return f"Read its output (command log: l), fix the cause on the deployment host, {retry}."
+    where = OUTPUT_SHOWN_IN.get()
+    return f"Read its output{f' ({where})' if where else ''}, fix the cause on the deployment host, {retry}."

@@ -84,6 +84,7 @@ async def test_wizard_apply_stops_at_first_failure_with_fix(tmp_path: Path) -> N
         await pilot.press("r")
         text = await wait_status(pilot, app, "apply", ("error",))
         assert "exited 201; stopped here" in text and "fix the cause" in text
+        assert "Read its output (command log: l)" in text  # the wizard names its log key
         rows = [r.render_text() for r in step(app, "apply").query(".command-row")]
         assert rows[0].startswith("✘ FAILED") and "(exit 201)" in rows[0] and rows[1].startswith("– not run")
         assert (

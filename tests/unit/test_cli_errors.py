@@ -86,6 +86,30 @@ def test_jobs_with_the_list_command_missing(deploy: Path, tmp_path: Path) -> Non
     assert "cosmicac-not-installed" in str(doc["error"])
 
 
+def test_a_failed_list_command_names_no_wizard_key(
+    deploy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Headless, the generic fix for a failed command points at its output, not at the wizard's
+    command-log key (`l` means nothing to `cosmictui jobs`); the wizard still names it."""
+    from cosmictui.ops.wording import OUTPUT_SHOWN_IN, command_failure_hint
+
+    tool = tmp_path / "flaky-list"
+    tool.write_text("#!/bin/sh\necho 'upstream said no' >&2\nexit 3\n")
+    tool.chmod(0o755)
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[commands]\nlist = "{tool} jobs list"\n')
+    rc, out = run("--config", str(cfg), "--deployment", str(deploy), "jobs", "--json")
+    doc = json.loads(out)
+    assert rc != 0 and "exited 3" in str(doc["error"]), doc
+    said = f"{doc['error']} {doc['fix']} {capsys.readouterr().err}"
+    assert "Read its output, fix the cause" in said and "command log" not in said and ": l)" not in said, said
+    token = OUTPUT_SHOWN_IN.set("command log: l")  # as the wizard app sets it
+    try:
+        assert "(command log: l)" in command_failure_hint("cosmicac jobs list", 3, "upstream said no")
+    finally:
+        OUTPUT_SHOWN_IN.reset(token)
+
+
 @pytest.mark.parametrize(
     "argv",
     [
