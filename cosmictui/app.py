@@ -13,6 +13,7 @@ from textual.app import App
 from textual.binding import Binding
 
 from cosmictui.ops import progress as progress_mod
+from cosmictui.ops import relayproc
 from cosmictui.ops.config import ConfigError, load_settings
 from cosmictui.ops.session import WizardContext
 from cosmictui.ops.wording import OUTPUT_SHOWN_IN
@@ -45,6 +46,9 @@ class WizardApp(App[int]):
             for sig in self.EXIT_SIGNALS:
                 loop.add_signal_handler(sig, self._exit_on_signal, sig)
         self.push_screen(WizardScreen(self.ctx))
+        # The first kernel-forwarding check (~0.2 s, a child process) would otherwise run on the UI
+        # thread the first time a relay command is composed ([relay] kernel_forwarding unset).
+        self.run_worker(relayproc.kernel_support, thread=True, exit_on_error=False, group="warm-up")
 
     async def action_quit(self) -> None:
         """ctrl+q: like q on the wizard, it asks first while a command runs."""

@@ -18,6 +18,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -197,6 +198,7 @@ class KernelChoice:
 
 
 _kernel_support: tuple[bool, bool, str] | None = None
+_kernel_support_lock = threading.Lock()
 
 
 def kernel_support() -> tuple[bool, bool, str]:
@@ -205,22 +207,27 @@ def kernel_support() -> tuple[bool, bool, str]:
     must not reach a TUI): the relay's own binding adds and deletes an empty `inet` table in one
     transaction, so nothing is left behind. Asked once per process."""
     global _kernel_support
-    if _kernel_support is None:
-        code = "import json\nfrom cosmictui.ops.relayproc import probe_kernel_here as p\nprint(json.dumps(p()))"
-        env = dict(os.environ)
-        spec = importlib.util.find_spec("cosmictui")
-        if spec is not None and spec.origin:
-            root = str(Path(spec.origin).parent.parent)
-            env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-        try:
-            res = subprocess.run(
-                [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, env=env, check=False
-            )
-            can, host_has, why = json.loads(res.stdout.strip().splitlines()[-1])
-            _kernel_support = (bool(can), bool(host_has), str(why))
-        except (OSError, subprocess.SubprocessError, ValueError, IndexError) as e:
-            _kernel_support = (False, False, f"could not check for nftables ({e})")
+    with _kernel_support_lock:  # a caller during the wizard's warm-up waits for it, not a second child
+        if _kernel_support is None:
+            _kernel_support = _ask_kernel_support()
     return _kernel_support
+
+
+def _ask_kernel_support() -> tuple[bool, bool, str]:
+    code = "import json\nfrom cosmictui.ops.relayproc import probe_kernel_here as p\nprint(json.dumps(p()))"
+    env = dict(os.environ)
+    spec = importlib.util.find_spec("cosmictui")
+    if spec is not None and spec.origin:
+        root = str(Path(spec.origin).parent.parent)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    try:
+        res = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, env=env, check=False
+        )
+        can, host_has, why = json.loads(res.stdout.strip().splitlines()[-1])
+        return bool(can), bool(host_has), str(why)
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError) as e:
+        return False, False, f"could not check for nftables ({e})"
 
 
 def probe_kernel_here() -> tuple[bool, bool, str]:

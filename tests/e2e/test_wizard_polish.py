@@ -1,0 +1,56 @@
+"""What a first-time operator still tripped on, walking the wizard at 80x24 and 60x20 with the
+keyboard alone: each test fails on the wizard before its fix."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from cosmictui.ops import relayproc
+from cosmictui.ops.config import Settings
+from tests.e2e._wizard_support import make_app, make_bin, path_with, wait_until
+
+SIZES = [(80, 24), (60, 20)]
+
+
+@pytest.fixture(autouse=True)
+def _state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+
+
+def _local(tmp_path: Path, **kw: object) -> Settings:
+    d = tmp_path / "deploy"
+    d.mkdir(exist_ok=True)
+    (d / ".env").write_text("A=1\n")
+    bin_dir = make_bin(tmp_path, {"task": "echo ok\n", "cosmicac": "echo 'ID  STATUS'\n"})
+    return Settings(
+        deployment=str(d),
+        relay_storage=str(tmp_path / "store"),
+        command_env={"PATH": path_with(bin_dir)},
+        relay_metrics="off",
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+async def test_the_kernel_forwarding_check_is_warmed_off_the_ui_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first `relay_command(None)` ran the ~0.2 s child-process check on the UI thread; the
+    wizard now asks it in a worker thread as it starts, so composing a command finds it cached."""
+    monkeypatch.setattr(relayproc, "_kernel_support", None)
+    asked_on: list[threading.Thread] = []
+    real = relayproc._ask_kernel_support
+
+    def ask() -> tuple[bool, bool, str]:
+        asked_on.append(threading.current_thread())
+        return real()
+
+    monkeypatch.setattr(relayproc, "_ask_kernel_support", ask)
+    app = make_app(_local(tmp_path))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: relayproc._kernel_support is not None, "the check warmed", timeout=60)
+        assert asked_on and all(t is not threading.main_thread() for t in asked_on), asked_on
+        relayproc.relay_command(str(tmp_path / "store"), 49737, kernel_forwarding=None)
+        assert len(asked_on) == 1  # cached: the UI thread never runs the child process
