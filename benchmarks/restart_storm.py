@@ -26,12 +26,15 @@ import json
 import os
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -40,6 +43,48 @@ from relay.service.runtime import RETURNING_FILE  # noqa: E402
 from tests.interop._relay_net import Testnet  # noqa: E402
 from tests.interop._relay_proc import RelayProcess, free_udp_port  # noqa: E402
 from tests.interop._restart_peers import RestartPeers  # noqa: E402
+
+
+class NodeRelay:
+    """The Node yardstick (`benchmarks/js/relay_node_server.js`, hyperdht + blind-relay as
+    blind-relay-service runs them) with a fixed key and port, so it can be restarted like ours."""
+
+    def __init__(self, node: str, bootstrap: str, port: int, seed: str) -> None:
+        self.argv = [node, str(ROOT / "benchmarks/js/relay_node_server.js")]
+        self.opts = {
+            "bootstrap": bootstrap.split(","),
+            "port": port,
+            "host": "127.0.0.1",
+            "seed": seed,
+            "dht": {"firewalled": False, "ephemeral": False},  # a public relay, as the other benchmarks start it
+        }
+        self.proc: subprocess.Popen[str] | None = None
+        self.key: str | None = None
+        self.stderr = ""
+
+    def start(self) -> NodeRelay:
+        self.proc = subprocess.Popen(
+            [*self.argv, json.dumps(self.opts)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        )
+        assert self.proc.stdout is not None
+        self.key = json.loads(self.proc.stdout.readline())["key"]
+        return self
+
+    def terminate(self, sig: int = signal.SIGTERM, timeout: float = 120.0) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+        return self.proc.wait(timeout)
+
+    def stats(self) -> dict[str, Any]:
+        assert self.proc is not None
+        p = psutil.Process(self.proc.pid)
+        cpu = p.cpu_times()
+        return {"memory": {"rss_bytes": p.memory_info().rss}, "cpu_seconds": round(cpu.user + cpu.system, 2)}
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -73,15 +118,23 @@ def restart_storm(
     storm_timeout: float = 600.0,
     relay_args: tuple[str, ...] = (),
     forget_peers: bool = False,
+    relay: str = "python",
 ) -> dict[str, Any]:
     """Open `pairs` relayed pairs, restart the relay, measure the way back (see the module).
+    `relay="node"`: the Node relay instead (no /stats: gates not reported).
     `forget_peers`: remove the stop's record of who was connected before the restart, so the
     storm meets the handshake gates as a flood of strangers would (the behaviour without it)."""
     with tempfile.TemporaryDirectory(prefix="restart-storm-") as tmp, Testnet(node, size=3) as tn:
         storage = Path(tmp) / "relay"
         port = free_udp_port()
-        first = RelayProcess(storage, *relay_args, port=port, host="0.0.0.0", bootstrap=tn.bootstrap)
-        second = RelayProcess(storage, *relay_args, port=port, host="0.0.0.0", bootstrap=tn.bootstrap)
+        first: RelayProcess | NodeRelay
+        second: RelayProcess | NodeRelay
+        if relay == "node":
+            seed = os.urandom(32).hex()
+            first, second = NodeRelay(node, tn.bootstrap, port, seed), NodeRelay(node, tn.bootstrap, port, seed)
+        else:
+            first = RelayProcess(storage, *relay_args, port=port, host="0.0.0.0", bootstrap=tn.bootstrap)
+            second = RelayProcess(storage, *relay_args, port=port, host="0.0.0.0", bootstrap=tn.bootstrap)
         peers: RestartPeers | None = None
         try:
             first.start()
@@ -148,10 +201,11 @@ def restart_storm(
                 "first_back": round(min(storm), 2),
                 "failed_attempts": len(failed),
                 "failed_codes": dict(Counter(str(e["code"]) for e in failed)),
-                "gates_after_restart": _gates(after),
+                "gates_after_restart": _gates(after) if relay == "python" else None,
                 "rss_mb_after": round(after["memory"]["rss_bytes"] / 2**20, 1),
                 "relay_cpu_seconds_storm": after["cpu_seconds"],
                 "sessions_after": after["capacity"]["sessions"] if "capacity" in after else None,
+                "relay": relay,
                 "load_average": [round(x, 2) for x in os.getloadavg()],
                 "storm_mean": round(statistics.fmean(storm), 2),
             }
@@ -171,6 +225,7 @@ def main() -> None:
     ap.add_argument(
         "--forget-peers", action="store_true", help="drop the record of who was connected (gates as for strangers)"
     )
+    ap.add_argument("--relay", choices=("python", "node"), default="python", help="whose relay (default ours)")
     ap.add_argument("relay_args", nargs="*", help="extra relay flags, after --")
     a = ap.parse_args()
     r = restart_storm(
@@ -179,6 +234,7 @@ def main() -> None:
         job_host=a.job_host,
         relay_args=tuple(a.relay_args),
         forget_peers=a.forget_peers,
+        relay=a.relay,
     )
     if a.json:
         print(json.dumps(r))
