@@ -45,6 +45,18 @@ class StepStatus(Static):
         self.update(prefix + text if text else "")
 
 
+class StepBody(VerticalScroll):
+    """A step's scrolling body. It takes the focus (so arrows scroll it) only in a step with no
+    field, table or log of its own: there the first Tab lands on one of those, never on a pane
+    that shows no sign of having the focus (PgUp/PgDn/Home/End scroll the body wherever it is)."""
+
+    def on_mount(self) -> None:
+        self.call_after_refresh(self.settle_focus)
+
+    def settle_focus(self) -> None:
+        self.can_focus = not any(w.can_focus for w in self.query("*"))
+
+
 class Step(Vertical):
     """Base for the six wizard steps: a scrolling body above a status line that stays in view.
 
@@ -85,7 +97,7 @@ class Step(Vertical):
     def compose(self) -> ComposeResult:
         # A step's widgets are made when it is first shown: starting the wizard stays quick.
         if self.built:
-            with VerticalScroll(classes="step-body"):
+            with StepBody(classes="step-body"):
                 yield from self.compose_step()
             yield StepStatus()
 
@@ -94,8 +106,8 @@ class Step(Vertical):
         yield from ()
 
     @property
-    def body(self) -> VerticalScroll:
-        return self.query_one(".step-body", VerticalScroll)
+    def body(self) -> StepBody:
+        return self.query_one(".step-body", StepBody)
 
     async def build(self) -> None:
         if not self.built:

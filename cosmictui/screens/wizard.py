@@ -72,6 +72,9 @@ class WizardScreen(Screen[None]):
         Binding("home", "scroll_step('home')", "Scroll", show=False),
     ]
 
+    #: Next has the focus at the start (Enter goes on, never back), so the first Tab wraps to the
+    #: step's first field.
+    AUTO_FOCUS = "#next"
     VERTICAL_BREAKPOINTS = [(0, "-short"), (40, "-tall")]  # noqa: RUF012 (typed by Textual)
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]  # noqa: RUF012 (typed by Textual)
 

@@ -54,3 +54,35 @@ async def test_the_kernel_forwarding_check_is_warmed_off_the_ui_thread(
         assert asked_on and all(t is not threading.main_thread() for t in asked_on), asked_on
         relayproc.relay_command(str(tmp_path / "store"), 49737, kernel_forwarding=None)
         assert len(asked_on) == 1  # cached: the UI thread never runs the child process
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_the_first_tab_lands_on_a_field_and_a_focused_body_shows_it(
+    tmp_path: Path, size: tuple[int, int]
+) -> None:
+    """The first Tab gave the focus to the step's scrolling body, which looks the same focused or
+    not, so the operator saw nothing happen; a second Tab reached the storage field."""
+    from textual.widgets import Input
+
+    from cosmictui.screens.step import StepBody
+    from tests.e2e._wizard_support import resume_at
+
+    settings = _local(tmp_path)
+    resume_at(settings.deployment, "relay")
+    app = make_app(settings)
+    async with app.run_test(size=size) as pilot:
+        await wait_until(pilot, lambda: app.screen.step.STEP_ID == "relay", "step 2 shown")  # type: ignore[attr-defined]
+        await pilot.pause()
+        await pilot.press("tab")
+        await pilot.pause()
+        assert isinstance(app.focused, Input) and app.focused.id == "relay-storage", app.focused
+        await pilot.press("escape", "b")  # step 1 has no field: its body takes the focus, visibly
+        await wait_until(pilot, lambda: app.screen.step.STEP_ID == "prereqs", "step 1 shown")  # type: ignore[attr-defined]
+        body = app.screen.step.body  # type: ignore[attr-defined]
+        for _ in range(4):
+            if app.focused is body:
+                break
+            await pilot.press("tab")
+            await pilot.pause()
+        assert isinstance(app.focused, StepBody), app.focused
+        assert app.focused.styles.outline_left[0] != "", "a focused body looks focused"
