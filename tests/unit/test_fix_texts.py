@@ -16,11 +16,11 @@ from cosmictui.ops.config import _TOML_KEYS
 
 ROOT = Path(__file__).resolve().parents[2]
 OURS = [
-    *sorted((ROOT / "cosmictui" / "ops").glob("*.py")),
-    *sorted((ROOT / "cosmictui" / "screens").glob("step*.py")),
-    ROOT / "cosmictui" / "screens" / "context.py",
+    *sorted((ROOT / "cosmictui" / "ops").rglob("*.py")),
+    *sorted((ROOT / "cosmictui" / "cli").glob("*.py")),
+    *sorted((ROOT / "cosmictui" / "screens").glob("*.py")),
 ]
-CONFIG_REF = re.compile(r"\[(env|commands|relay|ssh|jobs)\]\s+([a-z_]+)")
+CONFIG_REF = re.compile(r"\[(env|commands|relay|ssh|jobs|monitor)\]\s+([a-z_]+)")
 
 
 def _strings(path: Path) -> list[str]:
