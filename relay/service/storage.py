@@ -36,7 +36,7 @@ from pathlib import Path
 
 from relay.encoding import DecodeError, Reader
 from relay.keys import KeyPair, corestore_key_pair
-from relay.service.runtime import RUNTIME_FILE
+from relay.service.runtime import RETURNING_FILE, RUNTIME_FILE
 
 PRIMARY_KEY_FILE = "primary-key"
 LOCK_FILE = "relay.lock"
@@ -181,12 +181,10 @@ def _numbered_log(name: str) -> bool:
 
 def previous_run_traces(root: Path, entries: set[str]) -> list[str]:
     """Files in `root` that show a relay (ours or Node's) ran on it, so it once held a key."""
-    found = [n for n in (LOCK_FILE, RUNTIME_FILE, "CORESTORE", "db") if n in entries]
+    found = [n for n in (LOCK_FILE, RUNTIME_FILE, RETURNING_FILE, "CORESTORE", "db") if n in entries]
     # RocksDB's write-ahead logs are numbered (000003.log); the relay's own log beside the key
     # (blind-relay.log, written before the first start) is no trace of a key.
-    found += sorted(
-        n for n in entries if n.startswith(_ROCKSDB_NAMES) or n.endswith(".sst") or _numbered_log(n)
-    )
+    found += sorted(n for n in entries if n.startswith(_ROCKSDB_NAMES) or n.endswith(".sst") or _numbered_log(n))
     return found
 
 

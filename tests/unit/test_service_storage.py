@@ -198,6 +198,7 @@ def test_readable_but_unwritable_storage_is_an_error(open_tmp: Path) -> None:
         {"relay-runtime.json": '{"key": "%s", "pid": 4242}\n'},
         {"relay.lock": "", "relay-runtime.json": '{"key": "%s"}\n'},
         {"CORESTORE": "device/platform=linux\n"},
+        {"relay-returning.json": '{"stopped_at": 1, "hosts": {}}\n'},
         {"db/IDENTITY": "x"},  # a corestore database whose CURRENT is gone
     ],
 )
