@@ -39,10 +39,12 @@ class JobsTable(DataTable[str]):
         self.views = views
         self.clear()
         for v in views:
+            # Short words, so the Note column fits beside Job, Status and Age at 60 columns (the
+            # table scrolls sideways only while it has the focus); the intro says what they mean.
             if v.job.id in new_ids:
-                note = "NEW (after restart)"
+                note = "NEW"
             elif v.before_restart:
-                note = "old: no relay key"
+                note = "old, no key"
             else:
                 note = ""
             if v.stuck:
@@ -166,7 +168,15 @@ class VerifyStep(Step):
         left = verdict.state == "confirmed"
         which, case = name_case(left, self.evidence, new_job=bool(new_ids))
         self.case = which
-        self.query_one("#verify-evidence", Static).update(f"{self.evidence.line()}\n{case}")
+        # The status line carries the verdict; the evidence box adds only what it does not say.
+        said_in_status = left or (which == "waiting" and not new_ids)
+        if said_in_status:
+            shown = self.evidence.line()
+        elif which == "unknown":
+            shown = case  # "Cannot tell …: <why no numbers>" already says what "Relay: no numbers (…)" would
+        else:
+            shown = f"{self.evidence.line()}\n{case}"
+        self.query_one("#verify-evidence", Static).update(shown)
         kind = {
             "confirmed": "ok",
             "failed": "error",
@@ -180,6 +190,7 @@ class VerifyStep(Step):
         works = left and which == "relayed"
         if works:
             self.status.set(f"{verdict.message} The relay carried its connections: the relay works.", "ok")
+            # No toast: it would cover this status line (the verdict) for seconds; the tick says it too.
         elif left and which == "direct":
             self.status.set(
                 f"{verdict.message} Jobs work, but not through this relay: it saw no pairing since the restart. "
@@ -194,7 +205,6 @@ class VerifyStep(Step):
         if works and not self.done:
             self.mark_done()
             self.ctx.save_progress(4)
-            self.notify(verdict.message, title="The relay works")
         elif not works and verdict.state != "left":
             self._withdraw_if_done(verdict.message)
         if self.timer is None and self.active:

@@ -86,3 +86,38 @@ async def test_the_first_tab_lands_on_a_field_and_a_focused_body_shows_it(
             await pilot.pause()
         assert isinstance(app.focused, StepBody), app.focused
         assert app.focused.styles.outline_left[0] != "", "a focused body looks focused"
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_step5_says_its_verdict_once_uncovered_with_every_note_in_view(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size: tuple[int, int]
+) -> None:
+    """Step 5 said "the relay works" in its status, again in the evidence box and a third time in a
+    toast drawn over the status for seconds; at 60 columns the Note column ("old: no relay key ·
+    stuck", "NEW (after restart)") was cut and scrolled only with the table focused."""
+    from textual.widgets import Static
+    from textual.widgets._toast import Toast
+
+    from cosmictui.screens.confirm import ConfirmScreen
+    from tests.e2e._wizard_support import relay_carried, status, step, wait_status
+    from tests.e2e.test_wizard_jobs import _deploy
+
+    relay_carried(monkeypatch)
+    _, settings = _deploy(tmp_path, "verify")
+    app = make_app(settings)
+    async with app.run_test(size=size) as pilot:
+        await wait_status(pilot, app, "verify", ("info",))
+        await pilot.press("j")
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the create confirmation")
+        await pilot.press("y")
+        text = await wait_status(pilot, app, "verify", ("ok",), timeout=30)
+        await pilot.pause()
+        await pilot.pause(1)  # and still so after a few more lists
+        evidence = str(step(app, "verify").query_one("#verify-evidence", Static).render())
+        said = f"{text} {evidence}"
+        assert said.count("the relay works") == 1 and "the relay works" in status(app, "verify"), said
+        assert not app.screen.query(Toast), "a toast covers the status line"
+        table = step(app, "verify").query_one("#verify-jobs")
+        notes = [str(table.get_row_at(i)[3]) for i in range(table.row_count)]
+        assert any(n.startswith("NEW") for n in notes) and any("stuck" in n for n in notes), notes
+        assert table.max_scroll_x == 0, f"the table is cut at {size}: {table.virtual_size.width} > {table.size.width}"
