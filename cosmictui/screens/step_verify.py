@@ -44,7 +44,7 @@ class JobsTable(DataTable[str]):
             if v.job.id in new_ids:
                 note = "NEW"
             elif v.before_restart:
-                note = "old, no key"
+                note = "old: no key"  # as step 6 says it
             else:
                 note = ""
             if v.stuck:

@@ -168,6 +168,10 @@ def test_confirmed_needs_two_lists_and_updates_and_is_withdrawn_when_the_job_goe
     assert watch.observe([_job("a", "Running", updated=1)]).state == "left"
     assert watch.observe([_job("a", "Running", updated=1)]).state == "left"  # no update: not yet
     assert watch.observe([_job("a", "Running", updated=2)]).state == "confirmed"
+    # Once confirmed, a list showing it unchanged (same second, same status) keeps the verdict:
+    # it was withdrawn ("is Running now: … no longer holds") and confirmed again a list later.
+    v = watch.observe([_job("a", "Running", updated=2)])
+    assert v.state == "confirmed" and watch.confirmed is not None and watch.withdrawn is None, v
     v = watch.observe([_job("a", "Creating", updated=3)])
     assert v.state == "withdrawn" and "went back to Creating" in v.message and watch.confirmed is None
 

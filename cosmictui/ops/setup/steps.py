@@ -176,7 +176,11 @@ class JobWatch:
                 s.updates.append(None)
         previous, self.confirmed = self.confirmed, None
         for j in new:
-            if self._confirms(self.seen[j.id]):
+            # A confirmed job still in a done status holds: a list that shows it unchanged (two lists
+            # within the second its update time is printed to, or a CLI that stamps only status
+            # changes) is no evidence against it; going back, failing or vanishing is.
+            held = previous is not None and j.id == previous.id and self.seen[j.id].kinds[-1] == "done"
+            if held or self._confirms(self.seen[j.id]):
                 self.confirmed = j
                 self.withdrawn = None
                 how = "keeps updating" if j.updated is not None else "stayed there in two lists in a row"
