@@ -171,6 +171,8 @@ def measure(kind: str, shape: str, args: argparse.Namespace) -> dict[str, Any]:
                         "shed": {k: v for k, v in s["shed"].items() if v},
                         "dropped": {k: v for k, v in s["dropped"].items() if v},
                         "kernel_drops": relay.kernel_drops(),
+                        "pauses": s.get("pauses"),
+                        "socket": s.get("socket"),
                         "handshakes_refused": s["limits"]["rejected"].get("handshakes_busy", 0)
                         + s["limits"]["rejected"].get("handshakes_per_address", 0),
                     }

@@ -28,6 +28,7 @@ from relay.service.allow import AllowListError, build_allow_list, parse_key
 from relay.service.limits import Limits
 from relay.service.logs import configure_logging
 from relay.service.metrics import DEFAULT_METRICS_HOST, DEFAULT_METRICS_PORT, MetricsError, parse_address
+from relay.service.pauses import apply_gc_policy
 from relay.service.storage import (
     NEW_KEY_FLAG,
     StorageError,
@@ -476,6 +477,7 @@ def _run(
         except errors as e:
             await app.close()
             return _fail(str(e))
+        apply_gc_policy()  # start-up is done: what it made lives for the whole run
         try:
             app.write_runtime()
         except OSError as e:

@@ -62,6 +62,7 @@ from relay.service.limits import (
     Limits,
 )
 from relay.service.metrics import MetricsError, MetricsServer, build_registry, render_metrics
+from relay.service.pauses import RELAY_RECEIVE_BUFFER, Pauses
 from relay.service.runtime import remove_runtime, take_returning, write_returning, write_runtime
 from relay.service.scraper import ScraperLink
 from relay.udx import UDX, UDXSocket, UDXStream
@@ -201,6 +202,7 @@ class RelayApp:
         self._expiry: asyncio.TimerHandle | None = None
         self._expiry_due = 0.0
         self._closed = False
+        self.pauses = Pauses()
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -213,10 +215,11 @@ class RelayApp:
         """Hold the UDP port (UDX + dht-rpc share it) and start the metrics endpoint."""
         cfg = self.config
         try:
-            self.socket = await self.udx.create_socket(cfg.host, cfg.port)
+            self.socket = await self.udx.create_socket(cfg.host, cfg.port, receive_buffer=RELAY_RECEIVE_BUFFER)
         except OSError as e:
             raise RelayStartError(_bind_error(cfg.host, cfg.port, e)) from e
         self.port = self.socket.port
+        self.pauses.start(asyncio.get_running_loop())
         returning = take_returning(cfg.storage, time.time())
         if returning:
             self.handshakes.expect_returning(returning, self._now(), RETURNING_WINDOW)
@@ -309,6 +312,7 @@ class RelayApp:
         if self._closed:
             return
         self._closed = True
+        self.pauses.stop()
         unannounced: asyncio.Future[None] | None = None
         if self.server is not None:
             self.server.accepting = False  # from here on no handshake is answered
@@ -571,6 +575,13 @@ class RelayApp:
             "refused_pairings": b.pairings_refused_full,
         }
 
+    def _socket_stats(self) -> dict[str, Any]:
+        """`/stats` `socket`: the receive buffer the kernel granted and the datagrams it dropped
+        there (the buffer was full, e.g. during a stall); the relay never saw those."""
+        if self.socket is None:
+            return {"receive_buffer_bytes": 0, "kernel_drops": 0}
+        return {"receive_buffer_bytes": self.socket.receive_buffer, "kernel_drops": self.socket.kernel_drops() or 0}
+
     def snapshot(self) -> dict[str, Any]:
         """The `/stats` document (interfaces.md); `/metrics` is rendered from the same dict."""
         traffic = Traffic()
@@ -653,6 +664,8 @@ class RelayApp:
             "kernel": self._kernel_stats(),
             "shed": {cause: self.blind.shed.get(cause, 0) for cause in SHED_CAUSES},
             "capacity": self._capacity(),
+            "pauses": self.pauses.snapshot(),
+            "socket": self._socket_stats(),
             "limits": {"config": self.config.limits.as_dict(), "rejected": rejected},
             "allow_list": None if self.config.allow is None else len(self.config.allow),
             **({"scraper": self.scraper.snapshot()} if self.scraper is not None else {}),

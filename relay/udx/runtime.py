@@ -58,6 +58,37 @@ from .stream import DataReceived, EndReceived, MessageReceived, StreamClosed, St
 
 log = logging.getLogger("relay.udx")
 
+#: receive buffer a socket asks for unless told otherwise (bounded by net.core.rmem_max)
+RECEIVE_BUFFER = 4 << 20
+SEND_BUFFER = 4 << 20
+_SO_RCVBUFFORCE = getattr(_socket, "SO_RCVBUFFORCE", 33)
+_SO_MEMINFO = 55  # Linux: u32 counters, the 9th is the datagrams the kernel dropped at this socket
+_capped_logged = False
+
+
+def size_receive_buffer(sock: _socket.socket, want: int, *, warn: bool = False) -> int:
+    """Ask for a `want`-byte receive buffer; returns what the kernel granted (getsockopt's figure,
+    which Linux doubles for its bookkeeping). With CAP_NET_ADMIN (SO_RCVBUFFORCE) any size is
+    granted, else the kernel caps it at net.core.rmem_max without a word: `warn` logs that once."""
+    global _capped_logged
+    try:
+        sock.setsockopt(_socket.SOL_SOCKET, _SO_RCVBUFFORCE, want)
+    except OSError:  # not privileged: the kernel caps SO_RCVBUF at net.core.rmem_max
+        with contextlib.suppress(OSError):
+            sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_RCVBUF, want)
+    got = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_RCVBUF)
+    if warn and got < 2 * want and not _capped_logged:  # Linux grants twice what was asked
+        _capped_logged = True
+        log.warning(
+            "UDP receive buffer is %d KB, asked for %d KB: a stalled relay loses more packets; "
+            "run it with CAP_NET_ADMIN or raise it with sysctl -w net.core.rmem_max=%d",
+            got >> 10,
+            want >> 10,
+            want,
+        )
+    return got
+
+
 Address = tuple[str, int]
 #: `firewall(stream, socket, address) -> bool`: True drops the packet (udx-native's convention).
 Firewall = Callable[["UDXStream", "UDXSocket", Address], bool]
@@ -174,8 +205,11 @@ class UDX:
         use_mmsg: bool | None = None,
         use_gso: bool | None = None,
         coalesce_us: int | None = None,
+        receive_buffer: int | None = None,
     ) -> UDXSocket:
-        """Bind a UDP socket; `use_mmsg` None = batch syscalls on Linux unless UDX_NO_MMSG=1,
+        """Bind a UDP socket; `receive_buffer` None = RECEIVE_BUFFER, quietly capped by
+        net.core.rmem_max (a size given is forced when privileged, else capped with a warning);
+        `use_mmsg` None = batch syscalls on Linux unless UDX_NO_MMSG=1,
         `use_gso` None = UDP GSO/GRO on the batched path where the kernel has them, unless
         UDX_NO_GSO=1 (False turns them off, True asks for them where supported);
         `coalesce_us` None = receive coalescing hold from UDX_COALESCE_US (0 = off;
@@ -189,6 +223,7 @@ class UDX:
             use_mmsg=use_mmsg,
             use_gso=use_gso,
             coalesce_us=coalesce_us,
+            receive_buffer=receive_buffer,
         )
         self.sockets.append(sock)
         return sock
@@ -216,6 +251,7 @@ class UDXSocket:
         use_mmsg: bool | None = None,
         use_gso: bool | None = None,
         coalesce_us: int | None = None,
+        receive_buffer: int | None = None,
     ) -> None:
         self.udx = udx
         self.loop = asyncio.get_running_loop()
@@ -226,13 +262,15 @@ class UDXSocket:
         sock.setblocking(False)
         if reuse_port:
             sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEPORT, 1)
-        for size in (4 << 20, 2 << 20, 1 << 20, 1 << 19, 1 << 18):  # bounded by net.core.[rw]mem_max
-            try:
-                sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_RCVBUF, size)
-                sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_SNDBUF, size)
-                break
-            except OSError:
-                continue
+        if receive_buffer is None:
+            with contextlib.suppress(OSError):  # capped by net.core.rmem_max
+                sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_RCVBUF, RECEIVE_BUFFER)
+            #: the receive buffer the kernel granted (bytes, as getsockopt reports it)
+            self.receive_buffer = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_RCVBUF)
+        else:
+            self.receive_buffer = size_receive_buffer(sock, receive_buffer, warn=True)
+        with contextlib.suppress(OSError):  # capped by net.core.wmem_max
+            sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_SNDBUF, SEND_BUFFER)
         if family == _socket.AF_INET:
             with contextlib.suppress(OSError):
                 sock.setsockopt(_socket.IPPROTO_IP, _IP_MTU_DISCOVER, _IP_PMTUDISC_PROBE)
@@ -315,6 +353,15 @@ class UDXSocket:
     def gro(self) -> bool:
         """The kernel may hand this socket coalesced runs (UDP_GRO)."""
         return self._mmsg is not None and self._mmsg.gro
+
+    def kernel_drops(self) -> int | None:
+        """Datagrams the kernel dropped at this socket (its receive buffer was full while the loop
+        did not read): the relay never saw them. None where the kernel does not say (SO_MEMINFO)."""
+        try:
+            raw = self._sock.getsockopt(_socket.SOL_SOCKET, _SO_MEMINFO, 9 * 4)
+        except OSError:
+            return None
+        return struct.unpack("9I", raw)[8] if len(raw) >= 36 else None
 
     def offload(self) -> dict[str, Any]:
         """The `/stats` `udx` group for this socket: {gso, gro, gso_fallbacks}."""
