@@ -61,7 +61,9 @@ class RecoverStep(Step):
         )
         yield JobPicker(id="recover-jobs")
         yield Static("", id="recover-fields", markup=False)
-        with HorizontalScroll(id="recover-command"):  # a command is one line, never wrapped
+        # The command wraps at the edge (wizard.tcss), so this box never scrolls: it takes no focus
+        # (a Tab stop that showed nothing and did nothing).
+        with HorizontalScroll(id="recover-command", can_focus=False):
             yield Static("", id="recover-command-text", markup=False)
 
     def on_enter(self) -> None:

@@ -121,3 +121,58 @@ async def test_step5_says_its_verdict_once_uncovered_with_every_note_in_view(
         notes = [str(table.get_row_at(i)[3]) for i in range(table.row_count)]
         assert any(n.startswith("NEW") for n in notes) and any("stuck" in n for n in notes), notes
         assert table.max_scroll_x == 0, f"the table is cut at {size}: {table.virtual_size.width} > {table.size.width}"
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_every_tab_stop_on_step6_shows_its_focus(tmp_path: Path, size: tuple[int, int]) -> None:
+    """Tab on step 6 stopped on the box around "Recreate with" (the command wraps, so it never
+    scrolls): nothing on screen changed, and the next key seemed lost. Each Tab stop now looks
+    different focused (the screen is compared with nothing focused)."""
+    import time
+
+    from tests.e2e._wizard_support import KEY, install_cosmicac, resume_at, seed_jobs, status
+
+    d = tmp_path / "deploy"
+    d.mkdir()
+    (d / ".env").write_text("A=1\n")
+    now = time.time()
+    seed_jobs(
+        d,
+        [
+            {
+                "id": "job-001",
+                "name": "llama",
+                "gpu": "a100",
+                "created": now - 3600,
+                "updated": now - 3600,
+                "script": ["Creating"],
+            }
+        ],
+    )
+    bin_dir = install_cosmicac(tmp_path)
+    resume_at(str(d), "recover", relay_key=KEY, restarted_at=now - 30)
+    settings = Settings(
+        deployment=str(d),
+        command_env={"PATH": path_with(bin_dir)},
+        relay_metrics="off",
+        poll_interval=3600,
+        create_command="cosmicac jobs create --name {name} --gpu {gpu}",
+    )
+    app = make_app(settings)
+    async with app.run_test(size=size, notifications=False) as pilot:
+        await wait_until(pilot, lambda: "stuck job" in status(app, "recover"), "step 6 listed the stuck job")
+        await pilot.pause()
+
+        async def shot() -> str:
+            await pilot.pause()
+            return app.export_screenshot()
+
+        app.set_focus(None)
+        unfocused = await shot()
+        assert await shot() == unfocused  # the screen is still: a difference below is the focus
+        stops = [w for w in app.screen.focus_chain if w.id not in ("back", "next")]
+        assert "recover-command" not in [w.id for w in stops]
+        for w in stops:
+            w.focus()
+            assert await shot() != unfocused, f"{type(w).__name__}#{w.id} has the focus and shows no sign of it"
+            app.set_focus(None)
