@@ -8,16 +8,18 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Button, Static
+from textual.widgets import Button, Footer, Static
 
 
 class ConfirmScreen(ModalScreen[bool]):
     """Ask before doing something; `danger` makes the box and the yes-button stand out."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
+        # Shown in the dialog's own footer, which covers the wizard's: its "n Next" read as a key of
+        # the dialog, where n answers No.
+        Binding("y", "answer(True)", "Yes"),
         Binding("escape", "answer(False)", "Cancel"),
         Binding("n", "answer(False)", "No", show=False),
-        Binding("y", "answer(True)", "Yes", show=False),
         # The question and its commands scroll as one, from the keyboard, whatever has the focus.
         Binding("up", "scroll('up')", "Scroll", show=False),
         Binding("down", "scroll('down')", "Scroll", show=False),
@@ -61,6 +63,7 @@ class ConfirmScreen(ModalScreen[bool]):
             with Horizontal(id="confirm-buttons"):
                 yield Button(self.no, id="confirm-no", variant="default", compact=True)
                 yield Button(self.yes, id="confirm-yes", variant="error" if self.danger else "primary", compact=True)
+        yield Footer(show_command_palette=False, compact=True)
 
     def on_mount(self) -> None:
         # Default focus on the safe choice: a stray Enter must not change anything.

@@ -250,6 +250,8 @@ class VerifyStep(Step):
     def _create_confirmed(self, cmd: str, ok: bool | None) -> None:
         if ok:
             self.create_job(cmd)
+        else:  # Enter on the focused Cancel, esc or n: say so, or j seemed to do nothing
+            self.status.set("No test job created. Press j again (y in the dialog creates it).", "info")
 
     @work(exclusive=True, group="verify-create", exit_on_error=False)
     async def create_job(self, cmd: str) -> None:

@@ -176,3 +176,35 @@ async def test_every_tab_stop_on_step6_shows_its_focus(tmp_path: Path, size: tup
             w.focus()
             assert await shot() != unfocused, f"{type(w).__name__}#{w.id} has the focus and shows no sign of it"
             app.set_focus(None)
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_a_dialog_shows_its_own_keys_and_a_cancel_is_said(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size: tuple[int, int]
+) -> None:
+    """Behind the test-job dialog the wizard's footer still read "n Next … j Test job", where n
+    answers No; Enter (on the focused Cancel) then closed it and step 5 said nothing at all."""
+    import dataclasses
+
+    from textual.widgets import Footer
+
+    from cosmictui.screens.confirm import ConfirmScreen
+    from tests.e2e._wizard_support import relay_carried, status, wait_status
+    from tests.e2e.test_wizard_jobs import _deploy
+
+    relay_carried(monkeypatch)
+    _, settings = _deploy(tmp_path, "verify")
+    # one list on entering the step, none after: the next list's verdict would replace the status
+    app = make_app(dataclasses.replace(settings, poll_interval=3600))
+    async with app.run_test(size=size) as pilot:
+        await wait_status(pilot, app, "verify", ("info",))
+        await pilot.press("j")
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the create confirmation")
+        await pilot.pause()
+        footer = app.screen.query_one(Footer)  # the dialog's own, drawn over the wizard's
+        assert footer.region.y == size[1] - 1 and footer.region.width == size[0]
+        keys = {b.key: b.description for _, b, enabled, _ in app.screen.active_bindings.values() if enabled}
+        assert keys.get("y") == "Yes" and keys.get("escape") == "Cancel" and "j" not in keys, keys
+        await pilot.press("enter")  # the focused button is Cancel
+        await wait_until(pilot, lambda: not isinstance(app.screen, ConfirmScreen), "the dialog closed")
+        await wait_until(pilot, lambda: "No test job created" in status(app, "verify"), "the cancel said")
