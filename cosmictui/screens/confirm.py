@@ -48,6 +48,12 @@ class ConfirmScreen(ModalScreen[bool]):
         self.yes = yes
         self.no = no
         self.danger = danger
+        self._name_keys()
+
+    def _name_keys(self) -> None:
+        """The footer names what y and esc do here with the buttons' words ("y Create", "esc Stay")."""
+        self._bindings.key_to_bindings["y"] = [Binding("y", "answer(True)", self.yes)]
+        self._bindings.key_to_bindings["escape"] = [Binding("escape", "answer(False)", self.no)]
 
     def compose(self) -> ComposeResult:
         with Vertical(id="confirm-box") as box:
@@ -107,6 +113,8 @@ class ConfirmScreen(ModalScreen[bool]):
         self.query_one("#confirm-yes", Button).label = yes
         self.query_one("#confirm-yes", Button).variant = "primary"
         self.query_one("#confirm-no", Button).label = no
+        self._name_keys()
+        self.refresh_bindings()
 
     def shown_commands(self) -> list[str]:
         """The commands as the dialog shows them (one string each, however they wrap)."""

@@ -204,7 +204,7 @@ async def test_a_dialog_shows_its_own_keys_and_a_cancel_is_said(
         footer = app.screen.query_one(Footer)  # the dialog's own, drawn over the wizard's
         assert footer.region.y == size[1] - 1 and footer.region.width == size[0]
         keys = {b.key: b.description for _, b, enabled, _ in app.screen.active_bindings.values() if enabled}
-        assert keys.get("y") == "Yes" and keys.get("escape") == "Cancel" and "j" not in keys, keys
+        assert keys.get("y") == "Create" and keys.get("escape") == "Cancel" and "j" not in keys, keys
         await pilot.press("enter")  # the focused button is Cancel
         await wait_until(pilot, lambda: not isinstance(app.screen, ConfirmScreen), "the dialog closed")
         await wait_until(pilot, lambda: "No test job created" in status(app, "verify"), "the cancel said")
