@@ -33,12 +33,15 @@ class WizardApp(App[int]):
 
     def __init__(self, ctx: WizardContext, *, handle_signals: bool = False) -> None:
         super().__init__()
-        # Set before the app's tasks exist, so every worker inherits it: a failed command's fix
-        # points at the wizard's command log (headless commands print the output instead).
-        OUTPUT_SHOWN_IN.set("command log: l")
         self.ctx = ctx
         self._handle_signals = handle_signals
         self.exit_signal: int | None = None
+
+    def on_load(self) -> None:
+        # Set in the app's own task before its screens and workers exist (they inherit it), not in
+        # the caller's context: a failed command's fix points at the wizard's command log, while
+        # headless commands (which print the output) name no wizard key.
+        OUTPUT_SHOWN_IN.set("command log: l")
 
     def on_mount(self) -> None:
         if self._handle_signals:
