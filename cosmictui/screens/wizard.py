@@ -149,9 +149,18 @@ class WizardScreen(Screen[None]):
 
     def on_descendant_focus(self, _event: events.DescendantFocus) -> None:
         self.refresh_bindings()  # a field took the focus: the footer says how to leave it
+        self._light_field_rows()
 
     def on_descendant_blur(self, _event: events.DescendantBlur) -> None:
         self.refresh_bindings()
+        self._light_field_rows()
+
+    def _light_field_rows(self) -> None:
+        """Light the label of the field with the focus. A class, not `:focus-within` in the CSS:
+        Textual restyles the focused widget and its ancestors, not the label beside it, so the
+        label stayed grey."""
+        for row in self.query(".field-row"):
+            row.set_class(row.has_focus_within, "-focused")
 
     def on_key(self, event: events.Key) -> None:
         """A path typed while no field has the focus starts in the storage field, not as key actions."""

@@ -76,7 +76,12 @@ async def test_the_first_tab_lands_on_a_field_and_a_focused_body_shows_it(
         await pilot.press("tab")
         await pilot.pause()
         assert isinstance(app.focused, Input) and app.focused.id == "relay-storage", app.focused
-        await pilot.press("escape", "b")  # step 1 has no field: its body takes the focus, visibly
+        # … and its label lights up (it stayed grey: `:focus-within` did not restyle the label)
+        label = app.focused.parent.query_one(".field-label")  # type: ignore[union-attr]
+        await wait_until(pilot, lambda: label.styles.background.a > 0, "the storage label lit")
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: label.styles.background.a == 0, "the label unlit after esc")
+        await pilot.press("b")  # step 1 has no field: its body takes the focus, visibly
         await wait_until(pilot, lambda: app.screen.step.STEP_ID == "prereqs", "step 1 shown")  # type: ignore[attr-defined]
         body = app.screen.step.body  # type: ignore[attr-defined]
         for _ in range(4):
