@@ -44,7 +44,7 @@ class JobsTable(DataTable[str]):
             if v.job.id in new_ids:
                 note = "NEW"
             elif v.before_restart:
-                note = "old: no key"  # as step 6 says it
+                note = "no key"  # made before the restart (the intro says older jobs never get it)
             else:
                 note = ""
             if v.stuck:

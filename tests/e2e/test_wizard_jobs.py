@@ -87,7 +87,7 @@ async def test_wizard_verify_marks_old_jobs_and_confirms_a_new_job_left_creating
         assert "create one now" in text
         table = step(app, "verify").query_one("#verify-jobs")
         notes = [table.get_row_at(i)[3] for i in range(table.row_count)]
-        assert all("old: no key" in n for n in notes)
+        assert all("no key" in n for n in notes)
         assert notes[0].endswith("stuck") and "stuck" not in notes[1]
         await pilot.press("n")  # nothing confirmed yet
         assert app.screen.index == 4
@@ -100,7 +100,7 @@ async def test_wizard_verify_marks_old_jobs_and_confirms_a_new_job_left_creating
         text = await wait_status(pilot, app, "verify", ("ok",), timeout=30)
         assert "job-100 left Creating (Running) and keeps updating" in text
         notes = {table.get_row_at(i)[0]: table.get_row_at(i)[3] for i in range(table.row_count)}
-        assert notes["job-100"].startswith("NEW") and "old: no key" in notes["job-001"]
+        assert notes["job-100"].startswith("NEW") and "no key" in notes["job-001"]
         await pilot.press("n")
         assert app.screen.index == 5
     assert _cosmicac_calls(d) == ["jobs create --name relay-check --gpu small"]

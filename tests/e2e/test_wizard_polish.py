@@ -100,15 +100,33 @@ async def test_step5_says_its_verdict_once_uncovered_with_every_note_in_view(
     """Step 5 said "the relay works" in its status, again in the evidence box and a third time in a
     toast drawn over the status for seconds; at 60 columns the Note column ("old: no relay key ·
     stuck", "NEW (after restart)") was cut and scrolled only with the table focused."""
+    import time
+
     from textual.widgets import Static
     from textual.widgets._toast import Toast
 
     from cosmictui.screens.confirm import ConfirmScreen
-    from tests.e2e._wizard_support import relay_carried, status, step, wait_status
+    from tests.e2e._wizard_support import relay_carried, seed_jobs, status, step, wait_status
     from tests.e2e.test_wizard_jobs import _deploy
 
     relay_carried(monkeypatch)
-    _, settings = _deploy(tmp_path, "verify")
+    d, settings = _deploy(tmp_path, "verify")
+    now = time.time()  # the demo's shapes: ten-character ids, "Completed", a stuck old job
+    seed_jobs(
+        d,
+        [
+            {
+                "id": f"job-7f3a2{i}",
+                "name": "llama",
+                "gpu": "a100",
+                "created": now - 3600 * (i + 1),
+                "updated": now - 3600,
+                "script": [status],
+            }
+            for i, status in enumerate(["Creating", "Starting", "Completed"])
+        ],
+        create_script=["Creating", "Creating", "Running"],
+    )
     app = make_app(settings)
     async with app.run_test(size=size) as pilot:
         await wait_status(pilot, app, "verify", ("info",))
