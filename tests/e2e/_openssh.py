@@ -6,6 +6,7 @@ and killed after it. `.ci/run` installs the package; a machine without it fails 
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import os
 import shutil
@@ -89,7 +90,8 @@ def openssh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[OpenSSH
     finally:
         children = psutil.Process(proc.pid).children(recursive=True) if proc.poll() is None else []
         for c in children:  # session processes this sshd started for the test's connections
-            c.kill()
+            with contextlib.suppress(psutil.NoSuchProcess):  # a session may end between listing and kill
+                c.kill()
         proc.terminate()
         try:
             proc.wait(10)
