@@ -263,6 +263,9 @@ class WizardContext:
         self._on_command: Callable[[str], None] | None = None
         self._on_notice: Callable[[str], None] | None = None
         self._dropped: str | None = None  # label of a connection that was lost, until it is back
+        #: why the relay step is done but not proven: it runs, yet two peers did not meet through it
+        #: (the probe failed; its tick stays a fact for the later steps, but is shown as "!" not ✔)
+        self.relay_unproven: str | None = None
 
     # -- deployment -----------------------------------------------------------------------------
 

@@ -389,6 +389,7 @@ class RelayStep(Step):
         self.key_attached = key
         self.ctx.relay_key = key
         self.ctx.relay_external = True
+        self.ctx.relay_unproven = None  # the probe through it passed
         self._show()
         self.ctx.save_progress(1)
         self.mark_done()
@@ -438,6 +439,8 @@ class RelayStep(Step):
         box.scroll_visible(animate=False)  # at 80×24 the checks land below the key: bring them up
         blocking = self._blocking()
         probe = next((r for r in results if r.name == PROBE_CHECK), None)
+        # Next stays open (hosts where the probe cannot run must go on), but no ✔ without the proof
+        self.ctx.relay_unproven = probe.detail if probe is not None and probe.status == "fail" else None
         if blocking:
             self.mark_done(False)
             self.status.set(f"{verb} the relay, but: {blocking} Fix it, then press a to re-check.", "error")

@@ -209,7 +209,7 @@ class WizardScreen(Screen[None]):
             elif i == RELAY_STEP and self.relay_down:
                 states.append("failed")
             elif s.done:
-                states.append("done")
+                states.append("warn" if i == RELAY_STEP and self.ctx.relay_unproven else "done")
             else:
                 states.append("pending")
         self.query_one(StepList).set_states(states)

@@ -13,13 +13,14 @@ from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import Static
 
-StepState = Literal["pending", "current", "done", "failed", "busy"]
+StepState = Literal["pending", "current", "done", "warn", "failed", "busy"]
 
 _MARK: dict[StepState, str] = {
     "pending": "·",
     "current": "▶",
     "busy": "…",
     "done": "✔",
+    "warn": "!",  # done, but not proven (e.g. the relay runs and the probe through it failed)
     "failed": "✘",
 }
 
