@@ -424,7 +424,7 @@ class SSHRunner(Runner):
             raise RunnerError(
                 f"SSH authentication to {self.label} failed",
                 "check the user name in the deployment (ssh://USER@host/path), load your key into ssh-agent "
-                "(ssh-add), or name the key file in the config ([ssh] identity = [\"~/.ssh/id_ed25519\"])",
+                '(ssh-add), or name the key file in the config ([ssh] identity = ["~/.ssh/id_ed25519"])',
                 self.label,
                 "auth",
             ) from None

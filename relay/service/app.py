@@ -230,7 +230,7 @@ class RelayApp:
         if cfg.kernel_forwarding:
             try:
                 k = self.socket.enable_kernel_forwarding()
-                log.info("established pairs are forwarded in the kernel (nftables table ip %s)", k.table.name)
+                log.info("established pairs are forwarded in the kernel (nftables table inet %s)", k.table.name)
             except KernelUnavailable as e:
                 self.kernel_error = str(e)
                 log.warning("kernel forwarding is off, pairs are forwarded in Python: %s", e)
@@ -583,7 +583,7 @@ class RelayApp:
         return {"receive_buffer_bytes": self.socket.receive_buffer, "kernel_drops": self.socket.kernel_drops() or 0}
 
     def snapshot(self) -> dict[str, Any]:
-        """The `/stats` document (interfaces.md); `/metrics` is rendered from the same dict."""
+        """The `/stats` document (docs/relay.md); `/metrics` is rendered from the same dict."""
         traffic = Traffic()
         for sock in self.udx.sockets:
             kernel = getattr(sock, "kernel", None)

@@ -499,9 +499,7 @@ class BatchIO:
                 datagrams += self.entry_size(e)[0]
         return entries, datagrams
 
-    def flush(
-        self, total: int, first: tuple[int, int] | None = None
-    ) -> tuple[int, int, list[tuple[int, list[bytes]]]]:
+    def flush(self, total: int, first: tuple[int, int] | None = None) -> tuple[int, int, list[tuple[int, list[bytes]]]]:
         """Send the first `total` prepared entries (iovecs point into the receive buffer).
 
         Returns (entries sent, datagrams failed, leftovers) — leftovers are (entry index,

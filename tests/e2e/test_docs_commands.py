@@ -93,7 +93,12 @@ def test_a_runnable_wizard_command_draws_the_wizard_and_cleans_up(doc: str, comm
     env = dict(_env(tmp_path), TERM="xterm-256color", COLUMNS="80", LINES="24")
     proc = subprocess.Popen(
         shlex.split(command, comments=True),
-        cwd=tmp_path, env=env, stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
+        cwd=tmp_path,
+        env=env,
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        start_new_session=True,
     )
     os.close(slave)
     screen: list[bytes] = []

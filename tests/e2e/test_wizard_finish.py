@@ -73,9 +73,11 @@ async def test_finish_installs_under_opt_and_prints_a_unit_systemd_accepts(
         await pilot.press("y")
         await wait_until(
             pilot,
-            lambda: isinstance(app.screen, ConfirmScreen)
-            and app.screen.title_text.startswith("The unit for")
-            and bool(app.screen.shown_commands()),  # composed, not only pushed
+            lambda: (
+                isinstance(app.screen, ConfirmScreen)
+                and app.screen.title_text.startswith("The unit for")
+                and bool(app.screen.shown_commands())
+            ),  # composed, not only pushed
             "the unit",
             timeout=60,
         )

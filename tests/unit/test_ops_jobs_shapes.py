@@ -25,11 +25,7 @@ SHAPES: dict[str, str] = {
         "Showing 2 of 2 jobs. Use --page 2 --page-size 20 for more.\n"
     ),
     "whitespace, a total aligned into the columns": (
-        "ID         STATUS     GPUS\n"
-        "job-001    Creating   4\n"
-        "job-002    Running    1\n"
-        "Total      2\n"
-        "Page 1/1\n"
+        "ID         STATUS     GPUS\njob-001    Creating   4\njob-002    Running    1\nTotal      2\nPage 1/1\n"
     ),
     "whitespace, a hint that runs across the columns": (
         "ID       STATUS    NAME\n"

@@ -36,9 +36,22 @@ def test_the_wheel_holds_every_module_data_file_and_the_licence(tmp_path: Path) 
     out = tmp_path / "wheel"
     # Offline: the build backend installed in this environment (the test extra pins it), no index.
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index",
-         "-w", str(out), str(src)],
-        check=True, timeout=240, capture_output=True,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-w",
+            str(out),
+            str(src),
+        ],
+        check=True,
+        timeout=240,
+        capture_output=True,
     )
     (wheel,) = out.glob("cosmictui-*.whl")
     with zipfile.ZipFile(wheel) as z:

@@ -93,6 +93,7 @@ def evidence_from(
     else:
         base = {}
         since = "since it started (no reading from the restart)"
+
     def delta(name: str) -> int | None:
         v = now.get(name)
         return None if v is None else int(max(0.0, v - base.get(name, 0.0)))
