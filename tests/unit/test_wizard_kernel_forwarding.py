@@ -5,7 +5,6 @@ without CAP_NET_ADMIN one plain line says why and the relay it starts forwards i
 from __future__ import annotations
 
 import json
-import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +12,7 @@ from pathlib import Path
 from cosmictui.ops import relayproc
 from cosmictui.ops.config import ConfigError, Settings, load_settings
 from cosmictui.ops.session import wanted_args
-from cosmictui.ops.setup.steps import keep_running_commands
+from cosmictui.ops.setup.install import install_plan
 
 ROOT = Path(__file__).resolve().parents[2]
 STORAGE = "/var/lib/blind-relay"
@@ -25,14 +24,14 @@ import json
 from cosmictui.ops import relayproc
 from cosmictui.ops.config import Settings
 from cosmictui.ops.session import wanted_args
-from cosmictui.ops.setup.steps import keep_running_commands
+from cosmictui.ops.setup.install import install_plan
 s = Settings()
 choice = relayproc.choose_kernel_forwarding(s.relay_kernel_forwarding)
 print(json.dumps({
-    "on": choice.on, "unit": choice.unit, "why": choice.why,
+    "on": choice.on, "grants": choice.unit, "why": choice.why,
     "start": relayproc.relay_command("/var/lib/blind-relay", 49737, kernel_forwarding=s.relay_kernel_forwarding),
     "wanted": wanted_args(s, "/var/lib/blind-relay", 49737),
-    "keep_running": keep_running_commands(s, "/var/lib/blind-relay", 49737),
+    "unit": install_plan(s, "/var/lib/blind-relay", 49737).unit.splitlines(),
 }))
 """
 
@@ -59,24 +58,17 @@ def _wizard(prefix: list[str]) -> dict[str, object]:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
-def _unit_of(keep_running: list[str]) -> list[str]:
-    """Run the unit command the wizard prints (without its `> /etc/systemd/...`)."""
-    cmd = keep_running[0].split(" > ")[0]
-    res = subprocess.run(shlex.split(cmd), capture_output=True, text=True, timeout=120, check=False)
-    assert res.returncode == 0, res.stderr
-    return res.stdout.splitlines()
-
-
 def test_by_default_the_wizard_starts_and_installs_the_kernel_path_where_the_host_allows_it() -> None:
     can = _host_can_manage_nftables()
     got = _wizard([])
-    assert got["on"] is can and got["unit"] is can
+    assert got["on"] is can and got["grants"] is can
     assert ("--kernel-forwarding" in got["start"]) is can  # type: ignore[operator]
     assert ("--kernel-forwarding" in got["wanted"]) is can  # type: ignore[operator]
-    unit = _unit_of(got["keep_running"])  # type: ignore[arg-type]
+    unit = got["unit"]  # the unit Finish installs (a venv under /opt), as it renders it
     if can:
         assert "AmbientCapabilities=CAP_NET_ADMIN" in unit and "CapabilityBoundingSet=CAP_NET_ADMIN" in unit
         assert "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX AF_NETLINK" in unit
+        assert any(line.startswith("ExecStart=") and "--kernel-forwarding" in line for line in unit)
     else:
         assert "forwards in Python" in str(got["why"])
 
@@ -89,17 +81,15 @@ def test_without_cap_net_admin_one_line_says_why_and_the_relay_forwards_in_pytho
     why = str(got["why"])
     assert "\n" not in why and "forwards in Python" in why
     if host_has_nftables:  # only the capability is missing: that is what it says, and the unit grants it
-        assert "CAP_NET_ADMIN" in why and got["unit"] is True
-        unit = _unit_of(got["keep_running"])  # type: ignore[arg-type]
+        assert "CAP_NET_ADMIN" in why and got["grants"] is True
+        unit = got["unit"]  # the unit Finish installs (a venv under /opt), as it renders it
         assert "AmbientCapabilities=CAP_NET_ADMIN" in unit and "CapabilityBoundingSet=CAP_NET_ADMIN" in unit
 
 
 def test_the_config_decides_when_it_says_so() -> None:
     assert relayproc.choose_kernel_forwarding(False).on is False
     assert "--kernel-forwarding" not in wanted_args(Settings(relay_kernel_forwarding=False), STORAGE, 49737)
-    assert "--kernel-forwarding" not in " ".join(
-        keep_running_commands(Settings(relay_kernel_forwarding=False), STORAGE, 49737)
-    )
+    assert "--kernel-forwarding" not in install_plan(Settings(relay_kernel_forwarding=False), STORAGE, 49737).unit
     assert relayproc.choose_kernel_forwarding(True).on is True
     assert "--kernel-forwarding" in wanted_args(Settings(relay_kernel_forwarding=True), STORAGE, 49737)
 

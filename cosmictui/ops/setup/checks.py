@@ -8,6 +8,7 @@ ones go through a runner to the deployment host.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import errno
 import json
 import os
@@ -410,6 +411,7 @@ def _last_lines(output: str) -> str:
     return " ".join(tail)[:300]
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 _TASKFILES = ("Taskfile.yml", "Taskfile.yaml", "taskfile.yml", "taskfile.yaml", "Taskfile.dist.yml")
 
 
@@ -477,6 +479,8 @@ async def check_tasks(runner: Runner, settings: Settings) -> CheckResult:
                     "install go-task there, or add its directory to [commands] env PATH in the config",
                 )
             return CheckResult(name, "fail", e.what, e.fix)
+        # go-task colours its words where it thinks someone watches (CI=true, FORCE_COLOR): read plain text
+        result = dataclasses.replace(result, output=_ANSI.sub("", result.output))
         known = _names_from_listing(result.output)
         if known is None and _NO_TASKS.search(result.output):
             known = set()  # go-task exits 1 on a Taskfile without tasks

@@ -4,7 +4,6 @@ and how a deleted job is recreated. Kept here, UI-free, so they are tested witho
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -12,7 +11,7 @@ from typing import Literal
 
 from cosmictui.ops.config import Settings
 from cosmictui.ops.jobs.model import FAILED_STATUSES, STUCK_STATUSES, Job, JobView, StatusSets, format_age
-from cosmictui.ops.relayproc import RelayRuntime, attach, choose_kernel_forwarding
+from cosmictui.ops.relayproc import RelayRuntime, attach
 from cosmictui.ops.runner import Runner, RunnerError
 from cosmictui.ops.setup.checks import (
     CheckResult,
@@ -240,25 +239,3 @@ def recoverable(views: list[JobView], statuses: StatusSets | None = None) -> lis
     restart (those never get the relay key, however young they are)."""
     sets = statuses or StatusSets()
     return [v for v in views if v.stuck or (v.before_restart and sets.classify(v.job.status) == "stuck")]
-
-
-def keep_running_commands(settings: Settings, storage: str, port: int) -> list[str]:
-    """How to keep this relay running after a reboot: the unit `blind-relay --systemd-unit` prints.
-
-    The wizard starts the relay detached, which does not survive a reboot; systemd does.
-    """
-    import os
-    import shutil
-    import sys
-
-    beside = os.path.join(os.path.dirname(sys.executable), "blind-relay")  # this install's, not another on PATH
-    exe = beside if os.path.exists(beside) else (shutil.which("blind-relay") or beside)
-    flags = [f"--storage {shlex.quote(storage)}", f"--port {int(port)}"]
-    if settings.relay_bootstrap:
-        flags.append("--bootstrap " + shlex.quote(",".join(settings.relay_bootstrap)))
-    if choose_kernel_forwarding(settings.relay_kernel_forwarding).unit:  # the unit grants CAP_NET_ADMIN
-        flags.append("--kernel-forwarding")
-    return [
-        f"{shlex.quote(exe)} --systemd-unit {' '.join(flags)} > /etc/systemd/system/blind-relay.service",
-        "systemctl daemon-reload && systemctl enable --now blind-relay",
-    ]
