@@ -94,21 +94,19 @@ def port_number(text: str) -> int:
     return v
 
 
-def timeout_seconds(text: str) -> float:
+def _seconds(text: str, what: str, low: float) -> float:
     try:
         v = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not 0.1 <= v <= 3600:
-        raise argparse.ArgumentTypeError("timeout must be between 0.1 and 3600 seconds")
+    if not low <= v <= 3600:
+        raise argparse.ArgumentTypeError(f"{what} must be between {low} and 3600 seconds")
     return v
+
+
+def timeout_seconds(text: str) -> float:
+    return _seconds(text, "timeout", 0.1)
 
 
 def interval_seconds(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not 0.2 <= v <= 3600:
-        raise argparse.ArgumentTypeError("interval must be between 0.2 and 3600 seconds")
-    return v
+    return _seconds(text, "interval", 0.2)

@@ -15,20 +15,19 @@ XDG directories pointing at the test's own, so no operator's config or state is 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import pty
 import re
 import shlex
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
+
+from tests.e2e._pty import on_pty
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -89,41 +88,20 @@ def test_a_runnable_command_runs_as_shown(doc: str, command: str, tmp_path: Path
 
 @pytest.mark.parametrize(("doc", "command"), WIZARD, ids=[c for _, c in WIZARD])
 def test_a_runnable_wizard_command_draws_the_wizard_and_cleans_up(doc: str, command: str, tmp_path: Path) -> None:
-    master, slave = pty.openpty()
     env = dict(_env(tmp_path), TERM="xterm-256color", COLUMNS="80", LINES="24")
-    proc = subprocess.Popen(
-        shlex.split(command, comments=True),
-        cwd=tmp_path,
-        env=env,
-        stdin=slave,
-        stdout=slave,
-        stderr=slave,
-        start_new_session=True,
-    )
-    os.close(slave)
-    screen: list[bytes] = []
-
-    def drain() -> None:  # the app blocks on a full pty otherwise
-        with contextlib.suppress(OSError):
-            while chunk := os.read(master, 65536):
-                screen.append(chunk)
-
-    reader = threading.Thread(target=drain, daemon=True)
-    reader.start()
-    try:
-        deadline = time.monotonic() + 90
-        while b"Prerequisites" not in b"".join(screen):
-            assert proc.poll() is None, f"{doc}: `{command}` exited {proc.returncode}: {b''.join(screen)[-2000:]!r}"
-            assert time.monotonic() < deadline, f"{doc}: `{command}` drew no wizard: {b''.join(screen)[-2000:]!r}"
-            time.sleep(0.05)
-        os.kill(proc.pid, signal.SIGHUP)  # a closed terminal: the wizard ends as on q
-        assert proc.wait(timeout=60) == 128 + signal.SIGHUP
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
-        os.close(master)
-        reader.join(timeout=5)
+    with on_pty(shlex.split(command, comments=True), env, cwd=tmp_path) as (proc, screen):
+        try:
+            deadline = time.monotonic() + 90
+            while b"Prerequisites" not in b"".join(screen):
+                assert proc.poll() is None, f"{doc}: `{command}` exited {proc.returncode}: {b''.join(screen)[-2000:]!r}"
+                assert time.monotonic() < deadline, f"{doc}: `{command}` drew no wizard: {b''.join(screen)[-2000:]!r}"
+                time.sleep(0.05)
+            os.kill(proc.pid, signal.SIGHUP)  # a closed terminal: the wizard ends as on q
+            assert proc.wait(timeout=60) == 128 + signal.SIGHUP
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=30)
     out = b"".join(screen).decode("utf-8", "replace")
     m = re.search(r"demo sandbox in (\S+)", out)
     if m:  # the demo removes its throwaway deployment, relay storage and DHT with it

@@ -10,11 +10,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import pty
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +21,7 @@ import pytest
 
 from cosmictui.ops import progress as progress_mod
 from cosmictui.ops.relayproc import pid_alive, read_runtime
+from tests.e2e._pty import on_pty
 
 # The demo as `cosmictui --demo` runs it, with the sandbox in a known place and its relay already
 # started (as step 2 would), so the test knows which processes must be gone afterwards.
@@ -50,39 +49,19 @@ def wizard_on_pty(
     """The demo wizard in its own process on a pseudo-terminal; whatever it leaves is killed after."""
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     root = tmp_path / "demo"
-    master, slave = pty.openpty()
     env = dict(os.environ, TERM="xterm-256color", COLUMNS="80", LINES="24")
-    proc = subprocess.Popen(
-        [sys.executable, "-c", SCRIPT, str(root)],
-        stdin=slave,
-        stdout=slave,
-        stderr=slave,
-        env=env,
-        start_new_session=True,
-    )
-    os.close(slave)
-    screen: list[bytes] = []
-
-    def drain() -> None:  # the app blocks on a full pty otherwise
-        with contextlib.suppress(OSError):
-            while chunk := os.read(master, 65536):
-                screen.append(chunk)
-
-    reader = threading.Thread(target=drain, daemon=True)
-    reader.start()
-    pids: list[int] = []
-    try:
-        yield proc, root, screen
-    finally:
-        for f in (root / "relay-storage" / "relay-runtime.json", root / "dht.json"):
-            with contextlib.suppress(OSError, ValueError):
-                pids.append(int(json.loads(f.read_text())["pid"]))
-        for pid in [proc.pid, *pids]:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-        os.close(master)
-        reader.join(timeout=5)
+    with on_pty([sys.executable, "-c", SCRIPT, str(root)], env) as (proc, screen):
+        pids: list[int] = []
+        try:
+            yield proc, root, screen
+        finally:
+            for f in (root / "relay-storage" / "relay-runtime.json", root / "dht.json"):
+                with contextlib.suppress(OSError, ValueError):
+                    pids.append(int(json.loads(f.read_text())["pid"]))
+            for pid in [proc.pid, *pids]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            proc.wait(timeout=30)
 
 
 def _wait(cond, what: str, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]
