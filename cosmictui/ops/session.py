@@ -41,6 +41,8 @@ class SessionFacts:
     restarted_at: float | None = None
     #: when the wizard last wrote the `.env`; an apply from before it is stale
     env_written_at: float | None = None
+    #: why the relay is not proven (its last probe failed), None when a probe passed or none ran
+    relay_unproven: str | None = None
 
 
 def why_not(step: str, facts: SessionFacts) -> str | None:
@@ -73,6 +75,34 @@ def derive_ticks(facts: SessionFacts) -> frozenset[str]:
             break
         ticks.add(step)
     return frozenset(ticks)
+
+
+def derive_unproven(facts: SessionFacts) -> frozenset[str]:
+    """The ticked steps whose proof is missing: shown as "!" (done, not proven), never as ✔.
+
+    Step 2 stays a fact for the later steps (the relay runs with the key), but a relay whose last
+    probe failed has not been seen carrying a connection.
+    """
+    if facts.relay_unproven and "relay" in derive_ticks(facts):
+        return frozenset({"relay"})
+    return frozenset()
+
+
+def probe_verdict(local: Any, from_host: Any) -> str | None:
+    """Why the relay is not proven by these probe rows (`CheckResult`s), None when it is (or none ran).
+
+    The probe from the deployment host runs where the jobs are, so its outcome decides when it
+    has one (passed or failed); the probe from this machine decides only when there is none (the
+    host has no cosmictui, or could not run it).
+    """
+    if from_host is not None and from_host.status == "ok":
+        return None
+    if from_host is not None and from_host.status == "fail":
+        where = from_host.name.removeprefix("Relay carries a connection from ").removesuffix(" (probe)")
+        return f"from {where} {from_host.detail}"
+    if local is not None and local.status == "fail":
+        return str(local.detail)
+    return None
 
 
 def relay_args(pid: int) -> list[str] | None:
@@ -263,9 +293,6 @@ class WizardContext:
         self._on_command: Callable[[str], None] | None = None
         self._on_notice: Callable[[str], None] | None = None
         self._dropped: str | None = None  # label of a connection that was lost, until it is back
-        #: why the relay step is done but not proven: it runs, yet two peers did not meet through it
-        #: (the probe failed; its tick stays a fact for the later steps, but is shown as "!" not ✔)
-        self.relay_unproven: str | None = None
 
     # -- deployment -----------------------------------------------------------------------------
 
@@ -473,6 +500,29 @@ class WizardContext:
         if self._save:
             progress_mod.save_progress(self.progress)
 
+    @property
+    def relay_unproven(self) -> str | None:
+        """Why the relay step is done but not proven: it runs, yet two peers did not meet through it.
+
+        Kept in the progress file with the key it was seen with, so a rerun shows the same "!"
+        (its tick stays a fact for the later steps, but is not shown as ✔); another key is another
+        relay, not proven or disproven yet.
+        """
+        saved = self.progress.data.get("relay_unproven")
+        if isinstance(saved, dict) and saved.get("key") == self.relay_key and isinstance(saved.get("why"), str):
+            return str(saved["why"])
+        return None
+
+    @relay_unproven.setter
+    def relay_unproven(self, why: str | None) -> None:
+        before = self.progress.data.get("relay_unproven")
+        if why is None:
+            self.progress.data.pop("relay_unproven", None)
+        else:
+            self.progress.data["relay_unproven"] = {"key": self.relay_key, "why": why}
+        if self._save and self.progress.data.get("relay_unproven") != before:
+            progress_mod.save_progress(self.progress)
+
     def facts(self) -> SessionFacts:
         written = self.progress.data.get("env_written_at")
         return SessionFacts(
@@ -482,11 +532,16 @@ class WizardContext:
             env_relays=self.env_relays,
             restarted_at=self.restarted_at,
             env_written_at=float(written) if isinstance(written, int | float) else None,
+            relay_unproven=self.relay_unproven,
         )
 
     def ticks(self) -> frozenset[str]:
         """The steps that are done now (see `derive_ticks`)."""
         return derive_ticks(self.facts())
+
+    def unproven(self) -> frozenset[str]:
+        """The steps done but not proven now (see `derive_unproven`)."""
+        return derive_unproven(self.facts())
 
     def set_done(self, step_id: str, done: bool) -> None:
         """Record that the operator did (or undid) a step; its tick still needs the evidence."""

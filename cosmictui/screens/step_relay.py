@@ -19,10 +19,10 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Input, Static
 
 from cosmictui.ops import relayproc
-from cosmictui.ops.metrics.probe import PROBE_CHECK, PROBE_TIMEOUT, probe_check, probe_from_host, run_probe
+from cosmictui.ops.metrics.probe import PROBE_TIMEOUT, probe_check, probe_from_host, run_probe
 from cosmictui.ops.relayproc import RelayProcError, RelayRuntime
 from cosmictui.ops.runner import RunnerError
-from cosmictui.ops.session import relay_args, wanted_args
+from cosmictui.ops.session import probe_verdict, relay_args, wanted_args
 from cosmictui.ops.setup.checks import CheckResult
 from cosmictui.ops.setup.envfile import EnvFileError, decode_text, normalize_key, read_relays
 from cosmictui.ops.setup.steps import RELAY_REACH_PREFIX, relay_reach_checks, sentences
@@ -152,6 +152,13 @@ class RelayStep(Step):
                 self.status.set(
                     f"A relay already runs with this storage (pid {rt.pid}) with other flags: {other}. Press s to "
                     "restart it with the wizard's settings (same storage, so the same key), or a to use it as it is.",
+                    "warn",
+                )
+            elif rt.key == self.ctx.relay_key and self.ctx.relay_unproven:
+                self.runtime = rt  # the relay set up earlier (a rerun): its tick stands, still unproven
+                self.status.set(
+                    f"The relay set up earlier runs (pid {rt.pid}, same key), but its last probe "
+                    f"{self.ctx.relay_unproven}. Press a to probe it again, n to go on.",
                     "warn",
                 )
             elif rt.key == self.ctx.relay_key:
@@ -425,7 +432,9 @@ class RelayStep(Step):
             # the proof that matters to jobs: two peers, punching off, meet through this relay
             self.status.set(f"{verb} the relay; probing it: two peers connect through it …", "busy")
             boot = list(self.ctx.settings.relay_bootstrap) or None
-            results.append(probe_check(await run_probe(rt.key, boot, PROBE_TIMEOUT)))
+            local = probe_check(await run_probe(rt.key, boot, PROBE_TIMEOUT))
+            results.append(local)
+            remote = None
             if runner is not None and getattr(runner, "host", None):  # and from where the jobs run
                 remote = await probe_from_host(runner, rt.key, boot)
                 if remote is not None:
@@ -438,15 +447,16 @@ class RelayStep(Step):
         await box.mount_all([CheckRow(r) for r in results])
         box.scroll_visible(animate=False)  # at 80×24 the checks land below the key: bring them up
         blocking = self._blocking()
-        probe = next((r for r in results if r.name == PROBE_CHECK), None)
-        # Next stays open (hosts where the probe cannot run must go on), but no ✔ without the proof
-        self.ctx.relay_unproven = probe.detail if probe is not None and probe.status == "fail" else None
+        # Next stays open (hosts where the probe cannot run must go on), but no ✔ without the proof:
+        # the probe from the deployment host, where the jobs are, decides when it ran
+        unproven = probe_verdict(local, remote)
+        self.ctx.relay_unproven = unproven
         if blocking:
             self.mark_done(False)
             self.status.set(f"{verb} the relay, but: {blocking} Fix it, then press a to re-check.", "error")
-        elif probe is not None and probe.status == "fail":
+        elif unproven:
             self.mark_done()
-            self.status.set(f"{verb} the relay, but the probe {probe.detail}. Press a to probe again.", "warn")
+            self.status.set(f"{verb} the relay, but the probe {unproven}. Press a to probe again.", "warn")
         else:
             self.mark_done()
             self.status.set(f"{verb} the relay. Press c to copy the key, n to put it in the .env.", "ok")

@@ -200,7 +200,7 @@ class WizardScreen(Screen[None]):
     def _refresh_nav(self) -> None:
         # Every tick is derived again from the evidence (ops.session.derive_ticks): the step list,
         # each step's Next check and the progress file cannot disagree.
-        ticks = self.ctx.ticks()
+        ticks, unproven = self.ctx.ticks(), self.ctx.unproven()
         states: list[StepState] = []
         for i, s in enumerate(self.steps):
             s.done = s.STEP_ID in ticks
@@ -209,7 +209,7 @@ class WizardScreen(Screen[None]):
             elif i == RELAY_STEP and self.relay_down:
                 states.append("failed")
             elif s.done:
-                states.append("warn" if i == RELAY_STEP and self.ctx.relay_unproven else "done")
+                states.append("warn" if s.STEP_ID in unproven else "done")
             else:
                 states.append("pending")
         self.query_one(StepList).set_states(states)

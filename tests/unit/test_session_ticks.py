@@ -2,7 +2,22 @@
 
 from __future__ import annotations
 
-from cosmictui.ops.session import STEP_IDS, SessionFacts, derive_ticks, why_not
+from pathlib import Path
+
+import pytest
+
+from cosmictui.ops.config import Settings
+from cosmictui.ops.metrics.probe import PROBE_CHECK
+from cosmictui.ops.session import (
+    STEP_IDS,
+    SessionFacts,
+    WizardContext,
+    derive_ticks,
+    derive_unproven,
+    probe_verdict,
+    why_not,
+)
+from cosmictui.ops.setup.checks import CheckResult
 
 KEY = "k" * 52
 ALL = frozenset(STEP_IDS)
@@ -51,3 +66,55 @@ def test_a_later_step_never_stands_on_an_unticked_one() -> None:
 def test_a_restart_of_the_same_relay_with_the_same_key_keeps_them() -> None:
     before = derive_ticks(facts())
     assert derive_ticks(facts(relay_running=True)) == before
+
+
+def test_an_unproven_relay_is_ticked_for_the_later_steps_but_shown_unproven() -> None:
+    f = facts(relay_unproven="failed at key found on the DHT")
+    assert derive_ticks(f) == ALL
+    assert derive_unproven(f) == {"relay"}
+    assert derive_unproven(facts()) == frozenset()
+    # a relay that is not ticked at all is not "unproven": it is not done
+    assert derive_unproven(facts(relay_unproven="x", relay_running=False)) == frozenset()
+
+
+LOCAL_OK = CheckResult(PROBE_CHECK, "ok", "two peers echoed")
+LOCAL_FAIL = CheckResult(PROBE_CHECK, "fail", "failed at key found on the DHT: no DHT bootstrap node answered")
+HOST = "Relay carries a connection from ops@jobs-host (probe)"
+
+
+def test_the_probe_from_the_deployment_host_decides_when_it_ran() -> None:
+    assert probe_verdict(LOCAL_FAIL, CheckResult(HOST, "ok", "two peers there echoed")) is None
+    assert probe_verdict(LOCAL_OK, CheckResult(HOST, "fail", "failed at holepunch: timed out")) == (
+        "from ops@jobs-host failed at holepunch: timed out"
+    )
+
+
+def test_without_a_probe_result_from_the_host_the_local_probe_decides() -> None:
+    could_not_run = CheckResult(HOST, "warn", "could not run the probe there: permission denied")
+    assert probe_verdict(LOCAL_FAIL, could_not_run) == LOCAL_FAIL.detail
+    assert probe_verdict(LOCAL_FAIL, None) == LOCAL_FAIL.detail
+    assert probe_verdict(LOCAL_OK, could_not_run) is None
+    assert probe_verdict(None, None) is None
+
+
+def test_the_unproven_mark_is_kept_in_the_progress_file_for_that_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    (tmp_path / "deploy").mkdir()
+    settings = Settings(deployment=str(tmp_path / "deploy"))
+    ctx = WizardContext(settings, relay_check=lambda storage, key: None)
+    ctx.relay_key = KEY
+    ctx.relay_unproven = "from jobs-host failed at holepunch: timed out"
+    ctx.set_done("prereqs", True)
+    ctx.set_done("relay", True)
+    ctx.save_progress(2)
+
+    rerun = WizardContext(settings, relay_check=lambda storage, key: None)
+    assert rerun.relay_unproven == "from jobs-host failed at holepunch: timed out"
+    assert "relay" in rerun.ticks() and rerun.unproven() == {"relay"}
+    rerun.relay_key = "o" * 52  # another relay: not disproven by the old one's probe
+    assert rerun.relay_unproven is None and rerun.unproven() == frozenset()
+    rerun.relay_key = KEY
+    rerun.relay_unproven = None  # a probe passed: saved at once
+    assert WizardContext(settings, relay_check=lambda storage, key: None).unproven() == frozenset()
