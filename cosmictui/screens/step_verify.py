@@ -20,6 +20,12 @@ from cosmictui.ops.setup.steps import JobWatch, WatchVerdict, command_failure_hi
 from cosmictui.screens.confirm import ConfirmScreen
 from cosmictui.screens.step import Step, runner_problem
 
+#: What to check when a new job left Creating but the relay saw no pairing (under the jobs table).
+DIRECT_CHECK = (
+    "What to check: the relays variable the worker runs with (did step 4 apply this .env?) and that "
+    "the job got the key; or the job connected directly, as the relay saw no pairing since the restart."
+)
+
 
 class JobsTable(DataTable[str]):
     """Jobs with status, age and a note (before the restart, new, stuck) in words."""
@@ -170,7 +176,10 @@ class VerifyStep(Step):
         self.case = which
         # The status line carries the verdict; the evidence box adds only what it does not say.
         said_in_status = left or (which == "waiting" and not new_ids)
-        if said_in_status:
+        if left and which == "direct":
+            # the status line only names the verdict (short, so the NEW row stays in view at 60×20)
+            shown = f"{self.evidence.line()}\n{DIRECT_CHECK}"
+        elif said_in_status:
             shown = self.evidence.line()
         elif which == "unknown":
             shown = case  # "Cannot tell …: <why no numbers>" already says what "Relay: no numbers (…)" would
@@ -192,10 +201,9 @@ class VerifyStep(Step):
             self.status.set(f"{verdict.message} The relay carried its connections: the relay works.", "ok")
             # No toast: it would cover this status line (the verdict) for seconds; the tick says it too.
         elif left and which == "direct":
+            job = f"Job {verdict.job.id}" if verdict.job is not None else "A new job"
             self.status.set(
-                f"{verdict.message} Jobs work, but not through this relay: it saw no pairing since the restart. "
-                "Check the relays variable the worker runs with (step 4 applied this .env?) and that the job "
-                "got the key; or the job connected directly.",
+                f"{job} left Creating, not through this relay (no pairing). What to check: below.",
                 "warn",
             )
         elif left:  # the relay's numbers cannot be read

@@ -23,6 +23,8 @@ from cosmictui.ops.metrics.probe import ProbeResult
 from cosmictui.ops.relayproc import RelayRuntime
 from cosmictui.ops.setup.checks import CheckResult
 from cosmictui.screens import step_relay
+from cosmictui.screens.step import StepStatus
+from cosmictui.screens.step_verify import JobsTable
 from cosmictui.widgets.check_row import CheckRow
 from cosmictui.widgets.command_log import CommandLog
 from cosmictui.widgets.step_list import StepList
@@ -159,14 +161,22 @@ async def test_c_in_focused_storage_field_leaves_the_running_relay_shown(
         assert app.clipboard == rt.key and field.value == f"{storage}c"
 
 
-def _verify_setup(tmp_path: Path) -> Settings:
+def _verify_setup(tmp_path: Path, stuck_before: int = 0) -> Settings:
+    """A deployment at step 5 with one new job about to leave Creating (after `stuck_before`
+    jobs from before the restart, stuck in Creating)."""
     d = tmp_path / "deploy"
     d.mkdir()
     now = time.time()
     (d / ".env").write_text(f"{ENV_VAR}='[\"{KEY}\"]'\n")
+    old: list[dict[str, object]] = [
+        {"id": f"job-00{i}", "name": "old", "gpu": "small", "created": now - 3600, "updated": now - 3600}
+        | {"script": ["Creating"]}
+        for i in range(1, stuck_before + 1)
+    ]
     seed_jobs(
         d,
         [
+            *old,
             {
                 "id": "job-100",
                 "name": "new",
@@ -174,7 +184,7 @@ def _verify_setup(tmp_path: Path) -> Settings:
                 "created": now - 5,
                 "updated": now - 5,
                 "script": ["Creating", "Running"],
-            }
+            },
         ],
     )
     bin_dir = install_cosmicac(tmp_path)
@@ -205,10 +215,41 @@ async def test_left_creating_while_the_relay_saw_nothing_is_no_tick(
         assert "the relay works" not in status(app, "verify").lower()
         assert app.screen.query_one(StepList).state_of(4) != "done"
         text = status(app, "verify")
-        assert "left Creating" in text and "relays variable" in text, text
+        assert "left Creating" in text and "What to check: below" in text, text
+        advice = str(verify.query_one("#verify-evidence").render())
+        assert "relays variable" in advice and "step 4" in advice, advice
         assert not progress_mod.load_progress(settings.deployment).is_done("verify")
         await pilot.press("n")
         assert app.screen.index == 4
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_not_through_this_relay_leaves_the_new_row_in_view_and_the_advice_below(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size: tuple[int, int]
+) -> None:
+    settings = _verify_setup(tmp_path, stuck_before=2)
+    _relay_saw(monkeypatch, 0, 0)
+    app = make_app(settings)
+    async with app.run_test(size=size) as pilot:
+        await wait_until(
+            pilot, lambda: "not through this relay" in status(app, "verify"), "the job left Creating", timeout=30
+        )
+        await pilot.pause()
+        verify = step(app, "verify")
+        body, table = verify.body, verify.query_one(JobsTable)
+        line = verify.query_one(StepStatus)
+        # the NEW row is on screen as the step opens: no End, no PgDn
+        row = next(i for i, v in enumerate(table.views) if v.job.id == "job-100")
+        y = table.region.y + table.header_height + row - round(table.scroll_y)
+        assert body.content_region.y <= y < min(body.content_region.bottom, line.region.y), (y, body.content_region)
+        assert line.region.height <= 3, (line.region, status(app, "verify"))  # the verdict, in short
+        # the what-to-check advice is below the jobs, reachable with PgDn
+        for _ in range(5):
+            await pilot.press("pagedown")
+            await pilot.pause()
+        evidence = verify.query_one("#verify-evidence")
+        assert "relays variable" in str(evidence.render())
+        assert body.content_region.contains_region(evidence.region), (evidence.region, body.content_region)
 
 
 async def test_left_creating_and_the_relay_carried_it_ticks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
