@@ -29,6 +29,7 @@ from cosmictui.ops.setup.steps import RELAY_REACH_PREFIX, relay_reach_checks, se
 from cosmictui.screens.confirm import ConfirmScreen
 from cosmictui.screens.step import Step, runner_problem
 from cosmictui.widgets.check_row import CheckRow
+from cosmictui.widgets.path_input import PathInput
 
 
 class RelayStep(Step):
@@ -58,7 +59,7 @@ class RelayStep(Step):
         # replaces the path.
         with Horizontal(classes="field-row"):
             yield Static("Storage dir", classes="field-label")
-            yield Input(self.ctx.relay_storage, id="relay-storage", compact=True, select_on_focus=False)
+            yield PathInput(self.ctx.relay_storage, id="relay-storage", compact=True, select_on_focus=False)
         with Horizontal(classes="field-row"):
             yield Static("UDP port", classes="field-label")
             yield Input(
