@@ -192,6 +192,7 @@ class EnvStep(Step):
             f"Wrote:  {path}\nBackup: {PurePosixPath(backup).name if backup else '(none)'} (same directory)\n"
             f"Relays: {len(keys)} ({self.mode})"
         )
+        self.query_one(DiffView).show_diff(plan.written_diff())  # what was written, not what would be
         self.mark_done()
         self.status.set("Wrote the .env. Press n to apply it and restart the worker.", "ok")
 

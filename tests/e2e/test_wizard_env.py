@@ -124,3 +124,26 @@ async def test_wizard_env_changed_after_diff_is_not_overwritten(tmp_path: Path) 
     assert (d / ".env").read_bytes().startswith(b"A=1\nB=edited-meanwhile\n") and KEY.encode() in (
         d / ".env"
     ).read_bytes()
+
+
+@pytest.mark.parametrize("size", [(80, 24), (60, 20)])
+async def test_wizard_env_diff_says_before_and_written_once_written(tmp_path: Path, size: tuple[int, int]) -> None:
+    original = f"# CosmicAC\n{ENV_VAR}='[\"{OTHER_KEY}\"]'\n".encode()
+    d, app = await _open_env_step(tmp_path, original)
+    async with app.run_test(size=size) as pilot:
+        await wait_status(pilot, app, "env", ("info",))
+        diff = step(app, "env").query_one("#env-diff")
+        before = str(diff.render())
+        assert "--- .env (now)" in before and "+++ .env (new)" in before, before  # not written yet
+        await pilot.press("w")
+        await wait_status(pilot, app, "env", ("ok",))
+        after = str(diff.render())
+        # what is true now: the file was written; the same change, said so
+        assert "--- .env (before)" in after and "+++ .env (written)" in after, after
+        assert "(now)" not in after and "(new)" not in after, after
+        assert f"-{ENV_VAR}='[\"{OTHER_KEY}\"]'" in after and KEY in after
+        assert KEY.encode() in (d / ".env").read_bytes()
+        # re-reading shows the file as it is now: nothing left to write
+        await pilot.press("e")
+        text = await wait_status(pilot, app, "env", ("ok",))
+        assert "already has this relay key" in text, text

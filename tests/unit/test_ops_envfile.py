@@ -47,6 +47,20 @@ def test_adds_line_when_absent_keeping_crlf_and_missing_final_newline() -> None:
     assert f"+{ENV_VAR}='[\"{K1}\"]'" in plan.diff
 
 
+def test_the_written_diff_is_the_same_change_labelled_before_and_written() -> None:
+    plan = plan_relays(f"\ufeffA=1\n{ENV_VAR}='[\"{K2}\"]'\n", K1, path="/srv/deploy/.env")
+    planned, written = plan.diff.splitlines(), plan.written_diff().splitlines()
+    assert planned[:2] == [
+        "--- /srv/deploy/.env (now; starts with a UTF-8 BOM, kept)",
+        "+++ /srv/deploy/.env (new; starts with a UTF-8 BOM, kept)",
+    ]
+    assert written[:2] == [
+        "--- /srv/deploy/.env (before; starts with a UTF-8 BOM, kept)",
+        "+++ /srv/deploy/.env (written; starts with a UTF-8 BOM, kept)",
+    ]
+    assert written[2:] == planned[2:]
+
+
 def test_empty_file_and_empty_value() -> None:
     assert plan_relays("", K1).new == f"""{ENV_VAR}='["{K1}"]'\n"""
     for empty in (f"{ENV_VAR}=\n", f"{ENV_VAR}=''\n", f'{ENV_VAR}=""\n', f"{ENV_VAR}\n"):

@@ -56,10 +56,16 @@ class EnvPlan:
     line: int  # 1-based line of the assignment in the new text
     bom: bool = False
     """the file starts with a UTF-8 byte order mark: kept as it was, and said in the diff"""
+    path: str = ".env"
 
     @property
     def changed(self) -> bool:
         return self.old != self.new
+
+    def written_diff(self) -> str:
+        """The same change once it is on disk: the old text is "before", the new one "written"."""
+        cut = len(BOM) if self.bom else 0
+        return _diff(self.old[cut:], self.new[cut:], self.path, self.bom, ("before", "written"))
 
 
 def decode_text(data: bytes) -> str:
@@ -303,15 +309,23 @@ def plan_relays(
         new = body + sep + f"{var}={value}" + eol
         line = (body + sep).count("\n") + 1
     new = bom + new
-    return EnvPlan(text, new, _diff(body, new[len(bom) :], path, bool(bom)), old_keys, tuple(new_keys), line, bool(bom))
+    diff = _diff(body, new[len(bom) :], path, bool(bom))
+    return EnvPlan(text, new, diff, old_keys, tuple(new_keys), line, bool(bom), path)
 
 
-def _diff(old: str, new: str, path: str, bom: bool = False) -> str:
-    """Unified diff of the text after any BOM; a BOM is named in the headers (it is invisible)."""
+def _diff(old: str, new: str, path: str, bom: bool = False, labels: tuple[str, str] = ("now", "new")) -> str:
+    """Unified diff of the text after any BOM; a BOM is named in the headers (it is invisible).
+
+    `labels` say what each side is: the file now and as it would be, or once written, before and written.
+    """
     kept = "; starts with a UTF-8 BOM, kept" if bom else ""
     return "\n".join(
         difflib.unified_diff(
-            old.splitlines(), new.splitlines(), f"{path} (now{kept})", f"{path} (new{kept})", lineterm=""
+            old.splitlines(),
+            new.splitlines(),
+            f"{path} ({labels[0]}{kept})",
+            f"{path} ({labels[1]}{kept})",
+            lineterm="",
         )
     )
 
