@@ -279,7 +279,8 @@ def cmd_jobs_recover(args: argparse.Namespace, out: TextIO) -> int:
                     out.write("not confirmed: nothing saved or deleted; run again with --yes to do it\n")
                 return NOT_CONFIRMED
             rc = OK
-            async for event in recover_jobs(runner.run, plans, settings):  # the wizard's step 6 loop
+            listed = [j.id for j in listing.jobs]  # so the job each create made is told apart
+            async for event in recover_jobs(runner.run, plans, settings, listed):  # the wizard's step 6 loop
                 if isinstance(event, RecordSaved):
                     if not args.json:
                         out.write(f"saved job {event.job_id} (every field, recreate command) to {event.record}\n")
@@ -295,6 +296,7 @@ def cmd_jobs_recover(args: argparse.Namespace, out: TextIO) -> int:
                             "record": result.record,
                             "command": result.command,
                             "output": result.output,
+                            "new_job_id": result.new_job_id,
                         }
                     )
                 if isinstance(event, RecoveryStopped):

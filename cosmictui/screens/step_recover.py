@@ -48,6 +48,8 @@ class RecoverStep(Step):
         super().__init__(ctx)
         self.views: dict[str, JobView] = {}
         self.recreated: list[str] = []
+        #: (old job id, the new job that replaces it or None when not told apart), in recovery order
+        self.replaced: list[tuple[str, str | None]] = []
         #: Create commands the operator reviewed and edited, per job id: these count as known.
         self.reviewed: dict[str, str] = {}
         self.shown: Job | None = None
@@ -59,6 +61,7 @@ class RecoverStep(Step):
             "each job's fields to a file, deletes it and (with a known create command) creates it again.",
             classes="step-intro",
         )
+        yield Static("", id="recover-replaced", markup=False)
         yield JobPicker(id="recover-jobs")
         yield Static("", id="recover-fields", markup=False)
         # The command wraps at the edge (wizard.tcss), so this box never scrolls: it takes no focus
@@ -238,7 +241,8 @@ class RecoverStep(Step):
                 return
             since = self.ctx.now_dt()
             s = self.ctx.settings
-            async for event in recover_jobs(self.ctx.run, plans, s):  # the one recover loop (ops)
+            listed = [j.id for j in before]  # so the job each create made is told apart
+            async for event in recover_jobs(self.ctx.run, plans, s, listed):  # the one recover loop (ops)
                 if isinstance(event, RecordSaved):
                     self.ctx.note(f"saved job {event.job_id} (every field, recreate command) to {event.record}")
                     self.status.set(f"Saved {event.job_id} to {event.record}; running {event.delete} …", "busy")
@@ -257,6 +261,8 @@ class RecoverStep(Step):
                         continue
                     recreated.append(event.result.job_id)
                     self.recreated.append(event.result.job_id)
+                    self.replaced.append((event.result.job_id, event.result.new_job_id))
+                    self._show_replaced()
             if not recreated:
                 self.load(keep_status=True)
                 return
@@ -278,6 +284,16 @@ class RecoverStep(Step):
         if ok:
             self.mark_done()
         self.load(keep_status=True)  # the list changed; the verdict is what the operator must see
+
+    def _show_replaced(self) -> None:
+        """Which new job replaces which deleted one, kept on screen above the stuck jobs."""
+        lines = [
+            f"  {new} replaces {old}" if new is not None else f"  {old} recreated; its new job ID is not known"
+            for old, new in self.replaced
+        ]
+        box = self.query_one("#recover-replaced", Static)
+        box.update("Recreated:\n" + "\n".join(lines))
+        box.add_class("-shown")
 
     def validate_step(self) -> str | None:
         return None

@@ -175,6 +175,36 @@ async def test_wizard_recover_deletes_and_recreates_selected_job_and_watches_it(
     assert ids == ["job-002", "job-100"]
 
 
+@pytest.mark.parametrize("size", [(80, 24), (60, 20)])
+async def test_wizard_recover_says_which_new_job_replaces_each_stuck_one(tmp_path: Path, size: tuple[int, int]) -> None:
+    d, settings = _deploy(tmp_path, "recover")
+    now = time.time()
+    stuck = {"gpu": "a100", "created": now - 3600, "updated": now - 3600, "script": ["Creating"]}
+    seed_jobs(
+        d,
+        [{"id": "job-001", "name": "llama train"} | stuck, {"id": "job-002", "name": "eval"} | stuck],
+        create_script=["Creating", "Running"],
+    )
+    app = make_app(settings)
+    async with app.run_test(size=size) as pilot:
+        text = await wait_status(pilot, app, "recover", ("info",))
+        assert "2 stuck job(s)" in text, text
+        await pilot.press("space", "down", "space", "d")
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the delete confirmation")
+        await pilot.press("y")
+        await wait_status(pilot, app, "recover", ("ok", "error"), timeout=30)
+        recover = step(app, "recover")
+        await wait_until(
+            pilot, lambda: not [w for w in app.workers if w.node is recover and w.is_running], "the reload"
+        )
+        box = recover.query_one("#recover-replaced")
+        shown = str(box.render())
+        assert "job-100 replaces job-001" in shown and "job-101 replaces job-002" in shown, shown
+        # on screen without scrolling, above the list of stuck jobs (now empty)
+        assert recover.body.content_region.contains_region(box.region), (box.region, recover.body.content_region)
+    assert [j["id"] for j in json.loads((d / "jobs.json").read_text())["jobs"]] == ["job-100", "job-101"]
+
+
 async def test_wizard_verify_slow_cli_is_not_cancelled_by_the_next_tick(tmp_path: Path) -> None:
     _, settings = _deploy(tmp_path, "verify")
     real = install_cosmicac(tmp_path) / "cosmicac"

@@ -119,6 +119,25 @@ def test_yes_saves_the_record_then_deletes_and_recreates(tmp_path: Path) -> None
     assert record["recreate_source"] == "config" and record["deployment"] == str(d)
 
 
+def test_each_recreated_job_says_which_new_job_replaces_it(tmp_path: Path) -> None:
+    d, cfg = _deploy(tmp_path, TEMPLATE)
+    rc, out = run(cfg, "job-001", "job-002", "--yes")
+    assert rc == 0, out
+    assert job_ids(d) == ["job-100", "job-101"]  # the stand-in numbers new jobs from 100
+    assert "Job job-001 deleted and created again: new job job-100 replaces it." in out
+    assert "Job job-002 deleted and created again: new job job-101 replaces it." in out
+    saved = {r["job"]["id"]: r["new_job_id"] for r in records(d)}
+    assert saved == {"job-001": "job-100", "job-002": "job-101"}
+
+
+def test_under_json_each_result_names_its_new_job(tmp_path: Path) -> None:
+    _, cfg = _deploy(tmp_path, TEMPLATE)
+    rc, out = run(cfg, "job-002", "--yes", "--json")
+    assert rc == 0, out
+    (result,) = strict(out)["results"]
+    assert result["id"] == "job-002" and result["outcome"] == "recreated" and result["new_job_id"] == "job-100"
+
+
 def test_a_create_failing_after_its_delete_exits_1_and_the_record_recreates_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -3,6 +3,7 @@ both consume: a record (mode 0600) before every delete, and the first failure st
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
@@ -16,6 +17,7 @@ from cosmictui.ops.jobs.recover import (
     RecordSaved,
     RecoveryEvent,
     RecoveryStopped,
+    new_job_made,
     plan_recovery,
     recover_jobs,
 )
@@ -109,3 +111,59 @@ async def test_delete_only_goes_on_to_the_next_job() -> None:
     done = [e for e in events if isinstance(e, JobRecovered)]
     assert [e.result.outcome for e in done] == ["deleted-only", "deleted-only"]
     assert dep.calls == ["cosmicac jobs delete a", "cosmicac jobs delete b"]
+
+
+def test_the_new_job_is_the_one_that_appeared_or_the_one_the_create_named() -> None:
+    old = _job("j-1")
+    made, other = Job("j-9", "Creating", fields={"name": "train j-1"}), Job("x-5", "Creating", fields={"name": "x"})
+    assert new_job_made(old, "", [made]) == "j-9"
+    # someone else created a job meanwhile: the create's own output, else the old job's name, tells
+    assert new_job_made(old, "created j-9\n", [other, made]) == "j-9"
+    assert new_job_made(old, "ok", [other, made]) == "j-9"
+    # two alike and nothing printed: not a guess
+    twin = Job("j-10", "Creating", fields={"name": "train j-1"})
+    assert new_job_made(old, "ok", [made, twin]) is None
+    assert new_job_made(old, "created j-90", [made, twin]) is None  # j-9 only as a part of another id
+
+
+class Listing(Deployment):
+    """A deployment whose `jobs list` shows the jobs, and each create adds one (`n-1`, `n-2`, ...)."""
+
+    def __init__(self, jobs: list[str]) -> None:
+        super().__init__()
+        self.jobs = list(jobs)
+
+    async def run(self, cmd: str) -> CommandResult:
+        self.calls.append(cmd)
+        if cmd.startswith("cosmicac jobs delete "):
+            self.jobs.remove(cmd.split()[-1])
+        elif cmd.startswith("cosmicac jobs create"):
+            self.jobs.append(f"n-{len(self.calls)}")
+            return CommandResult(cmd, 0, "accepted")
+        elif cmd == Settings().list_command:
+            rows = "".join(f"{j}  Creating\n" for j in self.jobs)
+            return CommandResult(cmd, 0, "ID  STATUS\n" + rows)
+        return CommandResult(cmd, 0, "ok")
+
+
+async def test_each_recreated_job_names_the_new_job_that_replaces_it_in_result_and_record() -> None:
+    dep = Listing(["a", "b", "c"])
+    settings = Settings(create_command=TEMPLATE, poll_interval=0.01)
+    plans = [plan_recovery(_job(i), settings) for i in ("a", "b")]
+    events = [e async for e in recover_jobs(dep.run, plans, settings, listed=["a", "b", "c"])]
+    done = [e.result for e in events if isinstance(e, JobRecovered)]
+    assert [(r.job_id, r.new_job_id) for r in done] == [("a", "n-2"), ("b", "n-5")]
+    assert done[0].message == "Job a deleted and created again: new job n-2 replaces it."
+    for r in done:
+        assert json.loads(r.record.read_text())["new_job_id"] == r.new_job_id
+        assert stat.S_IMODE(os.stat(r.record).st_mode) == 0o600  # still private after the update
+
+
+async def test_without_a_new_job_in_the_list_the_result_says_it_is_not_known() -> None:
+    dep = Deployment()  # its `jobs list` prints "ok": no job ever shows up
+    settings = Settings(create_command=TEMPLATE, poll_interval=0.01)
+    (plan,) = [plan_recovery(_job("a"), settings)]
+    events = [e async for e in recover_jobs(dep.run, [plan], settings, listed=["a"])]
+    (result,) = [e.result for e in events if isinstance(e, JobRecovered)]
+    assert result.new_job_id is None and "which new job replaces it is not known" in result.message
+    assert "new_job_id_unknown" in json.loads(result.record.read_text())

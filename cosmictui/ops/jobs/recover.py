@@ -10,13 +10,15 @@ delete is reported as such ("DELETED and NOT recreated"), with the command and t
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
 import shlex
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -192,6 +194,8 @@ class RecoveryResult:
     output: str = ""
     #: what to do about a failure: the hint for the failed command, or how to recreate a lost job
     fix: str = ""
+    #: the job the create made, which replaces this one (None: not recreated, or not told apart)
+    new_job_id: str | None = None
 
     @property
     def lost(self) -> bool:
@@ -256,7 +260,65 @@ async def recover(run: RunCommand, plan: RecoveryPlan, record: Path) -> Recovery
             result.output,
             f"{hint} Then recreate it with: {plan.create} (every field is in {record})",
         )
-    return RecoveryResult(jid, "recreated", f"Job {jid} deleted and created again.", record, plan.create)
+    return RecoveryResult(jid, "recreated", f"Job {jid} deleted and created again.", record, plan.create, result.output)
+
+
+def new_job_made(old: Job, create_output: str, appeared: Sequence[Job]) -> str | None:
+    """Which of the jobs that `appeared` in the list since the create is the one it made (None: not told).
+
+    One new job: that one. Several (someone else created jobs meanwhile): the one whose id the
+    create printed, else the only one with the old job's name. Never a guess among equals.
+    """
+    if len(appeared) == 1:
+        return appeared[0].id
+    printed = [j for j in appeared if re.search(rf"(?<![\w-]){re.escape(j.id)}(?![\w-])", create_output)]
+    if len(printed) == 1:
+        return printed[0].id
+    name = field_value(old, "name")
+    same = [j for j in appeared if name is not None and field_value(j, "name") == name]
+    return same[0].id if len(same) == 1 else None
+
+
+def note_new_job(record: Path, new_job_id: str | None, why: str = "") -> None:
+    """Add the job that replaced the saved one to its record (`new_job_id`, or why it is not known)."""
+    try:
+        data = json.loads(record.read_text("utf-8"))
+        data["new_job_id"] = new_job_id
+        if new_job_id is None:
+            data["new_job_id_unknown"] = why
+        tmp = record.with_name(record.name + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with open(fd, "w", encoding="utf-8") as f:
+            f.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, record)
+    except (OSError, ValueError):
+        pass  # the record still holds every field and the recreate command; the result says the new id
+
+
+async def _find_new_job(
+    run: RunCommand, settings: Settings, old: Job, create_output: str, known: set[str]
+) -> tuple[str | None, str]:
+    """The new job's id from the jobs list after the create (a few lists while it has not shown up
+    yet), or None and why; every id listed joins `known`."""
+    from cosmictui.ops.jobs.listing import list_jobs
+
+    why = "no new job in the jobs list yet"
+    for attempt in range(3):
+        if attempt:
+            await asyncio.sleep(settings.poll_interval)
+        listing = await list_jobs(run, settings, datetime.now(UTC))
+        if not listing.ok:
+            return None, f"the jobs list failed: {listing.error}"
+        appeared = [j for j in listing.jobs if j.id not in known]
+        known.update(j.id for j in listing.jobs)
+        if appeared:
+            new_id = new_job_made(old, create_output, appeared)
+            if new_id is not None:
+                return new_id, ""
+            return None, f"{len(appeared)} new jobs appeared ({', '.join(j.id for j in appeared)})"
+    return None, why
 
 
 @dataclass(frozen=True)
@@ -298,14 +360,19 @@ RecoveryEvent = RecordSaved | JobRecovered | RecoveryStopped
 
 
 async def recover_jobs(
-    run: RunCommand, plans: Sequence[RecoveryPlan], settings: Settings
+    run: RunCommand, plans: Sequence[RecoveryPlan], settings: Settings, listed: Iterable[str] | None = None
 ) -> AsyncIterator[RecoveryEvent]:
     """Recover `plans` in order, as progress events: the one recover loop (wizard step 6, `jobs recover`).
 
     Per job: save its record (every field and the recreate command) first; without it on disk
     nothing is deleted. Then delete and, when known, create. The first failure stops the loop
     (`RecoveryStopped`), so one broken command cannot delete job after job.
+
+    `listed`: the job ids the list showed before; with it, after each create the list is read
+    again and the job that appeared is named as the one that replaces the old (`new_job_id`, in
+    the result and the record).
     """
+    known = set(listed) if listed is not None else None
     for plan in plans:
         jid = plan.job.id
         try:
@@ -323,6 +390,15 @@ async def recover_jobs(
         if result.outcome in ("delete-failed", "create-failed"):
             yield RecoveryStopped(jid, result.message, result.fix, result)
             return
+        if result.outcome == "recreated" and known is not None:
+            new_id, why = await _find_new_job(run, settings, plan.job, result.output, known)
+            note_new_job(record, new_id, why)
+            message = (
+                f"Job {jid} deleted and created again: new job {new_id} replaces it."
+                if new_id is not None
+                else f"Job {jid} deleted and created again; which new job replaces it is not known ({why})."
+            )
+            result = replace(result, new_job_id=new_id, message=message)
         yield JobRecovered(result)
 
 
