@@ -10,24 +10,25 @@ from cosmictui.cli.output import FAILED, OK, dump, fail
 BADGE = {"up": "▲ UP", "down": "✖ DOWN", "not joined": "✖ NOT JOINED", "full": "✖ FULL", "over budget": "✖ OVER BUDGET"}
 
 
-def cmd_relay_status_prometheus(args: argparse.Namespace, out: TextIO) -> int:
-    """Exit 0 when Prometheus knows at least one relay and all are up; 1 otherwise."""
+def cmd_relay_status_prometheus(args: argparse.Namespace, out: TextIO, prometheus: str) -> int:
+    """Exit 0 when Prometheus (`prometheus`: --prometheus or the config's) knows at least one relay
+    and all are up; 1 otherwise."""
     from cosmictui.ops.metrics.client import human_bytes, human_duration
     from cosmictui.ops.metrics.prometheus import PrometheusError, relays_from_prometheus
 
     try:
-        rows = relays_from_prometheus(args.prometheus, timeout=args.timeout)
+        rows = relays_from_prometheus(prometheus, timeout=args.timeout)
     except PrometheusError as e:
         return fail(args, out, "relay status", str(e), FAILED, e.fix)
     code = OK if rows and all(r.state == "up" for r in rows) else FAILED
     if args.json:
         dump(
-            {"prometheus": args.prometheus, "relays": [{**vars(r), "state": r.state} for r in rows], "exit_code": code},
+            {"prometheus": prometheus, "relays": [{**vars(r), "state": r.state} for r in rows], "exit_code": code},
             out,
         )
         return code
     if not rows:
-        out.write(f"no relay targets in {args.prometheus} (jobs blind-relay, blind-relay-dht)\n")
+        out.write(f"no relay targets in {prometheus} (jobs blind-relay, blind-relay-dht)\n")
         out.write(
             "next     scrape your relays with those job names: cosmictui export prometheus --file prometheus.yml\n"
         )

@@ -41,7 +41,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     rs.add_argument(
         "--prometheus",
         metavar="URL",
-        help="instead: every relay this Prometheus server scrapes (jobs blind-relay, blind-relay-dht), one line each",
+        help="instead: every relay this Prometheus server scrapes (jobs blind-relay, blind-relay-dht), one line each "
+        "(default: the config's [monitor] prometheus when neither --storage nor --metrics is given)",
     )
     rp = rsub.add_parser(
         "probe",
@@ -164,13 +165,15 @@ def find_running_relay(settings: Any, configured: dict[str, Any], timeout: float
 
 
 def cmd_relay_status(args: argparse.Namespace, out: TextIO) -> int:
+    from cosmictui.cli.monitor import prometheus_url
     from cosmictui.ops.metrics.client import by_cause, human_bytes, human_duration
 
-    if args.prometheus:
+    settings = settings_from(args)
+    prometheus = prometheus_url(args, settings)  # --prometheus, else [monitor] prometheus when no relay is named
+    if prometheus is not None:
         from cosmictui.cli._promview import cmd_relay_status_prometheus
 
-        return cmd_relay_status_prometheus(args, out)
-    settings = settings_from(args)
+        return cmd_relay_status_prometheus(args, out, prometheus)
     storage = args.storage if args.storage is not None else (None if args.metrics else settings.relay_storage)
     rep = relay_status_report(storage, args.metrics, timeout=args.timeout)
     if args.storage is None and args.metrics is None and rep["state"] == "not running":
