@@ -1,9 +1,10 @@
-"""An input for a filesystem path that shows the whole path while it is not being edited.
+"""An input for a filesystem path that, while it is not being edited, keeps the path's end in view.
 
-A one-line input cuts a long path at the field's width (at 60 columns the storage directory lost
-its last part, the one that tells relays apart). Without the focus the path wraps over as many
-lines as it needs, broken after a `/` where it can; with the focus it is the usual one-line
-input that edits the full value.
+A one-line input cuts a long path at the field's width, so at 60 columns the storage directory
+lost its last part, the one that tells relays apart. Without the focus the middle gives way to
+`…` (the start and the last directory stay); with the focus it is the usual input that edits the
+full value, opened at the cursor. One line either way: step 2's proof rows above the field keep
+their room at 60×20.
 """
 
 from __future__ import annotations
@@ -11,64 +12,49 @@ from __future__ import annotations
 from rich.cells import cell_len
 from rich.text import Text
 from textual.events import Blur, Focus
-from textual.geometry import Region, Size
+from textual.geometry import Region
 from textual.strip import Strip
 from textual.widgets import Input
 
 
-def wrap_path(path: str, width: int) -> list[str]:
-    """`path` in lines of at most `width` characters, each broken after a `/` when one is in its
-    last two thirds (so directory names stay whole), else at the width."""
-    if width <= 0 or len(path) <= width:
-        return [path]
-    lines: list[str] = []
-    rest = path
-    while len(rest) > width:
-        cut = rest.rfind("/", 0, width)
-        cut = cut + 1 if cut >= width // 3 else width
-        lines.append(rest[:cut])
-        rest = rest[cut:]
-    if rest:
-        lines.append(rest)
-    return lines
+def elide_path(path: str, width: int) -> str:
+    """`path` in at most `width` characters: its start, `…`, and its end from a `/`: the most
+    directories that fit in half the width, else the last directory whole when four characters
+    of the start still fit, else as much of its end as leaves those four."""
+    if len(path) <= width:
+        return path
+    if width < 8:
+        return "…" + path[len(path) - width + 1 :] if width > 1 else "…"
+    room = width - 1
+    fits = [len(path) - i for i, c in enumerate(path) if c == "/" and len(path) - i <= room - 4]
+    half = [n for n in fits if n <= room // 2]
+    keep = max(half) if half else min(fits) if fits else room - 4
+    return path[: room - keep] + "…" + path[len(path) - keep :]
 
 
 class PathInput(Input):
-    """A compact `Input` whose value, unfocused, wraps instead of being cut at the field's edge."""
+    """A compact `Input` whose value, unfocused and too long, shows its start and end around `…`."""
 
-    def _lines(self) -> list[str] | None:
-        """The wrapped lines shown without the focus; None when the one-line input shows it all."""
+    def _elided(self) -> str | None:
+        """The line shown without the focus; None when the plain input shows the path whole."""
         width = self.scrollable_content_region.width
-        if self.has_focus or not self.value or self.password or width <= 0:
+        if self.has_focus or not self.value or self.password or width <= 0 or cell_len(self.value) <= width:
             return None
-        lines = wrap_path(self.value, width)
-        return lines if len(lines) > 1 else None
-
-    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
-        if self.has_focus or not self.value or self.password:
-            return 1
-        return len(wrap_path(self.value, width))
+        return elide_path(self.value, width)
 
     def render_line(self, y: int) -> Strip:
-        lines = self._lines()
-        if lines is None:
+        line = self._elided()
+        if line is None or y != 0:
             return super().render_line(y)
         width = self.scrollable_content_region.width
-        if y >= len(lines):
-            return Strip.blank(width, self.rich_style)
-        text = Text(lines[y], no_wrap=True, overflow="ignore", end="")
+        text = Text(line, no_wrap=True, overflow="ignore", end="")
         segments = list(self.app.console.render(text, self.app.console_options.update_width(width)))
-        return Strip(segments).extend_cell_length(width).apply_style(self.rich_style)
-
-    def _watch_value(self, value: str) -> None:
-        super()._watch_value(value)
-        if not self.has_focus:
-            self.refresh(layout=True)  # a path set from outside may need more or fewer lines
+        return Strip(segments).extend_cell_length(width + 1).apply_style(self.rich_style)
 
     def _on_focus(self, event: Focus) -> None:
         super()._on_focus(event)
-        self.refresh(layout=True)  # back to one editable line, scrolled to the cursor once laid out
-        self.call_after_refresh(self._show_cursor)
+        self.refresh()
+        self.call_after_refresh(self._show_cursor)  # the whole value, opened where the cursor is
 
     def _show_cursor(self) -> None:
         x = cell_len(self.value[: self.cursor_position])
@@ -76,5 +62,4 @@ class PathInput(Input):
 
     def _on_blur(self, event: Blur) -> None:
         super()._on_blur(event)
-        self.scroll_to(0, animate=False)
-        self.refresh(layout=True)  # the whole path again
+        self.refresh()

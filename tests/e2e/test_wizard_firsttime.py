@@ -123,13 +123,13 @@ async def test_step2_probe_row_is_reachable_after_start(
         await wait_until(pilot, lambda: _inside(app, answers) and _inside(app, probe), "both rows in view")
 
 
-def _shown_lines(field: Input) -> list[str]:
-    """What the field draws, line by line (its own rendering, as the terminal gets it)."""
-    return [field.render_line(y).text.rstrip() for y in range(field.size.height)]
+def _shown(field: Input) -> str:
+    """What the field draws (its own rendering, as the terminal gets it)."""
+    return field.render_line(0).text.rstrip()
 
 
 @pytest.mark.parametrize("size", SIZES)
-async def test_a_long_storage_path_is_shown_whole_and_edited_whole(
+async def test_a_long_storage_path_keeps_its_last_directory_in_view_and_is_edited_whole(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size: tuple[int, int]
 ) -> None:
     d = tmp_path / "deploy"
@@ -140,26 +140,30 @@ async def test_a_long_storage_path_is_shown_whole_and_edited_whole(
     async with app.run_test(size=size) as pilot:
         await wait_until(pilot, lambda: "Press s to start it" in status(app, "relay"), "the relay step")
         field = step(app, "relay").query_one("#relay-storage", Input)
-        assert len(storage) > field.size.width  # the point: it does not fit on one line
-        # unfocused, every character of the path is on screen, the last directory too
-        await wait_until(pilot, lambda: "".join(_shown_lines(field)) == storage, f"whole path: {_shown_lines(field)}")
-        assert _shown_lines(field)[-1].endswith("blind-relay-storage")
-        assert _inside(app, field)
+        width = field.scrollable_content_region.width
+        assert len(storage) > width  # the point: it does not fit
+        # unfocused: its start, … and its last directory, within the field
+        await wait_until(pilot, lambda: _shown(field).endswith("/blind-relay-storage"), f"the end: {_shown(field)!r}")
+        shown = _shown(field)
+        assert shown.startswith(storage[:6]) and "…" in shown and len(shown) <= width, (shown, width)
+        assert field.size.height == 1 and _inside(app, field)
         for _ in range(6):
             if field.has_focus:
                 break
             await pilot.press("tab")
         assert field.has_focus
-        # focused, it is one line that edits the full value (typed at the end, nothing lost)
-        await wait_until(pilot, lambda: field.size.height == 1, "one editable line")
+        # focused: the full value, opened at its end (the cursor), edited as a whole
+        await wait_until(pilot, lambda: _shown(field).endswith("blind-relay-storage"), f"at the end: {_shown(field)!r}")
+        assert "…" not in _shown(field)
         await pilot.press("backspace", *"Storage")
         await wait_until(pilot, lambda: field.value == storage[:-1] + "Storage", f"edited: {field.value!r}")
-        assert _shown_lines(field)[0].endswith("blind-relay-storagStorage")  # the cursor end is in view
+        assert _shown(field).endswith("blind-relay-storagStorage")  # the cursor end is in view
         await pilot.press("escape")
         await wait_until(pilot, lambda: not field.has_focus, "left the field")
         await wait_until(
-            pilot, lambda: "".join(_shown_lines(field)) == field.value, f"whole again: {_shown_lines(field)}"
+            pilot, lambda: _shown(field).endswith("…/blind-relay-storagStorage"), f"elided again: {_shown(field)!r}"
         )
+        assert field.value == storage[:-1] + "Storage"  # nothing of the value was lost to the display
 
 
 @pytest.mark.parametrize("size", SIZES)
