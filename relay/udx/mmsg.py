@@ -114,8 +114,9 @@ class BatchIO:
     with `set_ids`. Send side: entry `e` of the `sendmmsg` vector owns iovecs
     `e * GSO_MAX_SEGMENTS ...`, so a run for one destination can grow (`extend`) while entries
     for other destinations are added after it; the runtime fills entries with `put_slots`
-    (slots as they lie), `put_gather` (slots apart), `put_span` (one buffer) and calls
-    `flush(count)`.
+    (slots as they lie), `put_gather` (slots apart), `put_span` (one buffer), `put_spread`
+    (slot i as entry i) and calls `send`/`flush(count)`. A lone datagram in slot 0 leaves
+    through its own header (`send_first`).
     """
 
     def __init__(
@@ -219,6 +220,17 @@ class BatchIO:
         self.targets: list[Any] = [None] * send_cap
         #: bumped by every flush: a run started before it cannot be extended after it
         self.gen = 0
+        #: a lone datagram in slot 0 (most wakes of a chatty pair) leaves through its own
+        #: msghdr and iovec: the hot path stores the destination and the length, nothing else
+        self.one = bytearray(HDR_SIZE + 16)
+        one_addr = address_of(self.one)
+        struct.pack_into("=QI4xQQQQ", self.one, 0, 0, name_len, one_addr + HDR_SIZE, 1, 0, 0)
+        IOV.pack_into(self.one, HDR_SIZE, self.rbuf_addr, 0)
+        self._one_q = memoryview(self.one).cast("Q")  # [0] msg_name, [9] the iovec's length
+        self._one_ptr = ctypes.c_void_p(one_addr)
+        #: the send entries are in slot layout (entry i = receive slot i, one iovec, no cmsg):
+        #: `put_spread` then stores only the destinations
+        self._slot_layout = False
 
     def recv(self) -> int:
         """Datagrams (or coalesced runs) received into the batch (0 when the socket is drained)."""
@@ -288,6 +300,7 @@ class BatchIO:
 
     def put_one(self, j: int, i: int, sid: int, sa: int, target: Any, length: int) -> None:
         """Entry `j` to `sa`: received slot `i` (`length` bytes) with its stream id set to `sid`."""
+        self._slot_layout = False
         self.u32[i * self.words + 1] = sid
         self.fiov32[i * 4 + 2] = length
         q = self.shdr_q
@@ -315,24 +328,32 @@ class BatchIO:
         q[5:n8:8] = self._zeros[:count]
         self.targets[:count] = targets
 
-    def forward_one(
-        self, i: int, sid: int, sa: int, target: Any, length: int
-    ) -> tuple[int, int, list[tuple[int, list[bytes]]]] | None:
-        """Received slot `i` (`length` bytes) to `sa` with its stream id set to `sid`, alone:
-        `put_one` and `send` of one entry (a chatty pair's wake), same result as `send`."""
-        self.u32[i * self.words + 1] = sid
-        self.fiov32[i * 4 + 2] = length
-        q = self.shdr_q
+    def send_first(self, sa: int, length: int) -> bool:
+        """Slot 0 (`length` bytes, id already right) to sockaddr `sa`, alone: True when it went.
+        On False, `first_failed` says what to do with it."""
+        q = self._one_q
         q[0] = sa
-        q[2] = self.fiov_addr + i * 16
-        q[3] = 1
-        q[5] = 0
-        self.targets[0] = target
-        self.gen += 1
-        if self._sendmsg(self.fd, self._shdr_ptr, MSG_DONTWAIT) >= 0:
-            return None
-        self.gen -= 1
-        return self.flush(1, (-1, ctypes.get_errno()))
+        q[9] = length
+        return self._sendmsg(self.fd, self._one_ptr, MSG_DONTWAIT) >= 0
+
+    def first_failed(self, sa: int, target: Any, length: int) -> tuple[int, int, list[tuple[int, list[bytes]]]]:
+        """After `send_first` returned False: what `flush` returns for it (the errno is the
+        failed call's; ctypes keeps it until the next foreign call)."""
+        e = ctypes.get_errno()
+        self.put_one(0, 0, self.u32[1], sa, target, length)
+        return self.flush(1, (-1, e))
+
+    def put_spread(self, count: int, sas: list[int]) -> None:
+        """Entries 0..`count`: receive slot i as entry i (lengths from `received`), to `sas[i]`."""
+        q = self.shdr_q
+        n8 = count * 8
+        if not self._slot_layout:
+            b = self.batch * 8
+            q[2:b:8] = self._slot_iovs
+            q[3:b:8] = self._ones
+            q[5:b:8] = self._zeros
+            self._slot_layout = True
+        q[0:n8:8] = array("Q", sas)
 
     def send(self, total: int) -> tuple[int, int, list[tuple[int, list[bytes]]]] | None:
         """`flush` for the common case: None when all `total` entries went out in one call,
@@ -356,6 +377,7 @@ class BatchIO:
         """Entry `j` to sockaddr `sa`: receive slots `first`..`first + n` as they lie (their
         lengths are in the per-slot iovecs), as one segmented send of `seg`-byte datagrams
         when `n` > 1."""
+        self._slot_layout = False
         q = self.shdr_q
         e8 = j * 8
         q[e8] = sa
@@ -371,6 +393,7 @@ class BatchIO:
     def put_gather(self, j: int, sa: int, target: Any, slots: Sequence[int], lens: Sequence[int], seg: int) -> None:
         """Entry `j` to `sa`: the datagrams in receive `slots` (not adjacent), gathered through
         the entry's own iovecs, segmented by `seg` when more than one."""
+        self._slot_layout = False
         q = self.shdr_q
         siov_q = self.siov_q
         n = len(slots)
@@ -399,6 +422,7 @@ class BatchIO:
     def put_span(self, j: int, sa: int, target: Any, offset: int, length: int, seg: int = 0) -> None:
         """Entry `j` to `sa`: `length` bytes at `offset` in the receive buffer as one iovec
         (a GRO run re-segmented by `seg`, or one datagram with `seg` 0)."""
+        self._slot_layout = False
         x = j * GSO_MAX_SEGMENTS * 2
         siov_q = self.siov_q
         siov_q[x] = self.rbuf_addr + offset
@@ -418,6 +442,7 @@ class BatchIO:
     def extend(self, e: int, k: int, offset: int, length: int, seg: int) -> None:
         """Entry `e` (made by `put_span` with one datagram) gets its `k`-th iovec: `length`
         bytes at `offset`; from the second on it is a segmented send of `seg`-byte datagrams."""
+        self._slot_layout = False
         x = e * GSO_MAX_SEGMENTS * 2 + 2 * k
         self.siov_q[x] = self.rbuf_addr + offset
         self.siov_q[x + 1] = length

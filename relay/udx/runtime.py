@@ -256,7 +256,13 @@ class UDXSocket:
         self.udx = udx
         self.loop = asyncio.get_running_loop()
         self.on_datagram = on_datagram
-        self.stats = SocketStats()
+        self._stats = SocketStats()
+        #: datagrams (and their bytes, and the reads that took them) received, relayed and
+        #: sent by the fast paths, folded into `stats` when it is read: three counters per
+        #: wake instead of seven
+        self._fw_packets = 0
+        self._fw_bytes = 0
+        self._fw_reads = 0
         family = _socket.AF_INET6 if ":" in host else _socket.AF_INET
         sock = _socket.socket(family, _socket.SOCK_DGRAM)
         sock.setblocking(False)
@@ -317,6 +323,22 @@ class UDXSocket:
                     self.loop.add_reader(self._hold_timer.fd, self._on_hold_end)
         else:
             self.loop.add_reader(sock.fileno(), self._on_readable)
+
+    @property
+    def stats(self) -> SocketStats:
+        """This socket's counters (the fast paths' pending counts folded in)."""
+        st = self._stats
+        if self._fw_reads:
+            n, b = self._fw_packets, self._fw_bytes
+            st.reads += self._fw_reads
+            st.received_packets += n
+            st.received_bytes += b
+            st.relayed_packets += n
+            st.relayed_bytes += b
+            st.sent_packets += n
+            st.sent_bytes += b
+            self._fw_packets = self._fw_bytes = self._fw_reads = 0
+        return st
 
     @property
     def address(self) -> Address:
@@ -550,36 +572,65 @@ class UDXSocket:
     def _on_readable_mmsg(self) -> None:
         """Linux reader: `recvmmsg` a batch, forward relay packets with one `sendmmsg`.
 
-        A batch without GRO-coalesced buffers goes to `_batch_by_runs` (work per run of one
-        stream's packets, not per packet); one with them to `_batch_per_slot`.
+        A lone datagram of a relayed pair (most wakes of chatty traffic) is forwarded inline,
+        with as little as possible between the two syscalls; a batch of many pairs' datagrams
+        goes to `_forward_spread` (one send entry each, in arrival order). Other batches: one
+        without GRO-coalesced buffers goes to `_batch_by_runs` (work per run of one stream's
+        packets, not per packet); one with them to `_batch_per_slot`.
         """
         io = self._mmsg
         assert io is not None
         count = io.recv()
-        if count == 1 and self._forward_one(io):
-            return
-        st = self.stats
+        if count == 1:
+            # the decisions of `forwarding.forwardable` and the route's pinned source, written out
+            n, head, sid, src0, ctl = io.slot(0)
+            s = self.udx.streams.get(sid)
+            if s is not None and not ctl:
+                r = s.route
+                if (
+                    r is not None
+                    and r.sock is self
+                    and n >= MIN_FORWARD
+                    and head & HEAD_MASK == HEAD_FORWARD
+                    and src0 == r.src0
+                    and (not self._v6 or io.source(0)[1:] == (r.src1, r.src2))
+                ):
+                    if r.rid != sid:
+                        io.set_ids(0, 1, r.rid)
+                    if io.send_first(r.sa, n):
+                        self._fw_packets += 1
+                        self._fw_bytes += n
+                        self._fw_reads += 1
+                    else:
+                        self._first_failed(io, r, n)
+                    if self._moderation is not None and not self.closed:
+                        self._moderate(self._moderation, 1, False)
+                    return
+        st = self._stats
         got = 0
         merged = False
         rounds = RECV_ROUNDS
         while count:
             if count > 0:
                 got += count
-                st.reads += 1
-                st.received_packets += count
                 coalesced = io.gro and io.coalesced(count)
-                if count <= SMALL_BATCH and not coalesced:
-                    st.received_bytes += self._batch_small(io, count)
+                if not coalesced and count > 1 and self._forward_spread(io, count):
+                    pass
                 else:
-                    lens = io.received(count)
-                    st.received_bytes += sum(lens)
-                    if coalesced:
-                        merged = True
-                        self._batch_per_slot(io, count, lens)
+                    st.reads += 1
+                    st.received_packets += count
+                    if count <= SMALL_BATCH and not coalesced:
+                        st.received_bytes += self._batch_small(io, count)
                     else:
-                        self._batch_by_runs(io, count, lens)
-                if self._dirty:
-                    self._flush_dirty()  # ACK what this batch delivered before reading more
+                        lens = io.received(count)
+                        st.received_bytes += sum(lens)
+                        if coalesced:
+                            merged = True
+                            self._batch_per_slot(io, count, lens)
+                        else:
+                            self._batch_by_runs(io, count, lens)
+                    if self._dirty:
+                        self._flush_dirty()  # ACK what this batch delivered before reading more
                 if count < io.batch:
                     break
             rounds -= 1
@@ -589,6 +640,69 @@ class UDXSocket:
         mod = self._moderation
         if mod is not None and not self.closed:
             self._moderate(mod, got, merged)
+
+    def _first_failed(self, io: mmsg.BatchIO, r: Route, n: int) -> None:
+        """`send_first` did not take slot 0 (socket buffer full, or an error): counted, and
+        sent or queued in order by `_send_rest`."""
+        self._fw_reads += 1  # received in a read, not sent (yet)
+        st = self._stats
+        st.received_packets += 1
+        st.received_bytes += n
+        st.relayed_packets += 1
+        st.relayed_bytes += n
+        fallbacks = io.gso_fallbacks
+        self._send_rest(io, 1, 1, n, io.first_failed(r.sa, r.target, n), fallbacks)
+
+    def _forward_spread(self, io: mmsg.BatchIO, count: int) -> bool:
+        """A batch of relayed datagrams whose streams are all different or nearly so (many
+        chatty pairs, a datagram or two each): each leaves as its own send entry, in arrival
+        order, with one `sendmmsg`. Only when every datagram takes a route on this socket
+        without an id rewrite (the blind relay gives a relay stream its partner peer's own id)
+        and the batch is spread (`SHORT_RUNS` or fewer per stream: longer runs go out as
+        segmented sends by `_batch_by_runs`); otherwise False before touching anything.
+
+        The decisions of `forwarding.all_forwardable` and `from_pinned`, over the batch's
+        lists; the per-datagram work is one lookup and a few list items.
+        """
+        ids = io.ids(0, count)
+        get = self.udx.streams.get
+        rs = []
+        for sid in ids:
+            s = get(sid)
+            if s is None:
+                return False
+            r = s.route
+            if r is None or r.sock is not self or r.rid != sid:
+                return False
+            rs.append(r)
+        if count > SHORT_RUNS and count > SHORT_RUNS * len(set(ids)):
+            return False
+        lens = io.received(count)
+        if not all_forwardable(io.heads(0, count), lens):
+            return False
+        src0, src1, src2 = io.sources(0, count)
+        if [r.src0 for r in rs] != src0:
+            return False
+        if src1 is not None and ([r.src1 for r in rs] != src1 or [r.src2 for r in rs] != src2):
+            return False
+        io.put_spread(count, [r.sa for r in rs])
+        nbytes = sum(lens)
+        fallbacks = io.gso_fallbacks
+        res = io.send(count)
+        if res is None:
+            self._fw_packets += count
+            self._fw_bytes += nbytes
+            self._fw_reads += 1
+            return True
+        st = self._stats
+        st.reads += 1
+        st.received_packets += count
+        st.received_bytes += nbytes
+        st.relayed_packets += count
+        st.relayed_bytes += nbytes
+        io.targets[:count] = [r.target for r in rs]
+        self._send_rest(io, count, count, nbytes, res, fallbacks)
+        return True
 
     def _moderate(self, mod: Moderation, got: int, merged: bool) -> None:
         """After a wake that read `got` entries (`merged`: some were GRO runs): pause reading
@@ -630,42 +744,6 @@ class UDXSocket:
                 if not self._reading and not self.closed:
                     self.loop.add_reader(self._sock.fileno(), self._on_readable_mmsg)
                     self._reading = True
-
-    def _forward_one(self, io: mmsg.BatchIO) -> bool:
-        """A read of one datagram (most wakes of a chatty pair): when it takes a route, forward
-        it with as little as possible between the two syscalls and return True; else False
-        and the batch paths take it. The decisions are `forwarding.forwardable` and the route's
-        pinned source, written out."""
-        n, head, sid, src0, ctl = io.slot(0)
-        s = self.udx.streams.get(sid)
-        if s is None or ctl:
-            return False
-        r = s.route
-        if (
-            r is None
-            or r.sock is not self
-            or n < MIN_FORWARD
-            or head & HEAD_MASK != HEAD_FORWARD
-            or src0 != r.src0
-            or (self._v6 and io.source(0)[1:] != (r.src1, r.src2))
-        ):
-            return False
-        st = self.stats
-        st.reads += 1
-        st.received_packets += 1
-        st.received_bytes += n
-        st.relayed_packets += 1
-        st.relayed_bytes += n
-        res = io.forward_one(0, r.rid, r.sa, r.target, n)
-        if res is None:
-            st.sent_packets += 1
-            st.sent_bytes += n
-        else:
-            self._send_rest(io, 1, 1, n, res, io.gso_fallbacks)
-        mod = self._moderation
-        if mod is not None and not self.closed:
-            self._moderate(mod, 1, False)
-        return True
 
     def _batch_small(self, io: mmsg.BatchIO, count: int) -> int:
         """A few plain datagrams (a chatty pair's wake): decided slot by slot, each forwarded
