@@ -31,7 +31,7 @@ from array import array
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from . import mmsg
 from .forwarding import (
@@ -256,13 +256,10 @@ class UDXSocket:
         self.udx = udx
         self.loop = asyncio.get_running_loop()
         self.on_datagram = on_datagram
-        self._stats = SocketStats()
-        #: datagrams (and their bytes, and the reads that took them) received, relayed and
-        #: sent by the fast paths, folded into `stats` when it is read: three counters per
-        #: wake instead of seven
-        self._fw_packets = 0
-        self._fw_bytes = 0
-        self._fw_reads = 0
+        self.stats = SocketStats()
+        #: stream id -> route, for the relayed streams whose route is on this socket, kept by
+        #: `UDXStream.route`: the fast paths' one lookup per datagram
+        self.routes: dict[int, Route] = {}
         family = _socket.AF_INET6 if ":" in host else _socket.AF_INET
         sock = _socket.socket(family, _socket.SOCK_DGRAM)
         sock.setblocking(False)
@@ -323,22 +320,6 @@ class UDXSocket:
                     self.loop.add_reader(self._hold_timer.fd, self._on_hold_end)
         else:
             self.loop.add_reader(sock.fileno(), self._on_readable)
-
-    @property
-    def stats(self) -> SocketStats:
-        """This socket's counters (the fast paths' pending counts folded in)."""
-        st = self._stats
-        if self._fw_reads:
-            n, b = self._fw_packets, self._fw_bytes
-            st.reads += self._fw_reads
-            st.received_packets += n
-            st.received_bytes += b
-            st.relayed_packets += n
-            st.relayed_bytes += b
-            st.sent_packets += n
-            st.sent_bytes += b
-            self._fw_packets = self._fw_bytes = self._fw_reads = 0
-        return st
 
     @property
     def address(self) -> Address:
@@ -584,29 +565,34 @@ class UDXSocket:
         if count == 1:
             # the decisions of `forwarding.forwardable` and the route's pinned source, written out
             n, head, sid, src0, ctl = io.slot(0)
-            s = self.udx.streams.get(sid)
-            if s is not None and not ctl:
-                r = s.route
-                if (
-                    r is not None
-                    and r.sock is self
-                    and n >= MIN_FORWARD
+            r = self.routes.get(sid)
+            if (
+                r is not None
+                and not ctl
+                and (
+                    n >= MIN_FORWARD
                     and head & HEAD_MASK == HEAD_FORWARD
                     and src0 == r.src0
                     and (not self._v6 or io.source(0)[1:] == (r.src1, r.src2))
-                ):
-                    if r.rid != sid:
-                        io.set_ids(0, 1, r.rid)
-                    if io.send_first(r.sa, n):
-                        self._fw_packets += 1
-                        self._fw_bytes += n
-                        self._fw_reads += 1
-                    else:
-                        self._first_failed(io, r, n)
-                    if self._moderation is not None and not self.closed:
-                        self._moderate(self._moderation, 1, False)
-                    return
-        st = self._stats
+                )
+            ):
+                if r.rid != sid:
+                    io.set_ids(0, 1, r.rid)
+                st = self.stats
+                st.reads += 1
+                st.received_packets += 1
+                st.received_bytes += n
+                st.relayed_packets += 1
+                st.relayed_bytes += n
+                if io.send_first(r.sa, n):
+                    st.sent_packets += 1
+                    st.sent_bytes += n
+                else:
+                    self._first_failed(io, r, n)
+                if self._moderation is not None and not self.closed:
+                    self._moderate(self._moderation, 1, False)
+                return
+        st = self.stats
         got = 0
         merged = False
         rounds = RECV_ROUNDS
@@ -642,39 +628,27 @@ class UDXSocket:
             self._moderate(mod, got, merged)
 
     def _first_failed(self, io: mmsg.BatchIO, r: Route, n: int) -> None:
-        """`send_first` did not take slot 0 (socket buffer full, or an error): counted, and
-        sent or queued in order by `_send_rest`."""
-        self._fw_reads += 1  # received in a read, not sent (yet)
-        st = self._stats
-        st.received_packets += 1
-        st.received_bytes += n
-        st.relayed_packets += 1
-        st.relayed_bytes += n
+        """`send_first` did not take slot 0 (socket buffer full, or an error): sent or queued
+        in order by `_send_rest`, which counts it."""
         fallbacks = io.gso_fallbacks
         self._send_rest(io, 1, 1, n, io.first_failed(r.sa, r.target, n), fallbacks)
 
     def _forward_spread(self, io: mmsg.BatchIO, count: int) -> bool:
         """A batch of relayed datagrams whose streams are all different or nearly so (many
         chatty pairs, a datagram or two each): each leaves as its own send entry, in arrival
-        order, with one `sendmmsg`. Only when every datagram takes a route on this socket
-        without an id rewrite (the blind relay gives a relay stream its partner peer's own id)
-        and the batch is spread (`SHORT_RUNS` or fewer per stream: longer runs go out as
+        order, with one `sendmmsg` (ids rewritten only where they differ: the blind relay
+        gives a relay stream its partner peer's own id). Only when every datagram takes a
+        route on this socket and the batch is spread (`SHORT_RUNS` or fewer per stream: longer runs go out as
         segmented sends by `_batch_by_runs`); otherwise False before touching anything.
 
         The decisions of `forwarding.all_forwardable` and `from_pinned`, over the batch's
         lists; the per-datagram work is one lookup and a few list items.
         """
         ids = io.ids(0, count)
-        get = self.udx.streams.get
-        rs = []
-        for sid in ids:
-            s = get(sid)
-            if s is None:
-                return False
-            r = s.route
-            if r is None or r.sock is not self or r.rid != sid:
-                return False
-            rs.append(r)
+        found = list(map(self.routes.get, ids))
+        if None in found:
+            return False
+        rs = cast("list[Route]", found)
         if count > SHORT_RUNS and count > SHORT_RUNS * len(set(ids)):
             return False
         lens = io.received(count)
@@ -685,21 +659,23 @@ class UDXSocket:
             return False
         if src1 is not None and ([r.src1 for r in rs] != src1 or [r.src2 for r in rs] != src2):
             return False
+        rids = [r.rid for r in rs]
+        if rids != ids:
+            io.set_each_id(count, rids)
         io.put_spread(count, [r.sa for r in rs])
         nbytes = sum(lens)
         fallbacks = io.gso_fallbacks
-        res = io.send(count)
-        if res is None:
-            self._fw_packets += count
-            self._fw_bytes += nbytes
-            self._fw_reads += 1
-            return True
-        st = self._stats
+        st = self.stats
         st.reads += 1
         st.received_packets += count
         st.received_bytes += nbytes
         st.relayed_packets += count
         st.relayed_bytes += nbytes
+        res = io.send(count)
+        if res is None:
+            st.sent_packets += count
+            st.sent_bytes += nbytes
+            return True
         io.targets[:count] = [r.target for r in rs]
         self._send_rest(io, count, count, nbytes, res, fallbacks)
         return True
@@ -1225,6 +1201,7 @@ class UDXStream:
         "_relayed_from",
         "_remote_addr",
         "_remote_id_le",
+        "_route",
         "_sa",
         "_sa_addr",
         "_sa_len",
@@ -1241,7 +1218,6 @@ class UDXStream:
         "on_data",
         "on_end",
         "on_message",
-        "route",
         "udx",
         "user_data",
     )
@@ -1277,7 +1253,7 @@ class UDXStream:
         self._src_key = (0, 0, 0)
         #: (partner's remote id, its sockaddr pointer, partner, socket) while both relay
         #: streams sit on one batching socket: the forwarding fast path reads only this
-        self.route: Route | None = None
+        self._route: Route | None = None
         self.closed = False
         self._finished = False
         self.error: UDXError | None = None
@@ -1381,6 +1357,22 @@ class UDXStream:
         self._remote_id_le = _u32.pack(remote_id & U32)
         self._set_sockaddr()
         self._core.change_remote(remote_id, ipv6=":" in addr[0])
+
+    @property
+    def route(self) -> Route | None:
+        """The fast path's route for datagrams to this stream (None: the slow path takes them)."""
+        return self._route
+
+    @route.setter
+    def route(self, r: Route | None) -> None:
+        old = self._route
+        if old is not None:
+            table = old.sock.routes
+            if table.get(self.id) is old:
+                del table[self.id]
+        self._route = r
+        if r is not None:
+            r.sock.routes[self.id] = r
 
     def drop_route(self) -> None:
         """Back to the slow path for both directions until a datagram builds a route again."""

@@ -262,3 +262,29 @@ async def test_ipv6_pairs_pin_the_whole_source_address_on_the_small_paths(path: 
     assert st.dropped_by_cause == {"wrong_address": 2} and st.relayed_packets >= 4
     x.close()
     p.close()
+
+
+async def test_the_sockets_route_table_follows_the_streams_routes() -> None:
+    """The fast paths look routes up in the socket's table, not through the streams: a route
+    is in it exactly while its stream has it, so a closed pair's datagrams never take a route
+    it no longer has (they reach no stream: counted, not forwarded)."""
+    p = await _pairs(3, "mmsg")
+    table = p.sock.routes
+    assert {sid: r for sid, r in table.items()} == {s.id: s.route for s in (*p.rb, *p.rc)}
+    p.rb[1].drop_route()  # both directions of pair 1 leave the fast path
+    assert set(table) == {s.id for s in (p.rb[0], p.rc[0], p.rb[2], p.rc[2])}
+    p.rb[2].destroy()  # a pair that closes takes both its routes with it
+    assert set(table) == {p.rb[0].id, p.rc[0].id}
+    st = p.sock.stats
+    relayed, dropped = st.relayed_packets, st.dropped_packets
+    p.ea.sendto(encode(DATA, p.rb[2].id, DEFAULT_RWND, 1, 0, b"closed pair"), p.addr)
+    p.ea.sendto(encode(DATA, p.rb[0].id, DEFAULT_RWND, 1, 0, b"open pair"), p.addr)
+    got = await recv_n(p.eds[0], 1)
+    assert got == [_rewritten(encode(DATA, p.rb[0].id, DEFAULT_RWND, 1, 0, b"open pair"), p.d_ids[0])]
+    async with asyncio.timeout(20):
+        while st.dropped_packets == dropped:
+            await asyncio.sleep(0.001)
+    assert st.relayed_packets == relayed + 1
+    with pytest.raises(BlockingIOError):
+        p.eds[2].recv(65536)
+    p.close()
