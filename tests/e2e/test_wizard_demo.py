@@ -113,6 +113,8 @@ async def test_wizard_demo_end_to_end_new_job_leaves_creating(sandbox: Sandbox) 
     # … and made again with its fields, once: "j" in step 5 made the small test job, not a copy.
     like_it = [j for j in jobs if j["name"] == "llama-3-70b-serve"]
     assert len(like_it) == 1 and all(j["relays"] == [key] and j["status"] == "Running" for j in like_it)
-    assert all(j["type"] == "inference" and j["gpus"] == "4" for j in like_it)
+    assert [(j["tags"], j["location"], j["gpu_model"], j["gpu_count"], j["image"], j["disk_gb"]) for j in like_it] == [
+        ("llm,serve", "eu-1", "A100", "4", "ubuntu-22.04", "200")
+    ]
     test_job = [j for j in jobs if j["name"] == "relay-check"]
-    assert len(test_job) == 1 and test_job[0]["gpus"] == "1"
+    assert len(test_job) == 1 and (test_job[0]["gpu_model"], test_job[0]["gpu_count"]) == ("L4", "1")

@@ -7,10 +7,13 @@ import asyncio
 import contextlib
 import json
 import os
+import re
+import shlex
 import signal
 import socket
 import subprocess
 import sys
+import tomllib
 import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
@@ -19,8 +22,10 @@ from typing import Any
 
 import pytest
 
-from cosmictui.ops.demo.sandbox import Sandbox, create_sandbox, sandbox_state, set_failure
+from cosmictui.ops.config import CREATE_FIELDS
+from cosmictui.ops.demo.sandbox import DEMO_CREATE_COMMAND, Sandbox, create_sandbox, sandbox_state, set_failure
 from cosmictui.ops.jobs.model import parse_jobs, view_jobs
+from cosmictui.ops.jobs.recover import JobRecovered, RecordSaved, plan_jobs, recover_jobs
 from cosmictui.ops.relayproc import RelayRuntime, start_relay, stop_relay
 from cosmictui.ops.runner import LocalRunner, RunnerError
 from cosmictui.ops.setup.checks import dht_ping, run_checks
@@ -86,6 +91,12 @@ async def wait_job(runner: LocalRunner, name: str, ok: Any, timeout: float = 60.
         await asyncio.sleep(0.2)
 
 
+def create(name: str, **fields: str) -> str:
+    """A `cosmicac jobs create` with every documented flag (small defaults; `fields` override)."""
+    values = {"tags": "t", "location": "eu-1", "gpu_model": "L4", "gpu_count": "1", "image": "ubuntu-22.04"}
+    return DEMO_CREATE_COMMAND.format(**({"name": name, "disk_gb": "20"} | values | fields))
+
+
 def runner_for(sb: Sandbox) -> LocalRunner:
     return LocalRunner(sb.settings.deployment, env=sb.settings.command_env)
 
@@ -131,6 +142,85 @@ async def test_layout_and_seeded_stuck_jobs(sandbox: Sandbox) -> None:
     assert again.settings.relay_port == s.relay_port and again.env_path.read_text() == env
 
 
+def test_demo_commands_are_the_documented_ones(sandbox: Sandbox) -> None:
+    """The demo teaches the create/test_job shape docs/configuration.md's example configures."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text("utf-8")
+    example = tomllib.loads(re.findall(r"```toml\n(.*?)```", doc, re.S)[0])["commands"]
+    assert sandbox.settings.create_command == example["create"]
+    assert sandbox.settings.test_job_command == example["test_job"]
+
+
+async def test_cosmicac_create_takes_exactly_the_documented_flags(sandbox: Sandbox) -> None:
+    """Like a real CLI: an unknown or missing flag is an error on stderr, exit 2, and no job."""
+    cosmicac = str(sandbox.bin_dir / "cosmicac")
+    before = sandbox_state(sandbox)["jobs"]
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([cosmicac, "jobs", "create", *args], capture_output=True, text=True, timeout=60)
+
+    old_shape = run("--name", "relay-check", "--type", "inference", "--gpus", "1")
+    assert old_shape.returncode == 2 and old_shape.stdout == ""
+    assert "unknown flag --type" in old_shape.stderr and "--gpu-model GPU_MODEL" in old_shape.stderr
+    full = shlex.split(create("x"))[3:]
+    gpus = run(*full, "--gpus", "1")
+    assert gpus.returncode == 2 and "unknown flag --gpus" in gpus.stderr
+    short = run("--name", "x", "--tags", "a,b")
+    assert short.returncode == 2
+    assert "missing required flags --location, --gpu-model, --gpu-count, --image, --disk-gb" in short.stderr
+    no_value = run(*full[:-1])
+    assert no_value.returncode == 2 and "--disk-gb needs a value" in no_value.stderr
+    zero = run(*shlex.split(create("x", gpu_count="0"))[3:])
+    assert zero.returncode == 2 and "--gpu-count must be a whole number above 0" in zero.stderr
+    assert sandbox_state(sandbox)["jobs"] == before  # nothing refused was created
+    # the test job step 5 creates is accepted, and the job carries every field it was given
+    made = await runner_for(sandbox).run(sandbox.settings.test_job_command)
+    assert made.ok, made.output
+    job = sandbox_state(sandbox)["jobs"][-1]
+    assert {f: job[f] for f in CREATE_FIELDS} == {
+        "name": "relay-check",
+        "tags": "relay-check",
+        "location": "eu-1",
+        "gpu_model": "L4",
+        "gpu_count": "1",
+        "image": "ubuntu-22.04",
+        "disk_gb": "20",
+    }
+
+
+async def test_demo_recovery_recreates_a_stuck_job_with_every_documented_field(
+    sandbox: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Step 6's recover loop on the demo: the list shows every create field, so the documented
+    template is known and the recreated job is the stuck one again, field for field."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    s = sandbox.settings
+    runner = runner_for(sandbox)
+    stuck = {
+        "name": "llama-3-70b-serve",
+        "tags": "llm,serve",
+        "location": "eu-1",
+        "gpu_model": "A100",
+        "gpu_count": "4",
+        "image": "ubuntu-22.04",
+        "disk_gb": "200",
+    }
+    seeded = next(j for j in sandbox_state(sandbox)["jobs"] if j["id"] == "job-7f3a21")
+    assert {f: seeded.get(f) for f in CREATE_FIELDS} == stuck
+    listing = await runner.run(s.list_command)
+    jobs = parse_jobs(listing.output)
+    plans = plan_jobs(jobs, ["job-7f3a21"], s)
+    assert plans[0].create_source == "config" and plans[0].create is not None
+    events = [e async for e in recover_jobs(runner.run, plans, s, listed=[j.id for j in jobs])]
+    saved, done = events
+    assert isinstance(saved, RecordSaved) and isinstance(done, JobRecovered), events
+    assert done.result.outcome == "recreated" and done.result.new_job_id, done.result
+    after = {j["id"]: j for j in sandbox_state(sandbox)["jobs"]}
+    assert "job-7f3a21" not in after
+    new = after[done.result.new_job_id]
+    assert {f: new.get(f) for f in CREATE_FIELDS} == stuck
+    assert json.loads(saved.record.read_text())["create_fields"] == stuck
+
+
 async def test_whole_flow_a_relay_that_only_answers_ping_moves_no_job(
     dht_sandbox: Sandbox, stand_in: tuple[str, subprocess.Popen[bytes]]
 ) -> None:
@@ -139,7 +229,7 @@ async def test_whole_flow_a_relay_that_only_answers_ping_moves_no_job(
     runner = runner_for(sandbox)
     s = sandbox.settings
     # a job created before the worker knows the relay never gets it
-    assert (await runner.run("cosmicac jobs create --name early --type instance")).ok
+    assert (await runner.run(create("early"))).ok
     backup = await set_relay_in_env(runner, key)
     assert backup is not None
     lines: list[str] = []
@@ -148,7 +238,7 @@ async def test_whole_flow_a_relay_that_only_answers_ping_moves_no_job(
     assert (await runner.run(s.restart_command)).ok
     state = sandbox_state(sandbox)
     assert state["worker"]["running_relays"] == [key] and state["worker"]["restarted_at"]
-    created = await runner.run("cosmicac jobs create --name llama --type inference --gpus 2")
+    created = await runner.run(create("llama", gpu_count="2"))
     assert created.ok
     new_id = created.output.split()[2]
     # the stand-in answers PING but carries nothing: the job waits, and says why
@@ -175,7 +265,7 @@ async def test_job_waits_when_no_relay_answers(dht_sandbox: Sandbox) -> None:
     await set_relay_in_env(runner, key)
     assert (await runner.run(sandbox.settings.apply_command)).ok
     assert (await runner.run(sandbox.settings.restart_command)).ok
-    assert (await runner.run("cosmicac jobs create --name x")).ok
+    assert (await runner.run(create("x"))).ok
     waiting = await wait_job(runner, "x", lambda j: j.fields["message"].startswith("waiting: no connection"))
     assert waiting.status == "Creating"
     assert f"through relay {key[:8]}…" in waiting.fields["message"]
@@ -259,7 +349,7 @@ async def test_sandbox_with_the_real_python_relay(live_sandbox: tuple[Sandbox, R
     assert (await runner.run(s.apply_command)).ok
     assert (await runner.run(s.restart_command)).ok
     matched = stats["pairings"]["matched"]
-    assert (await runner.run("cosmicac jobs create --name real")).ok
+    assert (await runner.run(create("real"))).ok
     job = await wait_job(runner, "real", lambda j: j.status == "Running")
     assert "connected through relay" in job.fields["message"], job.fields
     assert f"relayed at 127.0.0.1:{relay.port}" in job.fields["message"]  # the agent's raw stream ends at the relay
@@ -274,7 +364,7 @@ async def test_sandbox_with_the_real_python_relay(live_sandbox: tuple[Sandbox, R
     await wait_job(runner, "real", lambda j: j.updated is not None and j.updated > first)
     # the relay goes away: a new job waits and says why
     await stop_relay(s.relay_storage)
-    assert (await runner.run("cosmicac jobs create --name later")).ok
+    assert (await runner.run(create("later"))).ok
     later = await wait_job(runner, "later", lambda j: j.fields["message"].startswith("waiting: no connection"))
     assert later.status == "Creating" and f"relay {relay.key[:8]}…" in later.fields["message"]
 

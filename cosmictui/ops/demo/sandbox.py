@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from cosmictui.ops.config import ENV_VAR, Settings
+from cosmictui.ops.config import CREATE_FIELDS, ENV_VAR, Settings
 from cosmictui.ops.jobs.model import format_age
 from cosmictui.ops.relayproc import attach, on_before_start, pid_alive
 
@@ -39,6 +39,18 @@ DHT_READY_FILE = "dht.json"
 DHT_LOG_FILE = "dht.log"
 WORKER_LOG_FILE = "worker.log"
 WORKER_SERVICE = "cosmicac-wrk-server-k8s-nvidia"
+
+#: `cosmicac jobs create`'s flags, as CosmicAC documents them: each job field and its flag, all
+#: required. The sandbox refuses any other flag, so a wrong `[commands] create` fails visibly.
+CREATE_FLAGS: dict[str, str] = {f: "--" + f.replace("_", "-") for f in CREATE_FIELDS}
+#: Fields that must be a whole number above zero.
+COUNT_FIELDS = ("gpu_count", "disk_gb")
+#: The demo's `[commands] create` and `test_job`: the documented ones (docs/configuration.md).
+DEMO_CREATE_COMMAND = "cosmicac jobs create " + " ".join(f"{flag} {{{f}}}" for f, flag in CREATE_FLAGS.items())
+DEMO_TEST_JOB_COMMAND = (
+    "cosmicac jobs create --name relay-check --tags relay-check --location eu-1 --gpu-model L4 "
+    "--gpu-count 1 --image ubuntu-22.04 --disk-gb 20"
+)
 
 
 @dataclass(frozen=True)
@@ -188,10 +200,11 @@ def create_sandbox(
         relay_metrics=f"127.0.0.1:{state['metrics_port']}",
         relay_bootstrap=boot,
         poll_interval=2.0,
-        # The sandbox `cosmicac` documents its create flags, so the demo has a known template, and
-        # its verify step a small test job of its own (never a copy of a stuck 4-GPU job).
-        create_command="cosmicac jobs create --name {name} --type {type} --gpus {gpus}",
-        test_job_command="cosmicac jobs create --name relay-check --type inference --gpus 1",
+        # The sandbox `cosmicac` takes the documented create flags (CREATE_FLAGS), so the demo
+        # shows the command shape a real deployment configures, and its verify step a small
+        # test job of its own (never a copy of a stuck 4-GPU job).
+        create_command=DEMO_CREATE_COMMAND,
+        test_job_command=DEMO_TEST_JOB_COMMAND,
     )
     return Sandbox(base, deployment, bin_dir, storage, settings, temporary)
 
@@ -282,8 +295,12 @@ def _seed_jobs(now: float) -> list[dict[str, Any]]:
         {
             "id": "job-7f3a21",
             "name": "llama-3-70b-serve",
-            "type": "inference",
-            "gpus": "4",
+            "tags": "llm,serve",
+            "location": "eu-1",
+            "gpu_model": "A100",
+            "gpu_count": "4",
+            "image": "ubuntu-22.04",
+            "disk_gb": "200",
             "status": "Creating",
             "created_at": now - 3 * 3600 - 720,
             "updated_at": now - 3 * 3600 - 700,
@@ -292,8 +309,12 @@ def _seed_jobs(now: float) -> list[dict[str, Any]]:
         {
             "id": "job-19c0de",
             "name": "shell-a100",
-            "type": "instance",
-            "gpus": "1",
+            "tags": "dev,shell",
+            "location": "eu-1",
+            "gpu_model": "A100",
+            "gpu_count": "1",
+            "image": "ubuntu-22.04",
+            "disk_gb": "50",
             "status": "Starting",
             "created_at": now - 47 * 60,
             "updated_at": now - 41 * 60,
@@ -302,8 +323,12 @@ def _seed_jobs(now: float) -> list[dict[str, Any]]:
         {
             "id": "job-03be77",
             "name": "batch-embed",
-            "type": "inference",
-            "gpus": "2",
+            "tags": "batch,embed",
+            "location": "us-2",
+            "gpu_model": "L4",
+            "gpu_count": "2",
+            "image": "ubuntu-22.04",
+            "disk_gb": "100",
             "status": "Completed",
             "created_at": now - 2 * 86400,
             "updated_at": now - 2 * 86400 + 5400,
@@ -504,13 +529,12 @@ def _age(seconds: float) -> str:
 
 
 def _table(jobs: list[dict[str, Any]], now: float) -> str:
-    header = ["ID", "NAME", "TYPE", "GPUS", "STATUS", "AGE", "LAST UPDATE", "MESSAGE"]
+    """The jobs as an aligned table: every create field has its column, so recovery can refill it."""
+    header = ["ID", *(f.replace("_", " ").upper() for f in CREATE_FIELDS), "STATUS", "AGE", "LAST UPDATE", "MESSAGE"]
     rows = [
         [
             j["id"],
-            j.get("name", ""),
-            j.get("type", ""),
-            str(j.get("gpus", "")),
+            *(str(j.get(f, "")) or "-" for f in CREATE_FIELDS),
             j["status"],
             format_age(now - j["created_at"]),
             _age(now - j["updated_at"]),
@@ -522,11 +546,43 @@ def _table(jobs: list[dict[str, Any]], now: float) -> str:
     return "\n".join("   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in [header, *rows])
 
 
+CREATE_USAGE = "usage: cosmicac jobs create " + " ".join(f"{flag} {f.upper()}" for f, flag in CREATE_FLAGS.items())
+
+
+def parse_create(args: list[str]) -> dict[str, str]:
+    """The job fields of `cosmicac jobs create ARGS`, or SandboxError naming the bad or missing flag."""
+    by_flag = {flag: f for f, flag in CREATE_FLAGS.items()}
+    fields: dict[str, str] = {}
+    it = iter(args)
+    for arg in it:
+        flag, sep, value = arg.partition("=")
+        if flag not in by_flag:
+            what = f"unknown flag {flag}" if flag.startswith("-") else f"unexpected argument {arg!r}"
+            raise SandboxError(f"error: {what}\n{CREATE_USAGE}")
+        if not sep:
+            nxt = next(it, None)
+            if nxt is None or nxt.startswith("--"):
+                raise SandboxError(f"error: {flag} needs a value\n{CREATE_USAGE}")
+            value = nxt
+        fields[by_flag[flag]] = value
+    missing = [CREATE_FLAGS[f] for f in CREATE_FIELDS if not fields.get(f, "").strip()]
+    if missing:
+        raise SandboxError(
+            f"error: missing required flag{'s' if len(missing) > 1 else ''} {', '.join(missing)}\n{CREATE_USAGE}"
+        )
+    for f in COUNT_FIELDS:
+        if not fields[f].isdigit() or int(fields[f]) < 1:
+            raise SandboxError(f"error: {CREATE_FLAGS[f]} must be a whole number above 0, not {fields[f]!r}")
+    return fields
+
+
 def cosmicac_main(argv: list[str], state_file: str) -> int:
-    """Sandbox `cosmicac jobs list [--json] | create [--name N ...] | delete ID`."""
+    """Sandbox `cosmicac jobs list [--json] | create --name N --tags T ... | delete ID`."""
     path = Path(state_file)
     if len(argv) < 2 or argv[0] != "jobs":
-        print("usage: cosmicac jobs (list [--json] | create [--KEY VALUE ...] | delete JOB_ID)", file=sys.stderr)
+        print(
+            "usage: cosmicac jobs (list [--json] | create --name NAME --tags TAGS ... | delete JOB_ID)", file=sys.stderr
+        )
         return 2
     verb, rest = argv[1], argv[2:]
     now = time.time()
@@ -541,27 +597,27 @@ def cosmicac_main(argv: list[str], state_file: str) -> int:
                 _out("No jobs found.")
             return 0
         if verb == "create":
-            fields: dict[str, str] = {}
-            it = iter(rest)
-            for arg in it:
-                if not arg.startswith("--"):
-                    print(f"error: unexpected argument {arg!r} (use --KEY VALUE)", file=sys.stderr)
-                    return 2
-                k, sep, v = arg[2:].partition("=")
-                fields[k] = v if sep else next(it, "")
+            if rest in (["--help"], ["-h"]):
+                _out(CREATE_USAGE)
+                return 0
+            try:
+                fields = parse_create(rest)
+            except SandboxError as e:
+                print(e, file=sys.stderr)
+                return 2
             job = {
                 "id": f"job-{secrets.token_hex(3)}",
-                "name": fields.pop("name", "job"),
-                "type": fields.pop("type", "inference"),
-                "gpus": fields.pop("gpus", "1"),
+                **fields,
                 "status": "Creating",
                 "created_at": now,
                 "updated_at": now,
                 "relays": list(state["worker"]["running_relays"]),
-                "extra": fields,
             }
             state["jobs"].append(job)
-            _out(f"Created job {job['id']} ({job['name']}, {job['type']}, {job['gpus']} GPU)")
+            _out(
+                f"Created job {job['id']} ({job['name']}: {job['gpu_count']}x {job['gpu_model']} in {job['location']}, "
+                f"{job['image']}, {job['disk_gb']} GB disk)"
+            )
             return 0
         if verb == "delete":
             if not rest:
@@ -582,8 +638,12 @@ def _json_job(j: dict[str, Any]) -> dict[str, Any]:
     return {
         "id": j["id"],
         "name": j.get("name"),
-        "type": j.get("type"),
-        "gpus": j.get("gpus"),
+        "tags": j.get("tags"),
+        "location": j.get("location"),
+        "gpuModel": j.get("gpu_model"),
+        "gpuCount": j.get("gpu_count"),
+        "image": j.get("image"),
+        "diskGb": j.get("disk_gb"),
         "status": j["status"],
         "createdAt": _iso(j["created_at"]),
         "lastUpdate": _iso(j["updated_at"]),
