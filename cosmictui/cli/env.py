@@ -92,18 +92,28 @@ def cmd_env_set_relay(args: argparse.Namespace, out: TextIO) -> int:
                 return OK
             if plan.bom and not args.json:
                 out.write(f"note: {path} starts with a UTF-8 byte order mark (BOM); it is kept as it was\n")
-            if not args.json:
-                out.write(plan.diff if plan.diff.endswith("\n") else plan.diff + "\n")
             if args.dry_run:
+                out.write(_ending(plan.diff))
                 out.write(f"dry run: {path} not written\n")
                 return OK
-            applied = await apply_plan(runner, path, plan, settings.env_var, key)  # with its read-back
+            try:
+                applied = await apply_plan(runner, path, plan, settings.env_var, key)  # with its read-back
+            except (EnvFileError, RunnerError):
+                if not args.json:
+                    out.write(_ending(plan.diff))  # refused: still the change it would have made
+                raise
             backup = applied.backup
             if problem := applied.problem():
+                if not args.json:
+                    out.write(_ending(plan.diff))  # what is on disk is not this change
                 return fail(args, out, "env", problem, FAILED)
+            # On disk now: the same change, labelled as a file that was written (as step 3 shows it).
+            written = plan.written_diff()
             if args.json:
-                dump(report | {"written": True, "backup": backup, "read_back": list(applied.keys)}, out)
+                doc = report | {"written": True, "backup": backup, "read_back": list(applied.keys), "diff": written}
+                dump(doc, out)
                 return OK
+            out.write(_ending(written))
             out.write(f"wrote {path}" + (f" (backup {backup})" if backup else "") + "\n")
             out.write("next: apply the config and restart the worker (the wizard's step 4)\n")
             return OK
@@ -117,3 +127,8 @@ def cmd_env_set_relay(args: argparse.Namespace, out: TextIO) -> int:
             await runner.close()
 
     return asyncio.run(go())
+
+
+def _ending(diff: str) -> str:
+    """The diff as printed: ending in exactly one newline."""
+    return diff if diff.endswith("\n") else diff + "\n"

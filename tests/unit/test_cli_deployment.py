@@ -63,6 +63,47 @@ def test_env_set_relay_other_env_path(deploy: Path) -> None:
     assert (deploy / ".env").read_bytes() == ENV.encode()
 
 
+def test_env_set_relay_diff_says_before_and_written_once_written(
+    deploy: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    env = str(deploy / ".env")
+    change = f'+{VAR}=\'["{KEY_A}","{KEY_B}"]\''
+    # a dry run: the file as it is now and as it would be
+    rc, out = run("--deployment", str(deploy), "env", "set-relay", KEY_B, "--dry-run")
+    assert rc == 0 and f"--- {env} (now)" in out and f"+++ {env} (new)" in out and change in out, out
+    rc, out = run("--deployment", str(deploy), "env", "set-relay", KEY_B, "--json", "--dry-run")
+    diff = json.loads(out)["diff"]
+    assert f"--- {env} (now)" in diff and f"+++ {env} (new)" in diff, diff
+    # a refused write (another writer got in first): nothing was written, so still now/new
+    from cosmictui.ops import runner as runner_mod
+
+    def other_writer(path: str) -> None:
+        with open(path, "a") as f:
+            f.write("\nLATE=1\n")
+
+    runner_mod.BEFORE_RENAME.append(other_writer)
+    try:
+        rc, out = run("--deployment", str(deploy), "env", "set-relay", KEY_B)
+    finally:
+        runner_mod.BEFORE_RENAME.remove(other_writer)
+    assert rc == 1 and "another writer" in capsys.readouterr().err
+    assert f"--- {env} (now)" in out and f"+++ {env} (new)" in out and "(written)" not in out, out
+    assert KEY_B not in (deploy / ".env").read_text()
+    (deploy / ".env").write_bytes(ENV.encode())
+    # written: the same change, labelled as what is now true of the file
+    rc, out = run("--deployment", str(deploy), "env", "set-relay", KEY_B)
+    assert rc == 0 and "wrote " in out and change in out, out
+    assert f"--- {env} (before)" in out and f"+++ {env} (written)" in out, out
+    assert "(now)" not in out and "(new)" not in out, out
+    assert out.index("(written)") < out.index("wrote "), out  # printed once the write succeeded
+    (deploy / ".env").write_bytes(ENV.encode())
+    rc, out = run("--deployment", str(deploy), "env", "set-relay", KEY_B, "--json")
+    doc = json.loads(out)
+    assert rc == 0 and doc["written"], doc
+    assert f"--- {env} (before)" in doc["diff"] and f"+++ {env} (written)" in doc["diff"], doc["diff"]
+    assert "(now)" not in doc["diff"] and "(new)" not in doc["diff"] and change in doc["diff"], doc["diff"]
+
+
 @pytest.mark.parametrize(
     ("env", "key", "expect"),
     [
