@@ -7,6 +7,7 @@ from pathlib import PurePosixPath
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.content import Content
 from textual.message import Message
 from textual.widgets import Static
 
@@ -16,6 +17,7 @@ from cosmictui.ops.setup.envfile import EnvFileError, EnvPlan, decode_text, plan
 from cosmictui.ops.setup.steps import sentences
 from cosmictui.screens.step import Step, runner_problem
 from cosmictui.widgets.diff_view import DiffView
+from cosmictui.widgets.path_input import elide_path
 
 
 class ModeToggle(Static):
@@ -33,6 +35,25 @@ class ModeToggle(Static):
 
     def on_click(self) -> None:
         self.post_message(self.Toggled())
+
+
+class EnvDiff(DiffView):
+    """The .env's diff, titled with the file's path. A path wider than the top border gives way in
+    the middle (its start and file name stay), so at 60 columns the title still names the file."""
+
+    path = ""
+
+    def show_path(self, path: str) -> None:
+        self.path = path
+        self._title()
+
+    def on_resize(self) -> None:
+        self._title()  # also when the box first shows: hidden, it has no width
+
+    def _title(self) -> None:
+        room = self.outer_size.width - 6  # the corners, and a rule and a blank each side of the title
+        # Content, not a str: a path is plain text, never markup
+        self.border_title = Content(elide_path(self.path, room) if room > 0 else self.path)
 
 
 class EnvStep(Step):
@@ -56,7 +77,7 @@ class EnvStep(Step):
         yield Static("", id="env-intro", classes="step-intro")
         yield ModeToggle(id="env-mode", markup=False)
         yield Static("", id="env-summary", markup=False)
-        yield DiffView(id="env-diff")
+        yield EnvDiff(id="env-diff")
 
     def on_enter(self) -> None:
         var = self.ctx.settings.env_var
@@ -127,8 +148,8 @@ class EnvStep(Step):
         self.query_one("#env-summary", Static).update(
             f"Relays: {len(plan.old_keys)} now → {len(plan.new_keys)} after ({self.mode}). The change:"
         )
-        diff = self.query_one(DiffView)
-        diff.border_title = path
+        diff = self.query_one(EnvDiff)
+        diff.show_path(path)
         diff.show_diff(plan.diff)
         if not plan.changed:
             self.written = True

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
+from textual.geometry import Region
 
 from cosmictui.ops.config import Settings
 from tests.e2e._wizard_support import (
@@ -147,3 +150,38 @@ async def test_wizard_env_diff_says_before_and_written_once_written(tmp_path: Pa
         await pilot.press("e")
         text = await wait_status(pilot, app, "env", ("ok",))
         assert "already has this relay key" in text, text
+
+
+@pytest.mark.parametrize("size", [(60, 20), (80, 24)])
+async def test_wizard_env_diff_title_names_the_file_at_any_width(tmp_path: Path, size: tuple[int, int]) -> None:
+    # a deployment path shaped like the demo's (/tmp/cosmictui-demo-XXXXXXXX/deployment/.env)
+    root = Path(tempfile.mkdtemp(prefix="cosmictui-demo-", dir="/tmp"))
+    try:
+        d = root / "deployment"
+        d.mkdir()
+        (d / ".env").write_text(f"# CosmicAC\n{ENV_VAR}='[\"{OTHER_KEY}\"]'\n")
+        env = str(d / ".env")
+        resume_at(str(d), "env", relay_key=KEY, relay_storage=str(tmp_path / "relay"))
+        app = make_app(Settings(deployment=str(d)))
+        async with app.run_test(size=size) as pilot:
+            await wait_status(pilot, app, "env", ("info",))
+            diff = step(app, "env").query_one("#env-diff")
+            width = diff.outer_size.width
+
+            def top() -> str:
+                return diff.render_lines(Region(0, 0, width, 1))[0].text
+
+            # what the operator sees: ╭─ TITLE ─...╮
+            await wait_until(pilot, lambda: top().startswith("╭─ /tmp/cosmictui-demo-"), "the title drawn")
+            title = top()[3:].split(" ─")[0]
+            assert len(top()) == width and top().endswith("╮"), top()
+            if width - 6 >= len(env):  # 80 columns: the whole path
+                assert size == (80, 24) and title == env, (title, env)
+            else:  # 60 columns: the start, … in the middle, and the file name with its directory
+                assert size == (60, 20), (size, width)
+                assert title != env and "…" in title and len(title) == width - 6, (title, width)
+                start, _, end = title.partition("…")
+                assert env.startswith(start) and start.startswith("/tmp/cosmictui-demo-"), title
+                assert env.endswith(end) and end.endswith("/deployment/.env"), title
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
