@@ -38,12 +38,21 @@ def low_ttl_drops(net: Topology) -> int:
     return net.counter("wan", "bridge wan")[0]
 
 
+@pytest.mark.timeout(220)  # up to three 30 s attempts after the network is built
 def test_blocked_network_mixed_nats_punch_and_low_ttl_probes_die(net: Topology, peers: tuple[Peer, Peer]) -> None:
+    """hyperdht punches a RANDOM NAT to a consistent one. Its birthday punch is a gamble: one
+    attempt can end without opening within the peer's 30 s (seen once in CI on a loaded box),
+    so up to three independent attempts; a pair that never punches still fails."""
     a, b = peers
     assert a.call("info")["randomized"] and not b.call("info")["randomized"]
     before = low_ttl_drops(net)
-    rec, server_side = connect(b, a, server_relay=None, client_relay=None, bytes=100_000)  # a (random) -> b
-    assert rec["ok"], rec
+    failed = []
+    for _ in range(3):
+        rec, server_side = connect(b, a, server_relay=None, client_relay=None, bytes=100_000)  # a (random) -> b
+        if rec["ok"]:
+            break
+        failed.append(rec)
+    assert rec["ok"], (rec, failed)
     assert rec["remotes"] == [{"host": net.router_wan("b"), "port": rec["remotes"][0]["port"]}], rec
     assert server_side is not None and server_side["remotes"][-1]["host"] == net.router_wan("a")
     assert low_ttl_drops(net) > before, "hyperdht's TTL-5 punch rounds should have died on the wan"
