@@ -123,7 +123,7 @@ async def _relay_main(a_id: int, d_id: int, host: str) -> None:
             kernel.refresh()
             out = {
                 "event": "stats",
-                **dataclasses.asdict(sock.stats),
+                **sock.stats.as_dict(),
                 "kernel": kernel.stats(),
                 "rb_remote": rb.remote_addr,
                 "rc_remote": rc.remote_addr,

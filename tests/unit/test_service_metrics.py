@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import socket
 from pathlib import Path
@@ -182,7 +181,7 @@ async def test_stats_and_metrics_count_sheds_and_drops_by_cause(app: RelayApp, m
     # the UDX sockets' per-cause counters (helper fastpath's `SocketStats.dropped_by_cause`), summed
     # over sockets; stand-in sockets give known counts
     real = app.udx.sockets[0].stats
-    fields = {f.name: getattr(real, f.name) for f in dataclasses.fields(real) if f.name != "dropped_by_cause"}
+    fields = {k: v for k, v in real.as_dict().items() if k != "dropped_by_cause"}
     fake = [
         SimpleNamespace(
             stats=SimpleNamespace(**fields, dropped_by_cause={"garbage": 5, "unknown_stream": 2}),
