@@ -189,7 +189,7 @@ class BatchIO:
         for i in range(batch):
             IOV.pack_into(self.fiov, i * 16, self.rbuf_addr + i * size, 0)
         self.fiov32 = memoryview(self.fiov).cast("I")  # length of slot i at [i * 4 + 2]
-        # for `put_each`: each slot's iovec address, and the iovlen/controllen of plain entries
+        # for `put_spread`: each slot's iovec address, and the iovlen/controllen of plain entries
         self._slot_iovs = memoryview(array("Q", [self.fiov_addr + i * 16 for i in range(batch)]))
         self._ones = memoryview(array("Q", [1] * batch))
         self._zeros = memoryview(array("Q", [0] * batch))
@@ -315,18 +315,6 @@ class BatchIO:
         """Rewrite the stream id of slots 0..`count`, slot i's to `sids[i]` (one strided store)."""
         w = self.words
         self.u32[1 : count * w : w] = array("I", sids)
-
-    def put_each(self, count: int, sas: list[int], targets: list[Any]) -> None:
-        """Entries 0..`count`: received slot i as entry i, one datagram each, to sockaddr
-        `sas[i]` (a batch whose datagrams all go different ways); a handful of strided stores
-        for the whole batch."""
-        q = self.shdr_q
-        n8 = count * 8
-        q[0:n8:8] = array("Q", sas)
-        q[2:n8:8] = self._slot_iovs[:count]
-        q[3:n8:8] = self._ones[:count]
-        q[5:n8:8] = self._zeros[:count]
-        self.targets[:count] = targets
 
     def send_first(self, sa: int, length: int) -> bool:
         """Slot 0 (`length` bytes, id already right) to sockaddr `sa`, alone: True when it went.

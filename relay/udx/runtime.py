@@ -723,27 +723,17 @@ class UDXSocket:
         """A batch of relayed datagrams whose streams are all different or nearly so (many
         chatty pairs, a datagram or two each): each leaves as its own send entry, in arrival
         order, with one `sendmmsg` (ids rewritten only where they differ: the blind relay
-        gives a relay stream its partner peer's own id). Only when every datagram takes a
-        route on this socket and the batch is spread (`SHORT_RUNS` or fewer per stream: longer runs go out as
-        segmented sends by `_batch_by_runs`); otherwise False before touching anything.
-
-        The decisions of `forwarding.all_forwardable` and `from_pinned`, over the batch's
-        lists; the per-datagram work is one lookup and a few list items.
+        gives a relay stream its partner peer's own id). Only when the batch is spread
+        (`SHORT_RUNS` or fewer per stream: longer runs go out as segmented sends by
+        `_batch_by_runs`) and every datagram takes the fast path (`_routes_for`); otherwise
+        False before anything is sent.
         """
         ids = io.ids(0, count)
-        found = list(map(self.routes.get, ids))
-        if None in found:
-            return False
-        rs = cast("list[Route]", found)
         if count > SHORT_RUNS and count > SHORT_RUNS * len(set(ids)):
             return False
         lens = io.received(count)
-        if not all_forwardable(io.heads(0, count), lens):
-            return False
-        src0, src1, src2 = io.sources(0, count)
-        if [r.src0 for r in rs] != src0:
-            return False
-        if src1 is not None and ([r.src1 for r in rs] != src1 or [r.src2 for r in rs] != src2):
+        rs = self._routes_for(io, count, ids, lens)
+        if rs is None:
             return False
         rids = [r.rid for r in rs]
         if rids != ids:
@@ -766,6 +756,23 @@ class UDXSocket:
         io.targets[:count] = [r.target for r in rs]
         self._send_rest(io, count, count, nbytes, res, fallbacks)
         return True
+
+    def _routes_for(self, io: mmsg.BatchIO, count: int, ids: list[int], lens: list[int]) -> list[Route] | None:
+        """The route of each datagram of a batch when every one takes the fast path (a route
+        on this socket, `forwarding.all_forwardable`, from its pinned source); else None. The
+        checks run over the batch's lists, not per datagram."""
+        found = list(map(self.routes.get, ids))
+        if None in found:
+            return None
+        rs = cast("list[Route]", found)
+        if not all_forwardable(io.heads(0, count), lens):
+            return None
+        src0, src1, src2 = io.sources(0, count)
+        if [r.src0 for r in rs] != src0:
+            return None
+        if src1 is not None and ([r.src1 for r in rs] != src1 or [r.src2 for r in rs] != src2):
+            return None
+        return rs
 
     def _moderate(self, mod: Moderation, got: int, merged: bool) -> None:
         """After a wake that read `got` entries (`merged`: some were GRO runs): pause reading
@@ -912,37 +919,21 @@ class UDXSocket:
             self._flush_batch(io, j, fw_pkts, fw_bytes, seg_sends, seg_dgrams)
 
     def _forward_by_stream(self, io: mmsg.BatchIO, count: int, ids: list[int], lens: list[int]) -> bool:
-        """Forward a batch whose streams interleave (A's data between D's ACKs, many pairs):
-        short runs (`SHORT_RUNS`) datagram by datagram in arrival order, longer ones stream by
+        """Forward a batch whose streams interleave (A's data between D's ACKs) in runs longer
+        than `SHORT_RUNS` (shorter ones went slot for entry in `_forward_spread`): stream by
         stream (`forwarding.plan_by_stream`) as segmented sends.
 
-        Only when every datagram of the batch is a fast-path one (relayed stream, route on
-        this socket, from its peer, no DESTROY, at least a header): otherwise returns False
-        before touching anything and the caller takes the batch in arrival order. The checks
-        run over the whole batch at once (one list per field), the work per stream is one lookup.
+        Only when every datagram of the batch is a fast-path one (`_routes_for`): otherwise
+        returns False before touching anything and the caller takes the batch in arrival order.
         """
-        if not all_forwardable(io.heads(0, count), lens):
+        rs = self._routes_for(io, count, ids, lens)
+        if rs is None:
             return False
-        streams = self.udx.streams
-        routes: dict[int, Route] = {}
-        for sid in set(ids):
-            s = streams.get(sid)
-            r = s.route if s is not None else None
-            if r is None or r.sock is not self:
-                return False
-            routes[sid] = r
-        per = [routes[sid] for sid in ids]
-        src0, src1, src2 = io.sources(0, count)
-        if [r.src0 for r in per] != src0:
-            return False
-        if src1 is not None and ([r.src1 for r in per] != src1 or [r.src2 for r in per] != src2):
-            return False
-        io.set_each_id(count, [r.rid for r in per])
-        if count <= SHORT_RUNS * len(routes):  # many pairs, a few datagrams each: slot = entry
-            io.put_each(count, [r.sa for r in per], [r.target for r in per])
-            self._flush_batch(io, count, count, sum(lens), 0, 0)
-            return True
-        self._forward_plan(io, [(routes[sid], slots) for sid, slots in plan_by_stream(ids)], lens)
+        rids = [r.rid for r in rs]
+        if rids != ids:
+            io.set_each_id(count, rids)
+        route = self.routes
+        self._forward_plan(io, [(route[sid], slots) for sid, slots in plan_by_stream(ids)], lens)
         return True
 
     def _forward_plan(self, io: mmsg.BatchIO, plan: list[tuple[Route, list[int]]], lens: list[int]) -> None:
