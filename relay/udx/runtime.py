@@ -725,19 +725,16 @@ class UDXSocket:
         order, with one `sendmmsg` (ids rewritten only where they differ: the blind relay
         gives a relay stream its partner peer's own id). Only when the batch is spread
         (`SHORT_RUNS` or fewer per stream: longer runs go out as segmented sends by
-        `_batch_by_runs`) and every datagram takes the fast path (`_routes_for`); otherwise
+        `_batch_by_runs`) and every datagram takes the fast path (`_take_batch`); otherwise
         False before anything is sent.
         """
         ids = io.ids(0, count)
         if count > SHORT_RUNS and count > SHORT_RUNS * len(set(ids)):
             return False
         lens = io.received(count)
-        rs = self._routes_for(io, count, ids, lens)
+        rs = self._take_batch(io, count, ids, lens)
         if rs is None:
             return False
-        rids = [r.rid for r in rs]
-        if rids != ids:
-            io.set_each_id(count, rids)
         io.put_spread(count, [r.sa for r in rs])
         nbytes = sum(lens)
         fallbacks = io.gso_fallbacks
@@ -757,10 +754,11 @@ class UDXSocket:
         self._send_rest(io, count, count, nbytes, res, fallbacks)
         return True
 
-    def _routes_for(self, io: mmsg.BatchIO, count: int, ids: list[int], lens: list[int]) -> list[Route] | None:
-        """The route of each datagram of a batch when every one takes the fast path (a route
-        on this socket, `forwarding.all_forwardable`, from its pinned source); else None. The
-        checks run over the batch's lists, not per datagram."""
+    def _take_batch(self, io: mmsg.BatchIO, count: int, ids: list[int], lens: list[int]) -> list[Route] | None:
+        """When every datagram of a batch takes the fast path (a route on this socket,
+        `forwarding.all_forwardable`, from its pinned source): their ids rewritten for their
+        partners (only where they differ) and the route of each; else None, nothing touched.
+        The checks run over the batch's lists, not per datagram."""
         found = list(map(self.routes.get, ids))
         if None in found:
             return None
@@ -772,6 +770,9 @@ class UDXSocket:
             return None
         if src1 is not None and ([r.src1 for r in rs] != src1 or [r.src2 for r in rs] != src2):
             return None
+        rids = [r.rid for r in rs]
+        if rids != ids:
+            io.set_each_id(count, rids)
         return rs
 
     def _moderate(self, mod: Moderation, got: int, merged: bool) -> None:
@@ -923,15 +924,11 @@ class UDXSocket:
         than `SHORT_RUNS` (shorter ones went slot for entry in `_forward_spread`): stream by
         stream (`forwarding.plan_by_stream`) as segmented sends.
 
-        Only when every datagram of the batch is a fast-path one (`_routes_for`): otherwise
+        Only when every datagram of the batch is a fast-path one (`_take_batch`): otherwise
         returns False before touching anything and the caller takes the batch in arrival order.
         """
-        rs = self._routes_for(io, count, ids, lens)
-        if rs is None:
+        if self._take_batch(io, count, ids, lens) is None:
             return False
-        rids = [r.rid for r in rs]
-        if rids != ids:
-            io.set_each_id(count, rids)
         route = self.routes
         self._forward_plan(io, [(route[sid], slots) for sid, slots in plan_by_stream(ids)], lens)
         return True

@@ -7,26 +7,11 @@ real Python relay the wizard started (both peers punching off; `cosmictui/ops/de
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
-
 from cosmictui.app import WizardApp
-from cosmictui.ops.demo.sandbox import Sandbox, create_sandbox, sandbox_state
+from cosmictui.ops.demo.sandbox import Sandbox, sandbox_state
 from cosmictui.ops.session import WizardContext
 from cosmictui.screens.confirm import ConfirmScreen
 from tests.e2e._wizard_support import status, step, wait_status, wait_until
-
-
-@pytest.fixture
-def sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Sandbox]:
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    sb = create_sandbox(tmp_path / "demo")
-    try:
-        yield sb
-    finally:
-        sb.close()  # the relay the wizard started (detached) and the sandbox's private DHT
 
 
 async def _confirm(pilot, app: WizardApp) -> None:  # type: ignore[no-untyped-def]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,23 +16,13 @@ from textual.pilot import Pilot
 
 from cosmictui.app import WizardApp
 from cosmictui.ops.config import Settings
-from cosmictui.ops.demo.sandbox import Sandbox, create_sandbox
+from cosmictui.ops.demo.sandbox import Sandbox
 from cosmictui.ops.metrics.probe import NO_BOOTSTRAP, STAGES, ProbeResult, ProbeStage
 from cosmictui.ops.runner import LocalRunner, Runner
 from cosmictui.ops.session import WizardContext
 from cosmictui.screens import step_relay
 from cosmictui.widgets.step_list import StepItem, StepList
 from tests.e2e._wizard_support import status, status_kind, step, wait_status, wait_until
-
-
-@pytest.fixture
-def sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Sandbox]:
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    sb = create_sandbox(tmp_path / "demo")
-    try:
-        yield sb
-    finally:
-        sb.close()  # the relay the wizard started (detached) and the sandbox's private DHT
 
 
 def _mark(app: WizardApp, index: int) -> str:
