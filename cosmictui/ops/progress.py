@@ -147,3 +147,57 @@ class CommandJournal:
 
     def close(self) -> None:
         self._flush_repeats()
+
+
+# -- the keys this machine's probes used ----------------------------------------------------------
+
+PROBE_KEYS_FILE = "probe-keys.json"
+#: How many probe keys are kept, and for how long: a verdict only looks back to the last restart.
+PROBE_KEYS_KEPT = 4096
+PROBE_KEYS_DAYS = 30
+
+
+def probe_keys_path() -> Path:
+    return state_dir() / PROBE_KEYS_FILE
+
+
+def _read_probe_keys(path: Path) -> dict[str, float]:
+    try:
+        data = json.loads(path.read_text("utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict) or not isinstance(data.get("keys"), dict):
+        return {}
+    return {k: float(v) for k, v in data["keys"].items() if isinstance(k, str) and isinstance(v, int | float)}
+
+
+def remember_probe_keys(keys: list[str], at: float | None = None) -> None:
+    """Note the keys a probe's peers use toward a relay (wizard, `relay probe`, the monitor's probe
+    rows): the relay records them in the probe's pairing, and the verify verdict must not take that
+    pairing for a job's. Kept in one file per machine (the state directory), under a lock, so
+    every cosmictui process here sees every probe. A state directory that cannot be written
+    loses the note, as it loses the wizard's progress."""
+    import fcntl
+
+    now = time.time() if at is None else at
+    path = probe_keys_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path.with_suffix(".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            kept = _read_probe_keys(path)
+            for k in keys:
+                kept[k] = now
+            cutoff = now - PROBE_KEYS_DAYS * 86400
+            newest = sorted(((t, k) for k, t in kept.items() if t >= cutoff), reverse=True)[:PROBE_KEYS_KEPT]
+            fd, tmp = tempfile.mkstemp(prefix=".probe-keys-", dir=path.parent)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump({"keys": {k: t for t, k in newest}}, f)
+            os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+def probe_keys() -> frozenset[str]:
+    """Every key a probe on this machine used lately (see `remember_probe_keys`)."""
+    return frozenset(_read_probe_keys(probe_keys_path()))

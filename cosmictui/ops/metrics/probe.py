@@ -21,10 +21,11 @@ import os
 import shlex
 import statistics
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from cosmictui.ops.progress import remember_probe_keys
 from relay.dht import Connection, DHTError, DHTNode, HyperDHTServer
 from relay.dht.client import ConnectTrace, connect
 from relay.dht.messages import BOOTSTRAP_NODES, PeerRecord
@@ -39,6 +40,7 @@ STAGES = (
     "bytes and round trip",
 )
 PROBE_TIMEOUT = 30.0
+KeysHook = Callable[[list[str]], None]
 PAYLOAD_BYTES = 64 * 1024
 ROUND_TRIPS = 5
 
@@ -65,6 +67,9 @@ class ProbeResult:
     bytes: int = 0
     rtt_ms: float | None = None
     seconds: float = 0.0
+    #: the public keys (z32) the probe's two peers used toward the relay: the relay records them
+    #: in its pairing, and a verdict about a job must not count the probe's pairing as the job's
+    peer_keys: list[str] = field(default_factory=list)
 
     @property
     def failed(self) -> ProbeStage | None:
@@ -86,6 +91,7 @@ class ProbeResult:
             "seconds": self.seconds,
             "error": self.error,
             "stages": [s.__dict__ for s in self.stages],
+            "peer_keys": list(self.peer_keys),
         }
 
 
@@ -133,14 +139,17 @@ async def run_probe(
     timeout: float = PROBE_TIMEOUT,
     *,
     payload_bytes: int = PAYLOAD_BYTES,
+    remember: KeysHook | None = remember_probe_keys,
 ) -> ProbeResult:
     """Run the probe; never raises for network trouble (that is a failed stage), only
-    `ProbeUsageError` for a bad key or bootstrap address."""
+    `ProbeUsageError` for a bad key or bootstrap address. `remember` is told the probe's peer
+    keys before they reach the relay (by default they go to this machine's probe-key journal,
+    which the verify verdict reads)."""
     pk = parse_relay_key(relay_key)
     boot = parse_bootstrap(bootstrap)
     result = ProbeResult(relay_key=encode_id(pk))
     started = time.monotonic()
-    probe = _Probe(pk, boot, result, payload_bytes)
+    probe = _Probe(pk, boot, result, payload_bytes, remember)
     probe.deadline = started + timeout
     try:
         await asyncio.wait_for(probe.run(), timeout)
@@ -172,6 +181,7 @@ async def watch_probe(
     count: int | None = None,
     *,
     echo_timeout: float | None = None,
+    remember: KeysHook | None = remember_probe_keys,
 ) -> AsyncIterator[ProbeSample]:
     """Probe round trip over time, for a relay without metrics: one full probe, then one echo
     every `interval` over the same relayed connection; a broken connection is probed again.
@@ -182,7 +192,7 @@ async def watch_probe(
     n = 0
     while count is None or n < count:
         result = ProbeResult(relay_key=encode_id(pk))
-        probe = _Probe(pk, boot, result, 4096)
+        probe = _Probe(pk, boot, result, 4096, remember)
         probe.deadline = time.monotonic() + timeout
         try:
             try:
@@ -220,8 +230,11 @@ async def watch_probe(
 
 
 class _Probe:
-    def __init__(self, pk: bytes, bootstrap: list[str], result: ProbeResult, payload_bytes: int) -> None:
+    def __init__(
+        self, pk: bytes, bootstrap: list[str], result: ProbeResult, payload_bytes: int, remember: KeysHook | None
+    ) -> None:
         self.pk = pk
+        self.remember = remember
         self.bootstrap = bootstrap
         self.result = result
         self.payload_bytes = payload_bytes
@@ -289,7 +302,10 @@ class _Probe:
 
     async def _connect(self) -> bool:
         """A relaying server and a relaying client, punching off, meet through the relay."""
-        server_kp = key_pair()
+        server_kp, client_kp = key_pair(), key_pair()
+        self.result.peer_keys = [encode_id(server_kp.public_key), encode_id(client_kp.public_key)]
+        if self.remember is not None:
+            self.remember(self.result.peer_keys)  # before the relay can see them
         conns: asyncio.Queue[Connection] = asyncio.Queue()
 
         async def echo(conn: Connection) -> None:
@@ -315,6 +331,7 @@ class _Probe:
                 server_kp.public_key,
                 relay_through=self.pk,
                 punch=False,
+                key_pair=client_kp,
                 trace=self.trace,
                 timeout=max(1.0, self.deadline - time.monotonic() - 0.5),  # fail here, with the stage named
             )
@@ -448,7 +465,11 @@ def probe_fix(res: ProbeResult) -> str:
 
 
 async def probe_from_host(
-    runner: Any, relay_key: str, bootstrap: list[str] | tuple[str, ...] | None, timeout: float = PROBE_TIMEOUT
+    runner: Any,
+    relay_key: str,
+    bootstrap: list[str] | tuple[str, ...] | None,
+    timeout: float = PROBE_TIMEOUT,
+    remember: KeysHook | None = remember_probe_keys,
 ) -> Any:
     """The same probe run on the deployment host, where the jobs are, when cosmictui is
     installed there (`cosmictui relay probe KEY --json`); None when it is not."""
@@ -469,10 +490,13 @@ async def probe_from_host(
     try:
         data = json.loads(text[text.index("{") : text.rindex("}") + 1])
         ok, error, where, rtt = bool(data["ok"]), data.get("error"), data.get("relay_address"), data.get("rtt_ms")
+        keys = data.get("peer_keys")
     except (ValueError, KeyError, TypeError):
         return CheckResult(
             name, "warn", f"cosmictui there printed no probe result (exit {res.exit_code})", "update cosmictui there"
         )
+    if isinstance(keys, list) and remember is not None:  # its pairing is the probe's, not a job's
+        remember([k for k in keys[:2] if isinstance(k, str) and k.isalnum() and len(k) <= 128])
     if ok:
         return CheckResult(name, "ok", f"two peers there echoed through {where} (round trip {rtt} ms)")
     return CheckResult(name, "fail", f"failed at {error}", "the jobs there would fail the same way: see the stage")
