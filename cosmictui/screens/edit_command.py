@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from rich.cells import cell_len
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
+from textual.geometry import Region
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Static
 
@@ -28,14 +30,24 @@ class EditCommandScreen(ModalScreen[str | None]):
         with Vertical(id="confirm-box") as box:
             box.border_title = self.title_text
             yield Static(self.body, id="confirm-body", markup=False)
-            yield Input(self.command, id="edit-command")
+            # Opened to be amended, not retyped: nothing selected, the cursor after the last character
+            # (selected, the first key replaced the whole command).
+            yield Input(self.command, id="edit-command", select_on_focus=False)
             yield Static("", id="edit-problem", markup=False)
             with Horizontal(id="confirm-buttons"):
                 yield Button("Cancel", id="confirm-no", compact=True)
                 yield Button("Use this command", id="confirm-yes", variant="primary", compact=True)
 
     def on_mount(self) -> None:
-        self.query_one(Input).focus()
+        field = self.query_one(Input)
+        field.focus()
+        field.action_end()
+        self.call_after_refresh(self._show_cursor)  # once the field has a width: else it shows the start
+
+    def _show_cursor(self) -> None:
+        field = self.query_one(Input)
+        x = cell_len(field.value[: field.cursor_position]) + 1  # the cursor's cell, after the last character
+        field.scroll_to_region(Region(x, 0, 1, 1), force=True, animate=False)
 
     def _accept(self) -> None:
         cmd = self.query_one(Input).value.strip()

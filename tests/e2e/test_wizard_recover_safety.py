@@ -162,3 +162,33 @@ async def test_a_record_that_cannot_be_saved_deletes_nothing_and_says_how_to_fix
         assert "Could not save job job-001's record" in text and "not deleted" in text
         assert "Fix:" in text and "XDG_STATE_HOME" in text
     assert _calls(d) == []  # not one delete ran
+
+
+@pytest.mark.parametrize("size", [(80, 24), (60, 20)])
+async def test_the_create_editor_opens_with_the_cursor_at_the_end_and_nothing_selected(
+    tmp_path: Path, size: tuple[int, int]
+) -> None:
+    """The first key typed adds to the command: it never replaces the whole draft (a `q` then Enter
+    saved "q" as the create command)."""
+    _d, settings = _deploy(tmp_path)
+    app = make_app(settings)
+    async with app.run_test(size=size) as pilot:
+        await wait_status(pilot, app, "recover", ("info",))
+        await pilot.press("e")
+        await wait_until(pilot, lambda: isinstance(app.screen, EditCommandScreen), "the editor")
+        field = app.screen.query_one("#edit-command")
+        draft = field.value  # type: ignore[attr-defined]
+        await wait_until(pilot, lambda: app.focused is field, "the field has the focus")
+        assert field.selection.is_empty and field.cursor_position == len(draft), field.selection  # type: ignore[attr-defined]
+        # the view opens where the cursor is: at the end of a draft wider than the field
+        assert field.max_scroll_x > 0  # type: ignore[attr-defined]
+        await wait_until(
+            pilot,
+            lambda: field.scroll_offset.x == field.max_scroll_x,  # type: ignore[attr-defined]
+            f"the view at the end (scrolled {field.scroll_offset.x} of {field.max_scroll_x})",  # type: ignore[attr-defined]
+            timeout=5,
+        )
+        await pilot.press("q")
+        assert field.value == draft + "q", field.value  # type: ignore[attr-defined]
+        await pilot.press("enter")  # placeholders left: refused, and the draft is still there
+        assert isinstance(app.screen, EditCommandScreen) and field.value.startswith(draft)  # type: ignore[attr-defined]
