@@ -137,7 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--kernel-forwarding",
         action="store_true",
-        help="forward established pairs in the kernel with nftables (Linux, IPv4, needs CAP_NET_ADMIN; "
+        help="forward established pairs in the kernel with nftables (Linux, IPv4 and IPv6, needs root or "
+        "CAP_NET_ADMIN; "
         "an extension of ours: without it, or where it cannot be, pairs are forwarded in Python)",
     )
     p.add_argument("--allow", action="append", default=[], metavar="KEY", help="peer key allowed to pair (repeatable)")
