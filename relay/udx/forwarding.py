@@ -127,6 +127,8 @@ class Route:
     entries point at it); `target` and `sock` are the runtime's objects, opaque here.
     `entry`/`seg`/`k`/`nbytes`/`gen` describe the open GSO run of the current send batch
     (the per-slot path extends it while the batch's generation is `gen`).
+    `relayed_packets`/`relayed_bytes` count what the fast paths passed on along this route (the
+    source stream's share: it folds them into its own counts when the route goes).
     """
 
     __slots__ = (
@@ -134,6 +136,8 @@ class Route:
         "gen",
         "k",
         "nbytes",
+        "relayed_bytes",
+        "relayed_packets",
         "rid",
         "sa",
         "sa_buf",
@@ -157,6 +161,8 @@ class Route:
         self.k = 0
         self.nbytes = 0
         self.gen = -1
+        self.relayed_packets = 0
+        self.relayed_bytes = 0
 
     def pinned(self, src0: int, src1: int = 0, src2: int = 0, *, v6: bool = False) -> bool:
         """One datagram's `msg_name` words match the pinned source."""
@@ -206,3 +212,6 @@ class RelayStream(Protocol):
 
     @property
     def remote_addr(self) -> Address | None: ...
+
+    def add_relayed(self, packets: int, nbytes: int) -> None:
+        """Datagrams from this stream's peer that were passed on outside the stream's sight."""

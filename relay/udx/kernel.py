@@ -24,7 +24,11 @@ it with the relay's netlink socket, so a relay that exits or is killed leaves no
 
 `KernelTable` is the sans-IO part (nft commands and counters in, nothing run);
 `KernelForwarder` runs it for one socket: one nft transaction per loop turn, the totals read
-once a second into the socket's stats.
+once a second into the socket's stats. Each direction's set element counts its packets too: when
+the totals moved, those counters are read (one netlink dump per set, no libnftables) and each
+delta goes to the relay stream whose peer sent the packets (`UDXStream.relayed_bytes`); a
+direction leaving the kernel has its element read once more first, so a closing stream has its
+last counts before its close is reported.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from typing import Any
 
 from .forwarding import RelaySocket as UDXSocket
 from .forwarding import RelayStream as UDXStream
-from .nft import NFPROTO_INET, Nft, NftError, read_counters
+from .nft import NFPROTO_INET, Nft, NftError, element_key, read_counters, read_element_counters
 
 log = logging.getLogger("relay.udx")
 
@@ -184,9 +188,10 @@ class KernelTable:
             local, remote, delivered = f.counters()
             lines += [
                 *(f"  counter {c} {{ }}" for c in f.counters()),
-                # remote directions' elements count packets: read only to find a pair that loses them
+                # every direction's element counts its packets: each relay stream's share of what
+                # the kernel forwarded (and, for remote ones, which pair loses packets)
                 f"  set pairs{sfx} {{ typeof {key}; counter; }}",
-                f"  set pairs_local{sfx} {{ typeof {key}; }}",
+                f"  set pairs_local{sfx} {{ typeof {key}; counter; }}",
                 f"  map pair_daddr{sfx} {{ typeof {key} : {x} daddr; }}",
                 f"  map pair_dport{sfx} {{ typeof {key} : udp dport; }}",
                 f"  set delivered{sfx} {{ typeof {dkey}; counter; }}",
@@ -218,6 +223,11 @@ class KernelTable:
 
     def counter_names(self) -> set[str]:
         return {c for f in self.families for c in f.counters()}
+
+    @staticmethod
+    def set_of(d: Direction) -> str:
+        """The set whose element for `d` the rule matches (and counts)."""
+        return KernelTable._set_of(d)
 
     @staticmethod
     def _set_of(d: Direction) -> str:
@@ -391,6 +401,21 @@ def unavailable_reason(e: NftError) -> str:
     return f"nftables refused the relay's table: {text}"
 
 
+@dataclass(slots=True)
+class _Counted:
+    """A direction's element counter as far as it was attributed to `stream`."""
+
+    stream: UDXStream
+    set_name: str
+    headers: int
+    packets: int = 0
+    bytes: int = 0
+
+
+def _element_of(d: Direction) -> bytes:
+    return element_key(d.src[0], d.src[1], d.stream_id)
+
+
 class KernelForwarder:
     """Runs a `KernelTable` for one UDX socket (IPv4, IPv6 or dual-stack). Offers and withdrawals
     take effect at the end of the loop turn that made them (one nft transaction for all of them)."""
@@ -411,6 +436,10 @@ class KernelForwarder:
             raise KernelUnavailable(unavailable_reason(e)) from e
         self.loop = asyncio.get_running_loop()
         self._by_stream: dict[int, tuple[str, int, int]] = {}
+        #: per direction in the kernel, by its element's key bytes: the relay stream whose peer
+        #: sends its packets, its set, its header bytes per packet and the element counter's
+        #: (packets, bytes) when last read (what was attributed to the stream so far)
+        self._counted: dict[bytes, _Counted] = {}
         #: stream id -> (its peer, its partner's peer) for which it must stay in Python
         self._banned: dict[int, tuple[Address, Address]] = {}
         #: stream id -> the relay stream it forwards to (whose direction is the pair's other way)
@@ -462,6 +491,7 @@ class KernelForwarder:
         d = Direction((src[0], src[1]), s.id, (dst[0], dst[1]), via)
         if self.table.offer(d):
             self._by_stream[s.id] = d.key
+            self._counted[_element_of(d)] = _Counted(s, KernelTable.set_of(d), fam.headers)
             self._partner[s.id] = t.id
             self._schedule()
 
@@ -472,6 +502,7 @@ class KernelForwarder:
         self._partner.pop(s.id, None)
         key = self._by_stream.pop(s.id, None)
         if key is not None:
+            self._settle(key)
             self.table.withdraw(key)
             self._schedule()
 
@@ -504,7 +535,7 @@ class KernelForwarder:
         if self.closed:
             return
         with contextlib.suppress(NftError):
-            self._read_totals()
+            self._read_totals(every_direction=True)
         self.closed = True
         for h in (self._flush_handle, self._poll_handle):
             if h is not None:
@@ -545,6 +576,7 @@ class KernelForwarder:
                     if c.add:
                         self.table.forget(c)
                         self._by_stream.pop(c.direction.stream_id, None)
+                        self._counted.pop(_element_of(c.direction), None)
         if self.table.directions and self._poll_handle is None:
             self._poll_handle = self.loop.call_later(POLL_INTERVAL, self._poll)
 
@@ -604,9 +636,14 @@ class KernelForwarder:
                 key = self._by_stream.pop(sid, None)
                 if key is not None:
                     self._partner.pop(sid, None)
+                    self._settle(key)
                     self.table.withdraw(key)
 
-    def _read_totals(self) -> None:
+    def _read_totals(self, *, every_direction: bool = False) -> None:
+        """The totals into the socket's stats; when they moved (or `every_direction`), each
+        direction's element counter too, its delta to the relay stream whose peer sent it. The
+        element counters are read after the totals, so totals that did not move since the last
+        reading mean no element did since that reading either."""
         now = read_counters(self.table.name, NFPROTO_INET)
         if not self.table.counter_names() <= set(now):
             raise NftError(f"the relay's nftables table {self.table.name} or its counters are gone")
@@ -616,6 +653,38 @@ class KernelForwarder:
         st.kernel_bytes += payload
         st.relayed_packets += packets
         st.relayed_bytes += payload
+        if self._counted and (packets or every_direction):
+            for name in {c.set_name for c in self._counted.values()}:
+                self._attribute(read_element_counters(self.table.name, name, NFPROTO_INET))
+
+    def _attribute(self, read: dict[bytes, tuple[int, int]]) -> None:
+        """Element counters as read: each known direction's delta to its stream."""
+        for ekey, (p, b) in read.items():
+            c = self._counted.get(ekey)
+            if c is None or (p == c.packets and b == c.bytes):
+                continue
+            dp, db = p - c.packets, b - c.bytes
+            c.packets, c.bytes = p, b
+            if dp > 0:
+                c.stream.add_relayed(dp, db - c.headers * dp)
+
+    def _settle(self, key: tuple[str, int, int]) -> None:
+        """A direction leaves the kernel: the last of its element's counter to its stream now,
+        before the stream's close is reported (what the kernel forwards after this, up to the end
+        of this loop turn, is only in the socket's totals)."""
+        d = self.table.directions.get(key)
+        if d is None:
+            return
+        ekey = _element_of(d)
+        c = self._counted.get(ekey)
+        if c is None:
+            return
+        try:
+            self._attribute(read_element_counters(self.table.name, c.set_name, NFPROTO_INET, keys=[ekey]))
+        except NftError as e:
+            self._error("reading a pair's counter", e)
+        finally:
+            self._counted.pop(ekey, None)
 
     def _error(self, what: str, e: NftError) -> None:
         self.errors += 1

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import errno
 import json
 import os
 import socket
@@ -110,6 +111,13 @@ _NFTA_OBJ_TABLE, _NFTA_OBJ_NAME, _NFTA_OBJ_TYPE, _NFTA_OBJ_DATA = 1, 2, 3, 4
 _NFT_OBJECT_COUNTER = 1
 _NFTA_COUNTER_BYTES, _NFTA_COUNTER_PACKETS = 1, 2
 _NLA_F_MASK = 0x3FFF  # attribute type without the nested / byte-order flags
+_NLA_F_NESTED = 0x8000
+_NFT_MSG_NEWSETELEM, _NFT_MSG_GETSETELEM = 12, 13  # a GETSETELEM dump answers with NEWSETELEM
+_NFTA_SET_ELEM_LIST_TABLE, _NFTA_SET_ELEM_LIST_SET, _NFTA_SET_ELEM_LIST_ELEMENTS = 1, 2, 3
+_NFTA_LIST_ELEM = 1
+_NFTA_SET_ELEM_KEY, _NFTA_SET_ELEM_EXPR, _NFTA_SET_ELEM_EXPRESSIONS = 1, 7, 11
+_NFTA_DATA_VALUE = 1
+_NFTA_EXPR_NAME, _NFTA_EXPR_DATA = 1, 2
 
 
 def _attr(kind: int, payload: bytes) -> bytes:
@@ -127,6 +135,119 @@ def _attrs(data: bytes) -> dict[int, bytes]:
         out[kind & _NLA_F_MASK] = data[i + 4 : i + n]
         i += (n + 3) & ~3
     return out
+
+
+def _attr_list(data: bytes) -> list[tuple[int, bytes]]:
+    """The attributes of a nest in order (a list nest repeats one type)."""
+    out: list[tuple[int, bytes]] = []
+    i = 0
+    while i + 4 <= len(data):
+        n, kind = struct.unpack_from("=HH", data, i)
+        if n < 4:
+            break
+        out.append((kind & _NLA_F_MASK, data[i + 4 : i + n]))
+        i += (n + 3) & ~3
+    return out
+
+
+def _element_counter(elem: dict[int, bytes]) -> tuple[int, int] | None:
+    """(packets, bytes) of a set element's counter expression, None without one."""
+    exprs = [elem[_NFTA_SET_ELEM_EXPR]] if _NFTA_SET_ELEM_EXPR in elem else []
+    exprs += [e for _k, e in _attr_list(elem.get(_NFTA_SET_ELEM_EXPRESSIONS, b""))]
+    for raw in exprs:
+        e = _attrs(raw)
+        if e.get(_NFTA_EXPR_NAME, b"").rstrip(b"\0") == b"counter":
+            c = _attrs(e.get(_NFTA_EXPR_DATA, b""))
+            if _NFTA_COUNTER_PACKETS in c and _NFTA_COUNTER_BYTES in c:
+                return struct.unpack(">Q", c[_NFTA_COUNTER_PACKETS][:8])[0], struct.unpack(
+                    ">Q", c[_NFTA_COUNTER_BYTES][:8]
+                )[0]
+    return None
+
+
+def read_element_counters(
+    table: str, set_name: str, family: int = NFPROTO_INET, keys: list[bytes] | None = None, timeout: float = 2.0
+) -> dict[bytes, tuple[int, int]]:
+    """{key: (packets, bytes)} of the elements of `set_name` (a set with `counter`), keyed by
+    their raw key bytes (a concatenation's fields each padded to 4 bytes). With `keys`, only
+    those elements (one GET each, no dump: what a direction leaving the kernel needs); a key
+    not in the set is left out. Raises NftError. No libnftables: its cache would load the whole
+    table first."""
+    try:
+        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, _NETLINK_NETFILTER)
+    except OSError as e:
+        raise NftError(f"no netfilter netlink socket: {e}") from e
+    kind = (_NFNL_SUBSYS_NFTABLES << 8) | _NFT_MSG_GETSETELEM
+    answer = (_NFNL_SUBSYS_NFTABLES << 8) | _NFT_MSG_NEWSETELEM
+    head = (
+        struct.pack("=BBH", family, 0, 0)
+        + _attr(_NFTA_SET_ELEM_LIST_TABLE, table.encode() + b"\0")
+        + _attr(_NFTA_SET_ELEM_LIST_SET, set_name.encode() + b"\0")
+    )
+    out: dict[bytes, tuple[int, int]] = {}
+    with sock:
+        sock.settimeout(timeout)
+        if keys is None:
+            requests = [(head, _NLM_F_REQUEST | _NLM_F_ACK | _NLM_F_DUMP)]
+        else:
+            requests = [
+                (
+                    head
+                    + _attr(
+                        _NFTA_SET_ELEM_LIST_ELEMENTS | _NLA_F_NESTED,
+                        _attr(
+                            _NFTA_LIST_ELEM | _NLA_F_NESTED,
+                            _attr(_NFTA_SET_ELEM_KEY | _NLA_F_NESTED, _attr(_NFTA_DATA_VALUE, k)),
+                        ),
+                    ),
+                    _NLM_F_REQUEST | _NLM_F_ACK,
+                )
+                for k in keys
+            ]
+        for seq, (body, flags) in enumerate(requests, 1):
+            sock.sendto(struct.pack("=IHHII", 16 + len(body), kind, flags, seq, 0) + body, (0, 0))
+            for payload in _replies(sock, answer, table, missing_ok=keys is not None):
+                a = _attrs(payload)
+                for _k, raw in _attr_list(a.get(_NFTA_SET_ELEM_LIST_ELEMENTS, b"")):
+                    elem = _attrs(raw)
+                    key = _attrs(elem.get(_NFTA_SET_ELEM_KEY, b"")).get(_NFTA_DATA_VALUE)
+                    got = _element_counter(elem)
+                    if key is not None and got is not None:
+                        out[key] = got
+    return out
+
+
+def _replies(sock: socket.socket, answer: int, table: str, *, missing_ok: bool = False) -> list[bytes]:
+    """The payloads (after nfgenmsg) of the `answer` messages to the request just sent, up to its
+    DONE or ACK. `missing_ok`: ENOENT (a GET for an element that is not there) is no error."""
+    out: list[bytes] = []
+    while True:
+        try:
+            data = sock.recv(1 << 17)
+        except OSError as e:
+            raise NftError(f"reading the relay's counters: {e}") from e
+        i = 0
+        while i + 16 <= len(data):
+            n, mtype, _flags, _seq, _pid = struct.unpack_from("=IHHII", data, i)
+            if n < 16:
+                raise NftError("a malformed netlink reply")
+            if mtype == _NLMSG_DONE:
+                return out
+            if mtype == _NLMSG_ERROR:
+                err = -struct.unpack_from("=i", data, i + 16)[0]
+                if err == 0 or (missing_ok and err == errno.ENOENT):
+                    return out  # the ACK ends a request that is no dump
+                raise NftError(f"the kernel refused to list the counters of {table}: {os.strerror(err)}")
+            if mtype == answer:
+                out.append(data[i + 16 + 4 : i + n])
+            i += (n + 3) & ~3
+
+
+def element_key(ip: str, port: int, stream_id: int) -> bytes:
+    """A direction's key in the relay's pair sets as the kernel stores it (source address, then
+    port and the stream id's wire bytes, each field padded to 4 bytes)."""
+    addr = socket.inet_pton(socket.AF_INET6 if ":" in ip else socket.AF_INET, ip)
+    return addr + struct.pack(">HH", port, 0) + struct.pack("<I", stream_id & 0xFFFFFFFF)
 
 
 def read_counters(table: str, family: int = _NFPROTO_IPV4, timeout: float = 2.0) -> dict[str, tuple[int, int]]:

@@ -624,6 +624,8 @@ class UDXSocket:
                                 st.send_errors += 1
                             st.relayed_packets += 1
                             st.relayed_bytes += n
+                            s._relayed_packets += 1
+                            s._relayed_bytes += n
                             continue
                 self._handle(mv[:n], n, addr)
             except Exception:
@@ -661,6 +663,8 @@ class UDXSocket:
             ):
                 if r.rid != sid:
                     io.set_ids(0, 1, r.rid)
+                r.relayed_packets += 1
+                r.relayed_bytes += n
                 if io.send_first(r.sa, n):
                     st = self.stats
                     st.forwarded_reads += 1
@@ -736,6 +740,9 @@ class UDXSocket:
         if rs is None:
             return False
         io.put_spread(count, [r.sa for r in rs])
+        for r, n in zip(rs, lens, strict=True):  # each source stream's share
+            r.relayed_packets += 1
+            r.relayed_bytes += n
         nbytes = sum(lens)
         fallbacks = io.gso_fallbacks
         st = self.stats
@@ -842,6 +849,8 @@ class UDXSocket:
                     and (not v6 or io.source(i)[1:] == (r.src1, r.src2))
                 ):
                     io.put_one(j, i, r.rid, r.sa, r.target, n)
+                    r.relayed_packets += 1
+                    r.relayed_bytes += n
                     j += 1
                     nbytes += n
                     continue
@@ -901,8 +910,11 @@ class UDXSocket:
                         log.exception("udx: error while handling a datagram")
                 continue
             io.set_ids(i, end, r.rid)
+            run_bytes = sum(run_lens)
+            r.relayed_packets += end - i
+            r.relayed_bytes += run_bytes
             fw_pkts += end - i
-            fw_bytes += sum(run_lens)
+            fw_bytes += run_bytes
             sa = r.sa
             target = r.target
             for x, y in cut_runs(run_lens, limit, mmsg.GSO_MAX_BYTES):
@@ -950,6 +962,8 @@ class UDXSocket:
             if k == 1:  # one datagram: no run to cut
                 n = lens[first]
                 io.put_slots(j, sa, target, first, 1, n)
+                r.relayed_packets += 1
+                r.relayed_bytes += n
                 j += 1
                 fw_pkts += 1
                 fw_bytes += n
@@ -959,8 +973,11 @@ class UDXSocket:
                 continue
             contiguous = slots[-1] - first == k - 1
             glens = lens[first : first + k] if contiguous else [lens[x] for x in slots]
+            run_bytes = sum(glens)
+            r.relayed_packets += k
+            r.relayed_bytes += run_bytes
             fw_pkts += k  # counted before a full batch may be flushed on the way
-            fw_bytes += sum(glens)
+            fw_bytes += run_bytes
             if contiguous:  # as they lie in the receive buffer
                 for x, y in cut_runs(glens, limit, max_bytes):
                     n = y - x
@@ -1041,6 +1058,8 @@ class UDXSocket:
                         r.nbytes = n
                         r.gen = gen
                         j += 1
+                    r.relayed_packets += 1
+                    r.relayed_bytes += n
                     fw_pkts += 1
                     fw_bytes += n
                     if j >= cap:
@@ -1096,6 +1115,8 @@ class UDXSocket:
                 u32[w + 1 : stop : gw] = array("I", [r.rid]) * nseg
                 io.put_span(j, r.sa, r.target, off0, n, g)
                 r.gen = -1  # nothing joins a coalesced entry
+                r.relayed_packets += nseg
+                r.relayed_bytes += n
                 return j + 1, nseg, n
         mv = io.mv
         pkts = nbytes = 0
@@ -1109,6 +1130,8 @@ class UDXSocket:
                     seg[4:8] = _u32.pack(r.rid)
                     io.put_span(j, r.sa, r.target, off, ln)
                     r.gen = -1
+                    r.relayed_packets += 1
+                    r.relayed_bytes += ln
                     j += 1
                     pkts += 1
                     nbytes += ln
@@ -1273,7 +1296,9 @@ class UDXStream:
         "_read_waiter",
         "_readq",
         "_relay",
+        "_relayed_bytes",
         "_relayed_from",
+        "_relayed_packets",
         "_remote_addr",
         "_remote_id_le",
         "_route",
@@ -1321,7 +1346,8 @@ class UDXStream:
         self._remote_id_le = b"\0\0\0\0"
         self._relay: UDXStream | None = None
         self._relayed_from: list[UDXStream] = []
-        self._early: list[tuple[bytes, UDXSocket]] = []
+        #: (datagram, the socket it arrived on, the partner that received it) held for this stream
+        self._early: list[tuple[bytes, UDXSocket, UDXStream]] = []
         self._sa = bytearray()
         self._sa_addr = 0
         self._sa_len = 0
@@ -1329,6 +1355,10 @@ class UDXStream:
         #: (partner's remote id, its sockaddr pointer, partner, socket) while both relay
         #: streams sit on one batching socket: the forwarding fast path reads only this
         self._route: Route | None = None
+        #: what this stream's peer sent that was passed on to the partner, outside a route
+        #: (slow path, held early packets, kernel forwarding, routes gone): see `relayed_bytes`
+        self._relayed_packets = 0
+        self._relayed_bytes = 0
         self.closed = False
         self._finished = False
         self.error: UDXError | None = None
@@ -1376,6 +1406,25 @@ class UDXStream:
         return self._core.stats
 
     @property
+    def relayed_packets(self) -> int:
+        """UDX datagrams this relay stream received from its peer and passed on to its partner's
+        peer, by any path (fast paths, slow path, held early packets, the kernel: its share is
+        added when the kernel's counters are read, once a second and when the pair leaves it)."""
+        r = self._route
+        return self._relayed_packets + (r.relayed_packets if r is not None else 0)
+
+    @property
+    def relayed_bytes(self) -> int:
+        """The bytes of `relayed_packets` (UDX header and payload, as `SocketStats.relayed_bytes`)."""
+        r = self._route
+        return self._relayed_bytes + (r.relayed_bytes if r is not None else 0)
+
+    def add_relayed(self, packets: int, nbytes: int) -> None:
+        """Datagrams of this stream's peer passed on outside this runtime (the kernel path)."""
+        self._relayed_packets += packets
+        self._relayed_bytes += nbytes
+
+    @property
     def core(self) -> StreamCore:
         return self._core
 
@@ -1416,12 +1465,14 @@ class UDXStream:
         early, self._early = self._early, []
         sock = self._socket
         assert sock is not None and self._send_addr is not None
-        for d, _ in early:
+        for d, _, source in early:
             self.udx.early_bytes -= len(d)
             out = d[:4] + self._remote_id_le + d[8:]
             sock.send_datagrams([out], self._send_addr)
             sock.stats.relayed_packets += 1
             sock.stats.relayed_bytes += len(out)
+            source._relayed_packets += 1
+            source._relayed_bytes += len(out)
 
     def change_remote(self, socket: UDXSocket, remote_id: int, addr: Address) -> None:
         if self._socket is None:
@@ -1442,6 +1493,8 @@ class UDXStream:
     def route(self, r: Route | None) -> None:
         old = self._route
         if old is not None:
+            self._relayed_packets += old.relayed_packets
+            self._relayed_bytes += old.relayed_bytes
             table = old.sock.routes
             if table.get(self.id) is old:
                 del table[self.id]
@@ -1598,7 +1651,7 @@ class UDXStream:
             return
         t = self._relay
         assert t is not None
-        if t.pass_on(buf, arrival) and self._socket is arrival and t.socket is arrival:
+        if t.pass_on(buf, arrival, self) and self._socket is arrival and t.socket is arrival:
             if may_route(True, arrival.batching, arrival.backlogged):
                 self.route = t.route_from(self._src_key, arrival)
             if arrival.kernel is not None and not buf[2] & DESTROY:
@@ -1606,20 +1659,23 @@ class UDXStream:
         if buf[2] & DESTROY:
             self._on_relayed_destroy()
 
-    def pass_on(self, buf: memoryview, arrival: UDXSocket) -> bool:
-        """A datagram this stream's relay partner received: to this stream's peer with its id
-        (True), or held until this stream knows its peer (at most EARLY_PACKETS, EARLY_BYTES_TOTAL
-        over all streams)."""
+    def pass_on(self, buf: memoryview, arrival: UDXSocket, source: UDXStream) -> bool:
+        """A datagram this stream's relay partner `source` received: to this stream's peer with
+        its id (True), or held until this stream knows its peer (at most EARLY_PACKETS,
+        EARLY_BYTES_TOTAL over all streams); counted as `source`'s once it is passed on."""
         st = arrival.stats
         dst, sock = self._send_addr, self._socket
         if dst is not None and sock is not None:
             buf[4:8] = self._remote_id_le
             sock.send_datagrams([buf], dst)
+            n = len(buf)
             st.relayed_packets += 1
-            st.relayed_bytes += len(buf)
+            st.relayed_bytes += n
+            source._relayed_packets += 1
+            source._relayed_bytes += n
             return True
         if len(self._early) < EARLY_PACKETS and self.udx.early_bytes + len(buf) <= EARLY_BYTES_TOTAL:
-            self._early.append((bytes(buf), arrival))
+            self._early.append((bytes(buf), arrival, source))
             self.udx.early_bytes += len(buf)
         else:
             st.drop("relay_unconnected")
@@ -1783,7 +1839,7 @@ class UDXStream:
             w.set_result(None)
         if self._closed_fut is not None and not self._closed_fut.done():
             self._closed_fut.set_result(None)
-        for d, held_by in self._early:
+        for d, held_by, _source in self._early:
             self.udx.early_bytes -= len(d)
             held_by.stats.drop("relay_unconnected")
         self._early = []

@@ -80,7 +80,7 @@ def test_loopback_directions_need_no_source_rewrite() -> None:
     t.offer(d)
     (c,) = t.take_changes()
     assert "delivery" not in c.script and "delivered" not in c.script
-    assert "pairs_local {" in c.script  # counted by the `local` rule, no per-pair counter
+    assert "pairs_local {" in c.script  # counted by the `local` rule and its own element
 
 
 def counters(local: tuple[int, int], remote: tuple[int, int], delivered: tuple[int, int]) -> dict[str, tuple[int, int]]:
