@@ -91,6 +91,12 @@ def relay_status_report(storage: str | None, metrics: str | None, timeout: float
         report["log"] = st.log_path
         report["runtime"] = plain(st.runtime) if st.runtime else None
         report["key"] = st.runtime.key if st.runtime else None
+        holder = relayproc.lock_holder(storage) if st.runtime is None or not st.running else None
+        if holder is not None:  # it holds the storage but writes its runtime file only once it listens
+            report["state"], report["pid"], report["runtime"] = "starting", holder, None
+            report["error"] = f"the relay (pid {holder}) is starting: joining the DHT, not listening yet"
+            report["fix"] = f"wait a few seconds and ask again; its log: {st.log_path}"
+            return report
         if st.runtime is None:
             report["error"] = f"no relay is running with storage {st.storage}"
             report["fix"] = f"start it: blind-relay --storage {st.storage}"
@@ -122,6 +128,12 @@ def relay_status_report(storage: str | None, metrics: str | None, timeout: float
     report["state"] = "up"
     report["error"] = None
     report["stats"] = s.stats
+    dht = s.stat("dht")
+    if isinstance(dht, dict) and dht.get("bootstrapped") is False:
+        # listening anyway, as blind-relay-service does, but no peer can find its key yet
+        report["state"] = "not joined"
+        report["error"] = "listening, but not joined to the DHT yet (it keeps retrying): peers cannot find its key"
+        report["fix"] = "check that this host reaches the DHT's bootstrap nodes over UDP (--bootstrap); see its log"
     path = forwarding_path(s.stats)  # which path carries the traffic: kernel (nftables) or Python
     report["forwarding"] = path.as_json() if path is not None else None
     if isinstance(s.stat("key"), str):
@@ -140,7 +152,7 @@ def find_running_relay(settings: Any, configured: dict[str, Any], timeout: float
     url = settings.metrics_url
     if url:
         rep = relay_status_report(None, url, timeout)
-        if rep["state"] in ("up", "bad data"):
+        if rep["state"] in ("up", "not joined", "bad data"):
             rep["found_by"] = f"its metrics address {url} ([relay] metrics in the config)"
             rep["configured_storage"] = where
             return rep
@@ -182,7 +194,14 @@ def cmd_relay_status(args: argparse.Namespace, out: TextIO) -> int:
     if args.json:
         dump(rep, out)
         return int(rep["exit_code"])
-    badge = {"up": "▲ UP", "down": "✖ DOWN", "not running": "■ NOT RUNNING", "bad data": "✖ BAD DATA"}[rep["state"]]
+    badge = {
+        "up": "▲ UP",
+        "starting": "◌ STARTING",
+        "not joined": "✖ NOT JOINED",
+        "down": "✖ DOWN",
+        "not running": "■ NOT RUNNING",
+        "bad data": "✖ BAD DATA",
+    }[rep["state"]]
     stats = rep["stats"] or {}
     rt = rep["runtime"] or {}
     key = stats.get("key") or rt.get("key") or "–"
@@ -191,6 +210,8 @@ def cmd_relay_status(args: argparse.Namespace, out: TextIO) -> int:
         out.write(f"found    by {rep['found_by']}\n")
     if rep.get("storage"):
         out.write(f"storage  {rep['storage']}\n")
+    if rep.get("pid") and not rt:
+        out.write(f"process  pid {rep['pid']}  (holds {rep['storage']}/relay.lock)\n")
     if rt:
         out.write(f"process  pid {rt.get('pid')}  udp {rt.get('host')}:{rt.get('port')}  version {rt.get('version')}\n")
     if rep.get("metrics"):
@@ -212,8 +233,6 @@ def cmd_relay_status(args: argparse.Namespace, out: TextIO) -> int:
             f"dht      bootstrapped {'yes' if joined else 'NO'}   "
             f"firewalled {'YES' if dht.get('firewalled') else 'no'}   public {pub}   last announce {ago}\n"
         )
-        if joined is False:
-            out.write("         not joined to the DHT yet — retrying\n")
         if rep.get("forwarding"):
             from cosmictui.ops.metrics.forwarding import forwarding_path
 

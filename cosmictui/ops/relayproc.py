@@ -28,6 +28,7 @@ import psutil
 
 RUNTIME_FILE = "relay-runtime.json"
 LOG_FILE = "blind-relay.log"
+LOCK_FILE = "relay.lock"  # relay.service.storage.StorageLock: taken first thing at start, held until exit
 
 
 class RelayProcError(Exception):
@@ -156,6 +157,26 @@ def relay_status(storage: str) -> RelayStatus:
     runtime = read_runtime(storage)
     running = runtime is not None and pid_alive(runtime.pid) and _is_relay_process(runtime.pid)
     return RelayStatus(_abs(storage), running, runtime, str(log_path(storage)), runtime is not None and not running)
+
+
+def lock_holder(storage: str, locks: str = "/proc/locks") -> int | None:
+    """The pid holding `<storage>/relay.lock`: a relay runs on this storage, listening or still
+    joining the DHT (it writes its runtime file only once it listens). Read from the kernel's lock
+    table, never by taking the lock, which would make a relay starting at that instant refuse the
+    storage. None when nobody holds it or this system has no /proc/locks."""
+    try:
+        st = os.stat(Path(_abs(storage)) / LOCK_FILE)
+        table = Path(locks).read_text()
+    except OSError:
+        return None
+    inode = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for line in table.splitlines():
+        # "1: FLOCK  ADVISORY  WRITE 18529 fe:00:2154513 0 EOF" (a waiter's line has "->" after the id)
+        f = line.split()
+        if len(f) >= 6 and f[1] == "FLOCK" and f[3] == "WRITE" and f[5] == inode and f[4].isdigit():
+            pid = int(f[4])
+            return pid if pid_alive(pid) else None
+    return None
 
 
 def relay_problem(storage: str, key: str) -> str | None:
