@@ -1,12 +1,17 @@
 """Make the SVG screenshots in README and docs/: every wizard step and the monitor, from the demo sandbox.
 
-    python3 screenshots/make_screenshots.py [--only wizard|monitor]
+    python3 screenshots/make_screenshots.py [--only wizard|monitor] [--out DIR]
+    python3 screenshots/make_screenshots.py --check
 
 The wizard runs against a fresh demo sandbox (real `.env`, sandbox `task`/`cosmicac`, the real
 Python relay on a private loopback DHT), driven by Textual's Pilot the way an operator would:
 each step's own key, then Next. Each step is captured when it has finished its work. The monitor
 is captured on the sandbox's running relay at 80×24 and 200×50, in dark and light themes.
 Nothing here is faked; numbers are whatever the relay reports at that moment.
+
+`--check` renders every shot into a temporary directory and compares the words each shows with
+the committed picture (screenshots/text_layer.py says what is made alike first); the test suite
+runs it, so a screen that changed cannot leave a stale picture in README or docs.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from cosmictui.monitor_app import MonitorApp  # noqa: E402
 from cosmictui.ops.metrics.client import RelayState, Target  # noqa: E402
 from cosmictui.screens.monitor import MonitorScreen  # noqa: E402
 
+STRICT = False  # --check: a wait that gives up is an error, not a picture taken anyway
 WIZARD_SIZE = (80, 24)  # the size operators get in a tmux pane; the wizard is laid out for it first
 SAFETY = 90.0
 
@@ -51,15 +57,20 @@ async def until(pilot: Pilot[Any], cond: Callable[[], Any], what: str, timeout: 
     deadline = time.monotonic() + timeout
     while not cond():
         if time.monotonic() > deadline:
+            if STRICT:  # a check must not compare a picture taken before the screen was ready
+                raise TimeoutError(f"gave up waiting for {what}")
             print(f"  ! gave up waiting for {what}", file=sys.stderr)
             return False
         await pilot.pause(0.1)
     return True
 
 
+OUT = HERE  # --out DIR writes elsewhere; --check renders into a temporary directory
+
+
 def save(app: Any, name: str) -> None:
-    app.save_screenshot(filename=f"{name}.svg", path=str(HERE))
-    print(f"  wrote screenshots/{name}.svg")
+    app.save_screenshot(filename=f"{name}.svg", path=str(OUT))
+    print(f"  wrote {OUT / name}.svg")
 
 
 async def wizard_shots() -> Any:
@@ -102,32 +113,38 @@ async def wizard_shots() -> Any:
     return sandbox
 
 
-class NodePairs:
-    """Real Node hyperdht peers relaying through the relay every couple of seconds, so the
-    monitor has traffic to show (the npm packages of tests/interop; skipped without node)."""
+class SteadyTraffic:
+    """Real Node hyperdht peers holding `pairs` relayed connections open and echoing through each
+    every fraction of a second (the npm packages of tests/interop), so the monitor shows traffic
+    beside the sessions and pairings that carry it. Pairs opened and closed in bursts would show
+    a rate from pairs already gone beside "0 open" sessions."""
 
-    def __init__(self, node: str, bootstrap: str, key: str, port: int) -> None:
+    def __init__(self, node: str, bootstrap: str, key: str, port: int, pairs: int = 4) -> None:
         import threading
 
-        self.args = (node, bootstrap, key, port)
+        from tests.interop._capacity_peers import CapacityPeers
+
+        self.peers = CapacityPeers(node, bootstrap, key, port).__enter__()
+        opened = self.peers.open(pairs)
+        if opened.failed:
+            self.peers.__exit__()
+            raise RuntimeError(f"{opened.failed} of {pairs} relayed connections failed: {opened.failures}")
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
     def _run(self) -> None:
-        from tests.interop._relay_net import run_peers
-
-        node, bootstrap, key, port = self.args
         while not self.stop.is_set():
-            run_peers(node, bootstrap, key, port, "client", pairs=2, size=4_000_000)
-            self.stop.wait(1.5)
+            self.peers.echo(64_000)  # every connection echoes 64 KB
+            self.stop.wait(0.2)
 
     def close(self) -> None:
         self.stop.set()
         self.thread.join(120)
+        self.peers.__exit__()
 
 
-async def relaying_sandbox() -> tuple[Any, Any, NodePairs] | None:
+async def relaying_sandbox() -> tuple[Any, Any, SteadyTraffic] | None:
     """A second demo sandbox whose relay joins a Node hyperdht testnet, with pairs relaying."""
     import shutil
 
@@ -141,8 +158,15 @@ async def relaying_sandbox() -> tuple[Any, Any, NodePairs] | None:
     tn = Testnet(node, 4).start()
     sandbox = create_sandbox(bootstrap=tuple(tn.bootstrap.split(",")), seed_jobs=False)
     s = sandbox.settings
-    rt = await start_relay(str(sandbox.relay_storage), s.relay_port, s.relay_host, s.relay_bootstrap, s.relay_metrics)
-    return tn, sandbox, NodePairs(node, tn.bootstrap, rt.key, rt.port)
+    try:
+        rt = await start_relay(
+            str(sandbox.relay_storage), s.relay_port, s.relay_host, s.relay_bootstrap, s.relay_metrics
+        )
+        return tn, sandbox, SteadyTraffic(node, tn.bootstrap, rt.key, rt.port)
+    except BaseException:
+        sandbox.close()
+        tn.stop()
+        raise
 
 
 async def monitor_shots(storage: Path, settle_polls: int = 8) -> None:
@@ -160,27 +184,26 @@ async def monitor_shots(storage: Path, settle_polls: int = 8) -> None:
             save(app, name)
 
 
-async def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", choices=("wizard", "monitor"))
-    a = ap.parse_args()
+async def render(only: str | None, settle_polls: int) -> None:
     sandbox = None
     try:
-        if a.only != "monitor":
+        if only != "monitor":
             print("wizard (demo sandbox):")
             sandbox = await wizard_shots()
-        if a.only != "wizard":
+        if only != "wizard":
             relaying = await relaying_sandbox()
             if relaying is not None:
-                tn, busy, pairs = relaying
+                tn, busy, traffic = relaying
                 try:
                     print("monitor (a demo relay with Node peers relaying through it):")
-                    await monitor_shots(busy.relay_storage, settle_polls=50)
+                    await monitor_shots(busy.relay_storage, settle_polls=settle_polls)
                 finally:
-                    pairs.close()
+                    traffic.close()
                     busy.close()
                     tn.stop()
                 return
+            if STRICT:
+                raise RuntimeError("the monitor shots need node and tests/interop/node_modules (npm ci there)")
             if sandbox is None:
                 from cosmictui.ops.demo.sandbox import create_sandbox
                 from cosmictui.ops.relayproc import start_relay
@@ -201,5 +224,51 @@ async def main() -> None:
             sandbox.close()
 
 
+def check(fresh: Path) -> int:
+    """Compare the words of each committed screenshot with the same shot rendered just now."""
+    from text_layer import differences
+
+    stale = 0
+    for made in sorted(fresh.glob("*.svg")):
+        committed = HERE / made.name
+        if not committed.exists():
+            print(f"  {made.name}: the demo makes it, but screenshots/ has no such picture")
+            stale += 1
+            continue
+        if found := differences(committed, made):
+            print(f"  {made.name} is stale:")
+            for line in found:
+                print(f"    {line}")
+            stale += 1
+    if stale:
+        print(f"{stale} screenshot(s) no longer show what the demo shows: run python3 screenshots/make_screenshots.py")
+        return 1
+    print("every screenshot shows what the demo shows")
+    return 0
+
+
+async def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", choices=("wizard", "monitor"))
+    ap.add_argument("--out", type=Path, default=HERE, help="directory for the SVGs (default: screenshots/)")
+    ap.add_argument(
+        "--check",
+        action="store_true",
+        help="render into a temporary directory and compare each picture's words with screenshots/ "
+        "(clocks, keys, paths and numbers made alike; charts not compared); exit 1 when one is stale",
+    )
+    a = ap.parse_args()
+    global OUT, STRICT
+    if not a.check:
+        OUT = a.out
+        await render(a.only, settle_polls=50)
+        return 0
+    STRICT = True
+    with tempfile.TemporaryDirectory(prefix="cosmictui-shots-check-") as tmp:
+        OUT = Path(tmp)
+        await render(a.only, settle_polls=6)  # the charts are not compared: a short history will do
+        return check(OUT)
+
+
 if __name__ == "__main__":
-    asyncio.run(main())
+    sys.exit(asyncio.run(main()))

@@ -379,7 +379,10 @@ async def start_relay(
         raise RelayProcError(f"cannot write the relay log in {root}: {e.strerror or e}", "check permissions") from None
     with log:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        log.write(f"--- {stamp} cosmictui started: {shlex.join(cmd)}\n".encode())
+        # the relay's flags; the interpreter by name only: where it is installed is no part of the
+        # run, and a log line pasted into a ticket or shown on screen should not carry it
+        shown = [Path(cmd[0]).name, *cmd[1:]]
+        log.write(f"--- {stamp} cosmictui started: {shlex.join(shown)}\n".encode())
         log.flush()
         start_offset = log.tell()
         proc = subprocess.Popen(

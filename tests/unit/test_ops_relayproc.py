@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -56,6 +57,9 @@ async def test_start_attach_status_stop(relay: RelayRuntime, tmp_path: Path) -> 
     assert read_key(storage) == relay.key == storage_key(storage)
     log = log_path(storage).read_text()
     assert f"Server listening on {relay.key}" in log and "cosmictui started:" in log
+    # the interpreter by name: no install path in a log that screenshots and tickets show
+    assert f"cosmictui started: {Path(sys.executable).name} -m relay --storage" in log
+    assert sys.executable not in log
     again = await start_relay(storage, 0)  # already running: attach, do not start a second one
     assert again.pid == relay.pid
     assert attach(storage) == relay
