@@ -69,10 +69,12 @@ class MonitorScreen(Screen[None]):
     VERTICAL_BREAKPOINTS = [(0, "-short"), (36, "-tall")]  # noqa: RUF012 (typed by Textual)
 
     # What must stay in view on a narrow pane comes first (the footer cuts at its right edge):
-    # at 60 columns "q Quit" was past it.
+    # at 60 columns "q Quit" was past it. Alone (`cosmictui monitor`) q quits; pushed by the wizard
+    # it is one of the wizard's screens, so q (and esc) go back to the wizard, which goes on.
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("q", "app.quit", "Quit"),
-        Binding("escape", "close", "Back"),
+        Binding("q", "quit", "Quit"),
+        Binding("q", "close", "Back"),
+        Binding("escape", "close", "Back", show=False),
         Binding("l", "toggle_log", "Log"),
         Binding("p", "pause", "Pause"),
         Binding("r", "refresh_now", "Refresh"),
@@ -482,11 +484,11 @@ class MonitorScreen(Screen[None]):
         log.display = not log.display
         log.styles.display = "block" if log.display else "none"  # an inline style beats the -multi rule
 
+    def action_quit(self) -> None:
+        self.app.exit()
+
     def action_close(self) -> None:
-        if self.standalone:
-            self.app.exit()
-        else:
-            self.dismiss()
+        self.dismiss()
 
     def _wake_all(self) -> None:
         for wake in self._wakes:
@@ -494,6 +496,8 @@ class MonitorScreen(Screen[None]):
         self._prometheus_wake.set()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "quit":
+            return self.standalone
         if action == "close":
             return not self.standalone  # standalone: q quits, Back makes no sense
         return True

@@ -424,10 +424,13 @@ async def test_an_expected_fallback_is_not_logged_as_failed(tmp_path: Path) -> N
 
 
 @pytest.mark.parametrize("size", SIZES)
-async def test_the_monitor_opened_from_the_wizard_keeps_quit_in_its_footer(
+async def test_q_in_the_monitor_opened_from_the_wizard_goes_back_to_the_wizard(
     tmp_path: Path, size: tuple[int, int]
 ) -> None:
+    """Inside the wizard the monitor is one screen of it: q closes it (its footer says `q Back`, whole)
+    and the wizard goes on where it was; it never quits the wizard (nor tears a demo down)."""
     from cosmictui.screens.monitor import MonitorScreen
+    from cosmictui.screens.wizard import WizardScreen
 
     d = tmp_path / "deploy"
     d.mkdir()
@@ -437,18 +440,29 @@ async def test_the_monitor_opened_from_the_wizard_keeps_quit_in_its_footer(
         await wait_until(pilot, lambda: app.screen.index == 1, "step 2")
         await pilot.press("m")
         await wait_until(pilot, lambda: isinstance(app.screen, MonitorScreen), "the monitor")
+        monitor = app.screen
 
-        def quit_shown() -> bool:
+        def back_shown() -> bool:
             keys = list(app.screen.query(FooterKey))
-            q = next((k for k in keys if k.key == "q" and k.description == "Quit"), None)
+            q = next((k for k in keys if k.key == "q"), None)
             # whole, inside the screen, and nothing (the palette's entry) drawn over it
             return (
                 q is not None
+                and q.description == "Back"
                 and 0 < q.region.right <= size[0]
                 and not any(k is not q and k.region.overlaps(q.region) for k in keys)
             )
 
-        await wait_until(pilot, quit_shown, f"q Quit whole in the monitor's footer at {size}")
+        await wait_until(pilot, back_shown, f"q Back whole in the monitor's footer at {size}")
+        await pilot.press("q")
+        await wait_until(pilot, lambda: isinstance(app.screen, WizardScreen), "back in the wizard")
+        assert app.is_running and app.return_code is None and app.screen.index == 1
+        assert not monitor.is_attached  # closed, its polling with it
+        await pilot.press("m")  # and it opens again
+        await wait_until(pilot, lambda: isinstance(app.screen, MonitorScreen), "the monitor again")
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: isinstance(app.screen, WizardScreen), "back in the wizard (esc)")
+        assert app.is_running
 
 
 @pytest.mark.parametrize("size", SIZES)
