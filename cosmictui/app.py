@@ -82,7 +82,9 @@ class WizardApp(App[int]):
         )
         # a relay with metrics off is probed: on the DHT the wizard's relay joins, never another
         bootstrap = list(self.ctx.settings.relay_bootstrap) or None
-        self.push_screen(MonitorScreen([target], bootstrap=bootstrap))
+        # the wizard starts its relay itself: a `blind-relay` command would start one it does not know
+        start = "back to the wizard (q), then s in step 2 (Relay) starts it"
+        self.push_screen(MonitorScreen([target], bootstrap=bootstrap, start_fix=start))
 
     async def on_unmount(self) -> None:
         if self._handle_signals:

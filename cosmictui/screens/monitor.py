@@ -100,13 +100,15 @@ class MonitorScreen(Screen[None]):
         probe_interval: float | None = None,
         probe_metrics_off: bool = True,
         prometheus: str | None = None,
+        start_fix: str | None = None,
         name: str | None = None,
     ) -> None:
         """`autopoll=False` and `clock` let snapshot tests and screenshots draw fixed data;
         `scrape_timeout` overrides the deadline derived from the interval. `bootstrap` is the
         DHT the probes join (default: the public one); `probe_metrics_off` probes a local relay
         running with metrics off by the key in its runtime file. `prometheus`: also every relay
-        that Prometheus server scrapes (then `targets` may be empty)."""
+        that Prometheus server scrapes (then `targets` may be empty). `start_fix`: how a relay that
+        is not running is started, said instead of a `blind-relay` command (the wizard's step 2)."""
         super().__init__(name=name)
         self.bootstrap = bootstrap
         self.probe_interval = probe_interval
@@ -122,7 +124,7 @@ class MonitorScreen(Screen[None]):
             self.prometheus = PrometheusWatch(prometheus)
         if not targets and self.prometheus is None:
             raise ValueError("the monitor needs at least one relay to watch")
-        self.watches = [RelayWatch(t) for t in targets]
+        self.watches = [RelayWatch(t, start_fix=start_fix) for t in targets]
         self.tails = [LogTail(t.log_path()) for t in targets]
         self.standalone = standalone
         self._quiet = [0] * len(self.watches)

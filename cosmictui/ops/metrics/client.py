@@ -737,6 +737,9 @@ class RelayWatch:
     history: dict[str, deque[tuple[float, float]]] = field(default_factory=dict)
     probe: ProbeWatch | None = None
     """round trips over time, when the monitor probes this relay (no metrics to read)"""
+    start_fix: str | None = None
+    """how to start a storage target's relay that is not running, when not `blind-relay --storage`
+    (the wizard starts its own relay: its step 2's s)"""
     _runtime: relayproc.RelayRuntime | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -838,7 +841,11 @@ class RelayWatch:
         url, why = self.resolve()
         if url is None:
             state = RelayState.NOT_RUNNING if self.target.storage is not None else RelayState.DOWN
-            fix = f"start it: blind-relay --storage {self.target.storage}" if self.target.storage is not None else None
+            fix = (
+                (self.start_fix or f"start it: blind-relay --storage {self.target.storage}")
+                if self.target.storage is not None
+                else None
+            )
             if why == METRICS_OFF_NOTE:
                 state, fix = RelayState.METRICS_OFF, None
             elif why.startswith("bad address"):
