@@ -76,7 +76,9 @@ jobs.recover draft_create(job, settings) -> CreateDraft(command, missing, source
             async recover(run, plan, record) -> RecoveryResult(outcome recreated | deleted-only |
             delete-failed | create-failed, message, record, new_job_id, .lost); recovery_dir(deployment);
             async recover_jobs(run, plans, settings, listed) -> events: the one recover loop, naming
-            the new job that replaces each recreated one when `listed` (the ids before) is given.
+            the new job that replaces each recreated one when `listed` (the ids before) is given;
+            RecreatedWatch(since, listed_before, replaced).observe(jobs) -> RecreatedVerdict: every
+            recreated job watched until each left Creating, each named.
 setup.envapply async apply_plan(runner, path, plan, var, key) -> AppliedPlan(path, backup, keys, key,
             .key_present, .problem()): write_plan plus the read-back (wizard step 3, env set-relay).
 jobs.evidence counters(scrape); async relay_evidence(metrics_url, baseline, restart_at) ->

@@ -22,12 +22,13 @@ from cosmictui.ops.jobs.recover import (
     RecordSaved,
     RecoveryPlan,
     RecoveryStopped,
+    RecreatedWatch,
     draft_create,
     plan_recovery,
     recover_jobs,
     recovery_dir,
 )
-from cosmictui.ops.setup.steps import JobWatch, format_age, recoverable
+from cosmictui.ops.setup.steps import format_age, recoverable
 from cosmictui.screens.confirm import ConfirmScreen
 from cosmictui.screens.edit_command import EditCommandScreen
 from cosmictui.screens.step import Step
@@ -266,7 +267,9 @@ class RecoverStep(Step):
             if not recreated:
                 self.load(keep_status=True)
                 return
-            watch = JobWatch(since, exclude={j.id for j in before}, statuses=s.statuses)
+            # every job recreated now is watched and named, not only the first to leave Creating
+            mine = self.replaced[len(self.replaced) - len(recreated) :]
+            watch = RecreatedWatch(since, {j.id for j in before}, mine, s.statuses)
             while True:
                 jobs = await self._list()
                 if jobs is None:

@@ -192,3 +192,25 @@ async def test_the_create_editor_opens_with_the_cursor_at_the_end_and_nothing_se
         assert field.value == draft + "q", field.value  # type: ignore[attr-defined]
         await pilot.press("enter")  # placeholders left: refused, and the draft is still there
         assert isinstance(app.screen, EditCommandScreen) and field.value.startswith(draft)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("size", [(80, 24), (60, 20)])
+async def test_the_verdict_after_recreating_two_jobs_names_each(tmp_path: Path, size: tuple[int, int]) -> None:
+    """Both recreated jobs are watched until each left Creating, and the verdict names both (it named
+    the first to get there and stopped watching the other)."""
+    d, settings = _deploy(tmp_path, create_command="cosmicac jobs create --name {name} --gpu {gpu}")
+    now = time.time()
+    stuck = {"gpu": "a100", "created": now - 3600, "updated": now - 3600, "script": ["Creating"]}
+    seed_jobs(
+        d,
+        [{"id": "job-001", "name": "llama train"} | stuck, {"id": "job-002", "name": "eval"} | stuck],
+        create_script=["Creating", "Running"],
+    )
+    app = make_app(settings)
+    async with app.run_test(size=size) as pilot:
+        await wait_status(pilot, app, "recover", ("info",))
+        await pilot.press("space", "down", "space", "d")
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the delete confirmation")
+        await pilot.press("y")
+        text = await wait_status(pilot, app, "recover", ("ok", "error"), timeout=30)
+        assert "Job job-100 left Creating (Running)" in text and "Job job-101 left Creating (Running)" in text, text

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from cosmictui.ops.jobs.recover import (
     RecordSaved,
     RecoveryEvent,
     RecoveryStopped,
+    RecreatedWatch,
     new_job_made,
     plan_recovery,
     recover_jobs,
@@ -167,3 +169,42 @@ async def test_without_a_new_job_in_the_list_the_result_says_it_is_not_known() -
     (result,) = [e.result for e in events if isinstance(e, JobRecovered)]
     assert result.new_job_id is None and "which new job replaces it is not known" in result.message
     assert "new_job_id_unknown" in json.loads(result.record.read_text())
+
+
+def _listed(*rows: tuple[str, str, int]) -> list[Job]:
+    """Jobs as a list shows them: (id, status, minute of the last update)."""
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    return [Job(jid, st, at, {"id": jid}, at + timedelta(minutes=m)) for jid, st, m in rows]
+
+
+def test_the_recreated_watch_names_every_recreated_job_and_waits_for_each() -> None:
+    """Two jobs recreated: the verdict is about both, confirmed only when each left Creating."""
+    since = datetime(2026, 1, 1, tzinfo=UTC)
+    watch = RecreatedWatch(since, {"job-001", "job-002", "job-009"}, [("job-001", "job-100"), ("job-002", "job-101")])
+    v = watch.observe(_listed(("job-009", "Running", 0), ("job-100", "Running", 1), ("job-101", "Creating", 1)))
+    assert v.state == "waiting" and "job-100" in v.message and "job-101" in v.message, v
+    v = watch.observe(_listed(("job-009", "Running", 0), ("job-100", "Running", 2), ("job-101", "Running", 2)))
+    assert v.state == "waiting" and "job-100 left Creating" in v.message and "job-101 is Running" in v.message, v
+    v = watch.observe(_listed(("job-009", "Running", 0), ("job-100", "Running", 3), ("job-101", "Running", 3)))
+    assert v.state == "confirmed", v
+    assert "Job job-100 left Creating (Running)" in v.message and "Job job-101 left Creating (Running)" in v.message
+
+
+def test_the_recreated_watch_fails_when_one_fails_and_says_which() -> None:
+    since = datetime(2026, 1, 1, tzinfo=UTC)
+    watch = RecreatedWatch(since, {"job-001", "job-002"}, [("job-001", "job-100"), ("job-002", "job-101")])
+    watch.observe(_listed(("job-100", "Running", 1), ("job-101", "Failed", 1)))
+    v = watch.observe(_listed(("job-100", "Running", 2), ("job-101", "Failed", 1)))
+    assert v.state == "failed" and "job-101 is Failed" in v.message and "job-100 left Creating" in v.message, v
+
+
+def test_the_recreated_watch_watches_a_job_whose_new_id_is_not_known_among_the_new_ones() -> None:
+    """A create whose new job was not told apart: any other new job stands for it, and the verdict
+    says its ID was not known; the known one is watched by its ID alone."""
+    since = datetime(2026, 1, 1, tzinfo=UTC)
+    watch = RecreatedWatch(since, {"job-001", "job-002"}, [("job-001", "job-100"), ("job-002", None)])
+    for m in (1, 2):
+        v = watch.observe(_listed(("job-100", "Running", m), ("job-555", "Running", m)))
+    assert v.state == "confirmed", v
+    assert "job-100 left Creating" in v.message and "job-555 left Creating" in v.message
+    assert "job-002" in v.message, v  # the job it was made for is named

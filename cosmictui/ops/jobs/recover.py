@@ -23,9 +23,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from cosmictui.ops.config import CREATE_FIELDS, Settings
-from cosmictui.ops.jobs.model import Job
+from cosmictui.ops.jobs.model import Job, StatusSets
 from cosmictui.ops.progress import state_dir
 from cosmictui.ops.runner import CommandResult, RunnerError
+from cosmictui.ops.setup.steps import JobWatch, WatchVerdict
 
 RunCommand = Callable[[str], Awaitable[CommandResult]]
 
@@ -400,6 +401,62 @@ async def recover_jobs(
             )
             result = replace(result, new_job_id=new_id, message=message)
         yield JobRecovered(result)
+
+
+@dataclass(frozen=True)
+class RecreatedVerdict:
+    """Where every recreated job stands: "confirmed" when each left Creating and keeps updating,
+    "failed" when each is settled and one failed, else "waiting". `message` names each job."""
+
+    state: Literal["waiting", "confirmed", "failed"]
+    message: str
+    verdicts: tuple[WatchVerdict, ...]
+
+
+class RecreatedWatch:
+    """Watches each job a recovery recreated until it left Creating (or failed), one `JobWatch`
+    per job, so a recovery of several names and judges every one, not the first to get there.
+
+    A new job told apart (`new_job_id`) is watched by its id alone. The ones not told apart are
+    stood for by the other jobs that appeared since (not listed before, not a known new one).
+    """
+
+    def __init__(
+        self,
+        since: datetime | None,
+        listed_before: Iterable[str],
+        replaced: Sequence[tuple[str, str | None]],
+        statuses: StatusSets | None = None,
+    ) -> None:
+        self.known = [(old, new) for old, new in replaced if new is not None]
+        self.unknown = [old for old, new in replaced if new is None]
+        self.watches = {new: JobWatch(since, set(), statuses) for _old, new in self.known}
+        self.others = JobWatch(since, set(listed_before) | set(self.watches), statuses) if self.unknown else None
+        self.seen: set[str] = set()
+
+    def observe(self, jobs: Sequence[Job]) -> RecreatedVerdict:
+        verdicts: list[WatchVerdict] = []
+        for old, new in self.known:
+            mine = [j for j in jobs if j.id == new]
+            v = self.watches[new].observe(mine)
+            if not mine and new not in self.seen:
+                v = WatchVerdict("waiting", None, f"Job {new} (for {old}) is not in the jobs list yet …")
+            self.seen.update(j.id for j in mine)
+            verdicts.append(v)
+        if self.others is not None:
+            v = self.others.observe(list(jobs))
+            whose = ", ".join(self.unknown)
+            if v.job is None and v.state == "waiting":
+                text = f"The job recreated for {whose} (its new ID was not told apart) is not in the list yet …"
+            else:
+                text = f"For {whose} (new ID not told apart): {v.message}"
+            verdicts.append(replace(v, message=text))
+        states = [v.state for v in verdicts]
+        settled = all(st in ("confirmed", "failed") for st in states)
+        state: Literal["waiting", "confirmed", "failed"] = (
+            "waiting" if not settled else "confirmed" if all(st == "confirmed" for st in states) else "failed"
+        )
+        return RecreatedVerdict(state, " ".join(v.message for v in verdicts), tuple(verdicts))
 
 
 class RecoveryRefused(Exception):
