@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -68,9 +69,44 @@ async def until(pilot: Pilot[Any], cond: Callable[[], Any], what: str, timeout: 
 OUT = HERE  # --out DIR writes elsewhere; --check renders into a temporary directory
 
 
+async def save_settled(pilot: Pilot[Any], name: str) -> None:
+    """Save once the screen has settled: two renders a moment apart show the same words (a clock
+    or a job's age may move). A busy machine can catch a screen between a worker's result and its
+    layout; the picture must show the screen an operator looks at, not that moment."""
+    from text_layer import words
+
+    last = None
+    for _ in range(30):
+        now = words(pilot.app.export_screenshot())
+        if now == last:
+            break
+        last = now
+        await pilot.pause(0.2)
+    else:
+        if STRICT:
+            raise TimeoutError(f"{name}: the screen kept changing")
+    save(pilot.app, name)
+
+
 def save(app: Any, name: str) -> None:
     app.save_screenshot(filename=f"{name}.svg", path=str(OUT))
     print(f"  wrote {OUT / name}.svg")
+
+
+async def next_step(pilot: Pilot[Any], screen: Any, i: int) -> bool:
+    """Press Next as an operator would: again if the step was busy (a list refreshing) when
+    pressed, which Next ignores, until the wizard moves on or the step says why not."""
+    deadline = time.monotonic() + SAFETY
+    while time.monotonic() < deadline and screen.steps[i].validate_step() is None:
+        await until(pilot, lambda: not screen.steps[i].busy, "the step to be idle")
+        await pilot.press("n")
+        for _ in range(20):
+            if screen.index == i + 1:
+                return True
+            await pilot.pause(0.1)
+    if STRICT:
+        raise TimeoutError(f"step {i + 1} refused Next: {screen.steps[i].validate_step()}")
+    return False
 
 
 async def wizard_shots() -> Any:
@@ -84,23 +120,23 @@ async def wizard_shots() -> Any:
                 sid = step.STEP_ID
                 await until(pilot, lambda i=i: screen.index == i, f"step {sid}")
                 await until(pilot, lambda s=step: not s.busy, f"{sid} to settle")
+                # a step that watches (Verify lists the jobs every few seconds) has looked once
+                await until(pilot, lambda s=step: getattr(s, "polls", 1) >= 1, f"{sid}'s first look")
                 for key in STEP_KEYS.get(sid, []):
                     await pilot.press(key)
                     await pilot.pause(0.3)
                     if app.screen is not screen:  # a confirmation: show it, then say yes
-                        save(app, f"wizard-{i + 1}-{sid}-confirm")
+                        await save_settled(pilot, f"wizard-{i + 1}-{sid}-confirm")
                         await pilot.press("y")
                         await until(pilot, lambda: app.screen is screen, "the confirmation to close")
                     await until(pilot, lambda s=step: not s.busy, f"{sid} after {key}")
                 if sid == "verify":  # the new job must leave Creating: the step says so when it did
                     await until(pilot, lambda s=step: s.validate_step() is None, "a new job to leave Creating")
                 await pilot.pause(0.3)
-                save(app, f"wizard-{i + 1}-{sid}")
-                if i < len(screen.steps) - 1:
-                    await pilot.press("n")
-                    if not await until(pilot, lambda i=i: screen.index == i + 1, f"Next from {sid}", 10):
-                        print(f"  ! {sid} refused Next: {step.validate_step()}", file=sys.stderr)
-                        break
+                await save_settled(pilot, f"wizard-{i + 1}-{sid}")
+                if i < len(screen.steps) - 1 and not await next_step(pilot, screen, i):
+                    print(f"  ! {sid} refused Next: {step.validate_step()}", file=sys.stderr)
+                    break
             # the monitor as the wizard opens it (m), on the demo's relay
             await pilot.press("m")
             await until(pilot, lambda: isinstance(app.screen, MonitorScreen), "the monitor screen")
@@ -146,8 +182,6 @@ class SteadyTraffic:
 
 async def relaying_sandbox() -> tuple[Any, Any, SteadyTraffic] | None:
     """A second demo sandbox whose relay joins a Node hyperdht testnet, with pairs relaying."""
-    import shutil
-
     node = shutil.which("node")
     if node is None or not (HERE.parent / "tests" / "interop" / "node_modules" / "hyperdht").is_dir():
         return None
@@ -224,11 +258,16 @@ async def render(only: str | None, settle_polls: int) -> None:
             sandbox.close()
 
 
-def check(fresh: Path) -> int:
+def check(fresh: Path, only: str | None) -> int:
     """Compare the words of each committed screenshot with the same shot rendered just now."""
     from text_layer import differences
 
     stale = 0
+    made = {p.name for p in fresh.glob("*.svg")}
+    for committed in sorted(HERE.glob("*.svg")):
+        if committed.name not in made and (only is None or committed.name.startswith(only)):
+            print(f"  {committed.name}: in screenshots/, but the demo no longer makes it")
+            stale += 1
     for made in sorted(fresh.glob("*.svg")):
         committed = HERE / made.name
         if not committed.exists():
@@ -264,10 +303,13 @@ async def main() -> int:
         await render(a.only, settle_polls=50)
         return 0
     STRICT = True
-    with tempfile.TemporaryDirectory(prefix="cosmictui-shots-check-") as tmp:
-        OUT = Path(tmp)
-        await render(a.only, settle_polls=6)  # the charts are not compared: a short history will do
-        return check(OUT)
+    OUT = Path(tempfile.mkdtemp(prefix="cosmictui-shots-check-"))
+    await render(a.only, settle_polls=6)  # the charts are not compared: a short history will do
+    if code := check(OUT, a.only):
+        print(f"(the pictures rendered just now are in {OUT})")
+    else:
+        shutil.rmtree(OUT)
+    return code
 
 
 if __name__ == "__main__":
