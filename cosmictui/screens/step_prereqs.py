@@ -27,6 +27,8 @@ class PrereqsStep(Step):
     def __init__(self, ctx) -> None:  # type: ignore[no-untyped-def]
         super().__init__(ctx)
         self.results: list[CheckResult] = []
+        #: the relay the checks saw (pid, port, key), None when none ran: a change makes them stale
+        self.relay_seen: tuple[int, int, str] | None = None
 
     def compose_step(self) -> ComposeResult:
         yield Static("1. Prerequisites", classes="step-title")
@@ -38,8 +40,14 @@ class PrereqsStep(Step):
         yield Vertical(id="check-rows")
 
     def on_enter(self) -> None:
-        if not self.results and not self.busy:
+        # Back here after the relay started (or stopped), the rows would speak of a relay that is
+        # gone or say "not running" of one that runs: check again.
+        if not self.busy and (not self.results or self._relay_now() != self.relay_seen):
             self.run_checks()
+
+    def _relay_now(self) -> tuple[int, int, str] | None:
+        rt = relayproc.attach(self.ctx.relay_storage) if self.ctx.relay_storage else None
+        return (rt.pid, rt.port, rt.key) if rt is not None else None
 
     def action_rerun(self) -> None:
         if not self.busy:
@@ -50,6 +58,7 @@ class PrereqsStep(Step):
         self.busy = True
         self.status.set("Checking …", "busy")
         try:
+            self.relay_seen = self._relay_now()
             results = await gather_checks(self.ctx.settings, self.ctx.logged_deployment, self.ctx.relay_storage)
             rt = relayproc.attach(self.ctx.relay_storage) if self.ctx.relay_storage else None
             other = await asyncio.to_thread(self._other_flags, rt)

@@ -242,3 +242,27 @@ async def test_bootstrap_node_answers_configured_silent_and_public_unreachable()
     finally:
         transport.close()
         silent.close()
+
+
+def test_a_running_relay_without_metrics_is_not_called_not_running(tmp_path: Path) -> None:
+    """The DHT row of a relay that runs with its metrics off says it runs (pid) and why the DHT view
+    is unknown; it said "the relay is not running (or its metrics are off)"."""
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "relay-stand-in"])
+    try:
+        (tmp_path / "relay-runtime.json").write_text(
+            json.dumps({"pid": proc.pid, "key": "k" * 52, "host": "127.0.0.1", "port": 49999, "metrics": None})
+        )
+        results = asyncio.run(
+            run_checks(Settings(relay_storage=str(tmp_path), relay_port=49999, relay_bootstrap=("127.0.0.1:9",)))
+        )
+    finally:
+        proc.kill()
+        proc.wait()
+    dht = next(r for r in results if r.name == "DHT reachable, port open")
+    assert dht.status == "warn" and "not running" not in dht.detail, dht
+    assert f"pid {proc.pid}" in dht.detail and "metrics" in dht.detail, dht
+    assert "[relay] metrics" in dht.fix, dht

@@ -25,7 +25,7 @@ from typing import Any, Literal
 import psutil
 
 from cosmictui.ops.config import Settings
-from cosmictui.ops.relayproc import STORAGE_FIX, attach, storage_problem
+from cosmictui.ops.relayproc import STORAGE_FIX, RelayRuntime, attach, storage_problem
 from cosmictui.ops.runner import Runner, RunnerError
 from relay.dht.messages import BOOTSTRAP_NODES
 
@@ -199,9 +199,24 @@ def check_storage(path: str) -> CheckResult:
     return CheckResult(name, status, f"{full}: " + "; ".join(notes), "; ".join(fixes))
 
 
-def check_dht(stats: dict[str, Any] | None) -> CheckResult:
-    """From the relay's `/stats`: bootstrapped and not firewalled."""
+def check_dht(stats: dict[str, Any] | None, running: RelayRuntime | None = None) -> CheckResult:
+    """From the relay's `/stats`: bootstrapped and not firewalled. `running`: the relay that runs
+    (its runtime file), so a relay whose /stats cannot be read is never called "not running"."""
     name = "DHT reachable, port open"
+    if stats is None and running is not None:
+        why = (
+            f"its metrics did not answer at {running.metrics}"
+            if running.metrics
+            else "its metrics are off (--metrics off)"
+        )
+        return CheckResult(
+            name,
+            "warn",
+            f"the relay runs (pid {running.pid}, UDP port {running.port}) but {why}, so what it sees of the DHT "
+            "is not known",
+            "to see its DHT view here, restart it with metrics on ([relay] metrics, or blind-relay --metrics "
+            "HOST:PORT; the same storage keeps the same key)",
+        )
     if stats is None:
         return CheckResult(
             name,
@@ -636,7 +651,7 @@ async def run_checks(settings: Settings, runner: Runner | None = None, ping_time
     url = rt.metrics if rt is not None and rt.metrics else settings.metrics_url
     bootstrap = asyncio.ensure_future(check_bootstrap(settings))  # pings run while the host is checked
     stats = await fetch_stats(url) if url and rt is not None else None
-    results.append(check_dht(stats))
+    results.append(check_dht(stats, rt))
     if runner is not None:
         host_result = await check_deployment_host(runner)
         results.append(await bootstrap)
