@@ -2,12 +2,15 @@
 // job agent does, reporting every transition so a test can tell a close from a timeout.
 // usage: node js/relay_restart_peers.js '<json options>'
 //   { bootstrap: ["host:port"], relay: <z32 key>, relayPort: <int>, pairs: 4,
+//     relays: [<z32 key>, ...], relayPorts: [<int>, ...]   (instead of relay/relayPort: several
+//     relays, given to hyperdht as its relayThrough array, which picks one per connection),
 //     retryMs: 250, bytes: 1000, timeout: 30000,
 //     serverHost: "127.0.0.1", clientHost: "127.0.0.1" }   (each side's DHT node binds its host:
 //     one worker address holding every server end, as a worker holds every job's connection)
-// Prints JSON lines: {event: "up", i, t, attempt, relayed} once a connection echoed through the
-// relay; {event: "down", side: "client"|"server", i, t, code} when one closed (code: the error's
-// code, e.g. ECONNRESET or ETIMEDOUT, or null for a clean end); {event: "failed", i, t, code}
+// Prints JSON lines: {event: "up", i, t, attempt, relayed, relayPort} once a connection echoed
+// through a relay (relayPort: the port its raw stream goes to); {event: "down", side:
+// "client"|"server", i, t, code} when one closed (code: the error's code, e.g. ECONNRESET or
+// ETIMEDOUT, or null for a clean end); {event: "failed", i, t, code}
 // for a reconnect attempt that failed (it is retried after retryMs). t is Date.now().
 // Runs until stdin closes.
 const DHT = require('hyperdht')
@@ -17,7 +20,9 @@ const b4a = require('b4a')
 
 const opts = JSON.parse(process.argv[2])
 const bootstrap = opts.bootstrap
-const relayKey = id.decode(opts.relay)
+const relayKeys = (opts.relays || [opts.relay]).map((k) => id.decode(k))
+const relayThrough = relayKeys.length === 1 ? relayKeys[0] : relayKeys
+const relayPorts = opts.relayPorts || [opts.relayPort]
 const pairs = opts.pairs || 4
 const retryMs = opts.retryMs === undefined ? 250 : opts.retryMs
 const bytes = opts.bytes || 1000
@@ -52,7 +57,7 @@ async function main () {
 
   async function connectOnce (i) {
     const socket = clientNode.connect(server.publicKey, {
-      relayThrough: relayKey, holepunch: () => false, localConnection: false, fastOpen: false
+      relayThrough, holepunch: () => false, localConnection: false, fastOpen: false
     })
     let code = null
     socket.on('error', (err) => { code = code || err.code || err.message })
@@ -85,7 +90,8 @@ async function main () {
       socket.destroy()
       return { ok: false, code: (await closed) || 'echo' }
     }
-    return { ok: true, socket, closed, relayed: socket.rawStream.remotePort === opts.relayPort }
+    const relayPort = socket.rawStream.remotePort
+    return { ok: true, socket, closed, relayed: relayPorts.includes(relayPort), relayPort }
   }
 
   async function keepUp (i) {
@@ -98,7 +104,7 @@ async function main () {
         await sleep(retryMs)
         continue
       }
-      out({ event: 'up', i, attempt, relayed: r.relayed })
+      out({ event: 'up', i, attempt, relayed: r.relayed, relayPort: r.relayPort })
       const code = await r.closed
       out({ event: 'down', side: 'client', i, code })
       attempt = 0
