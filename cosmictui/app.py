@@ -131,9 +131,11 @@ def main_wizard(deployment: str | None, demo: bool, config: str | None) -> int:
         if ctx.demo is not None:
             for sig in WizardApp.EXIT_SIGNALS:  # a second SIGHUP must not cut the cleanup short
                 signal.signal(sig, signal.SIG_IGN)
-            close_demo(ctx)
+            records = close_demo(ctx)
             # the path printed at the start is gone now: say so, so nobody goes looking for it
-            print(f"cosmictui: demo finished; its sandbox {ctx.demo.root} was removed.", file=sys.stderr)
+            n = len(records)
+            also = f", with the {n} job record{'s' if n != 1 else ''} it saved in {records[0].parent}" if n else ""
+            print(f"cosmictui: demo finished; its sandbox {ctx.demo.root} was removed{also}.", file=sys.stderr)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     if app.exit_signal is not None:
@@ -141,8 +143,9 @@ def main_wizard(deployment: str | None, demo: bool, config: str | None) -> int:
     return result or app.return_code or 0
 
 
-def close_demo(ctx: WizardContext) -> None:
-    """The demo is throwaway: stop its relay and private DHT, remove its files and saved progress.
+def close_demo(ctx: WizardContext) -> list[Path]:
+    """The demo is throwaway: stop its relay and private DHT, remove its files, saved progress and
+    the job records step 6 saved for it (returned).
 
     Never called for a real deployment: there the relay outlives the wizard and progress is kept
     so a rerun resumes.
@@ -154,3 +157,4 @@ def close_demo(ctx: WizardContext) -> None:
         progress_mod.clear_progress(ctx.settings.deployment)
         progress_mod.journal_path(ctx.settings.deployment).unlink(missing_ok=True)
         shutil.rmtree(demo.root, ignore_errors=True)
+    return demo.remove_job_records()

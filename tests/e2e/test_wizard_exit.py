@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from cosmictui.ops import progress as progress_mod
+from cosmictui.ops.jobs.recover import recovery_dir
 from cosmictui.ops.relayproc import pid_alive, read_runtime
 from tests.e2e._pty import on_pty
 
@@ -37,6 +38,12 @@ sb = sandbox_mod.create_sandbox(root)
 s = sb.settings
 asyncio.run(relayproc.start_relay(s.relay_storage, s.relay_port, s.relay_host, s.relay_bootstrap, s.relay_metrics))
 progress.save_progress(progress.WizardProgress(deployment=s.deployment, current_step="relay"))
+# step 6 saved a demo job's record; another deployment's record sits beside it in the same folder
+from cosmictui.ops.jobs.model import Job
+from cosmictui.ops.jobs.recover import plan_recovery, save_record
+save_record(plan_recovery(Job("job-001", "Creating", fields={"id": "job-001", "name": "stuck"}), s), s)
+real = s.with_overrides(deployment="/srv/cosmicac")
+save_record(plan_recovery(Job("job-900", "Creating", fields={"id": "job-900", "name": "keep"}), real), real)
 sandbox_mod.create_sandbox = lambda *a, **k: sb
 sys.exit(main_wizard(None, True, None))
 """
@@ -92,3 +99,9 @@ def test_wizard_exit_on_sighup_stops_demo_relay_and_dht_and_removes_sandbox(
     _wait(lambda: not pid_alive(rt.pid) and not pid_alive(dht_pid), "relay and DHT to be gone", 10)
     assert not root.exists(), sorted(p.name for p in root.iterdir())
     assert not progress_mod.progress_path(deployment).exists()
+    # the demo's job records went with it (their deployment is gone); a real deployment's stayed
+    records = [json.loads(p.read_text()) for p in sorted(recovery_dir(deployment).glob("*.json"))]
+    assert [r["deployment"] for r in records] == ["/srv/cosmicac"], records
+    _wait(lambda: b"job record" in b"".join(screen), "the goodbye naming the removed record", 10)
+    said = " ".join(b"".join(screen).decode(errors="replace").split())
+    assert f"was removed, with the 1 job record it saved in {recovery_dir(deployment)}." in said, said[-400:]

@@ -32,6 +32,7 @@ from typing import Any
 
 from cosmictui.ops.config import CREATE_FIELDS, ENV_VAR, Settings
 from cosmictui.ops.jobs.model import format_age
+from cosmictui.ops.jobs.recover import records_of
 from cosmictui.ops.relayproc import attach, on_before_start, pid_alive
 
 STATE_FILE = "sandbox-state.json"
@@ -77,6 +78,20 @@ class Sandbox:
     def stop_dht(self, timeout: float = 10.0) -> bool:
         """Stop the sandbox's private DHT (if this sandbox started one); True if it was running."""
         return stop_dht(self.root, timeout)
+
+    def remove_job_records(self) -> list[Path]:
+        """Remove the records step 6 saved for this sandbox's jobs; the paths removed.
+
+        A record is what it takes to recreate a deleted job, so it is kept for a real deployment.
+        A demo job lives only in the sandbox: once the sandbox is gone there is nothing to
+        recreate it in, and its record would only lie beside the real ones.
+        """
+        removed = []
+        for path in records_of(str(self.deployment)):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+                removed.append(path)
+        return removed
 
     def close(self, timeout: float = 10.0) -> None:
         """Stop what the sandbox runs in the background: its relay and its private DHT.

@@ -135,6 +135,19 @@ def recovery_dir(deployment: str) -> Path:
     return state_dir() / "recovered"
 
 
+def records_of(deployment: str) -> list[Path]:
+    """The saved records of `deployment`'s jobs (each file names its deployment)."""
+    found: list[Path] = []
+    for path in sorted(recovery_dir(deployment).glob("*.json")):
+        try:
+            data = json.loads(path.read_text("utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and data.get("deployment") == deployment:
+            found.append(path)
+    return found
+
+
 def save_record(plan: RecoveryPlan, settings: Settings, draft: CreateDraft | None = None) -> Path:
     """Write the job's every field and the recreate command to a new file; its path.
 
