@@ -23,7 +23,7 @@ import sys
 import tempfile
 import tracemalloc
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,13 +31,19 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from relay.blindrelay import PAIR_MESSAGE, PROTOCOL, UNPAIR_MESSAGE, Pair  # noqa: E402
-from relay.dht.connection import Connection, responder_secret_stream, start_secret_stream  # noqa: E402
+from relay.dht.connection import (  # noqa: E402
+    Connection,
+    UDXTransport,
+    responder_secret_stream,
+    start_secret_stream,
+)
 from relay.dht.messages import NoisePayload  # noqa: E402
-from relay.keys import key_pair  # noqa: E402
-from relay.protomux import Mux  # noqa: E402
-from relay.secretstream import HandshakeResult, SecretStream  # noqa: E402
+from relay.keys import encode_id, key_pair  # noqa: E402
+from relay.protomux import MessageReceived, Mux  # noqa: E402
+from relay.secretstream import HandshakeResult, Message, SecretStream  # noqa: E402
 from relay.service.app import CONTROL_REORDER_BYTES, RelayApp, RelayConfig  # noqa: E402
 from relay.service.limits import Limits  # noqa: E402
+from relay.service.pairings import PairingLog  # noqa: E402
 from relay.udx.runtime import EARLY_BYTES_TOTAL  # noqa: E402
 from relay.udx.stream import REORDER_OVERHEAD  # noqa: E402
 
@@ -58,11 +64,23 @@ RSS_PER_BUFFER_BYTE = 1.1
 
 @dataclass
 class Client:
-    """A blind-relay client's side of one session: its secret stream and protomux channel."""
+    """A blind-relay client's side of one session: its secret stream and protomux channel;
+    `heard` what the relay wrote to it (kept only for a session made with `listen=True`)."""
 
     stream: SecretStream
     mux: Mux
     channel: Any
+    heard: list[bytes] = field(default_factory=list)
+
+    def replies(self) -> list[Any]:
+        """The blind-relay messages the relay sent since the last call, decrypted and decoded."""
+        data, self.heard[:] = b"".join(self.heard), []
+        self.stream.receive_data(data, 0.0)
+        out = []
+        for ev in self.stream.events():
+            if isinstance(ev, Message):
+                out += [m.message for m in self.mux.receive_message(ev.data) if isinstance(m, MessageReceived)]
+        return out
 
     def pair(self, is_initiator: bool, token: bytes, stream_id: int) -> None:
         self.channel.send(0, Pair(is_initiator, token, stream_id, 0))
@@ -86,25 +104,39 @@ class Relay:
         and is dropped, so nothing is ever acked (as with a peer that never acks)."""
         self.socket = await self.app.udx.create_socket("127.0.0.1", 0)
 
-    def session(self) -> Client:
-        """One accepted connection whose blind-relay channel is open, as a real peer leaves it."""
+    def session(self, key: bytes | None = None, host: str | None = None, *, listen: bool = False) -> Client:
+        """One accepted connection whose blind-relay channel is open, as a real peer leaves it;
+        from peer key `key` and source `host` (by default a new key and a new 10.x address).
+        `listen`: keep what the relay writes on it for `Client.replies`."""
         self.n += 1
         tx, rx, h = os.urandom(32), os.urandom(32), os.urandom(64)
-        server_pk, client_pk = os.urandom(32), os.urandom(32)
+        server_pk, client_pk = os.urandom(32), key or os.urandom(32)
         app = self.app
         stream = app.udx.create_stream(firewall=lambda s, sock, addr: False, max_reorder_bytes=CONTROL_REORDER_BYTES)
         stream.connect(self.socket, int.from_bytes(os.urandom(4), "little"), ("127.0.0.1", self.socket.port))
         hs = HandshakeResult(tx, rx, h, server_pk, client_pk)
         proto = responder_secret_stream(hs)
-        start_secret_stream(stream, proto)
-        host = f"10.{(self.n >> 16) & 255}.{(self.n >> 8) & 255}.{self.n & 255}"
+        heard: list[bytes] = []
+        if listen:
+            transport = UDXTransport(stream, proto)
+            write = transport.write
+
+            def tap(data: bytes) -> None:
+                heard.append(bytes(data))
+                write(data)
+
+            transport.write = tap  # type: ignore[method-assign]
+            proto.connection_made(transport)
+        else:
+            start_secret_stream(stream, proto)
+        host = host or f"10.{(self.n >> 16) & 255}.{(self.n >> 8) & 255}.{self.n & 255}"
         conn = Connection(client_pk, hs, stream, proto, NoisePayload(), (host, 40000), False)
         app._on_connection(conn)
         client = SecretStream(True, handshake=HandshakeResult(rx, tx, h, client_pk, server_pk))
         client.start(0.0)
         mux = Mux()
         channel = mux.open_channel(PROTOCOL, client_pk, messages=[PAIR_MESSAGE, UNPAIR_MESSAGE])
-        c = Client(client, mux, channel)
+        c = Client(client, mux, channel, heard)
         proto.data_received(c.flush())
         return c
 
@@ -128,6 +160,9 @@ class Costs:
     pending: float
     pair: float
     top: dict[str, list[tracemalloc.StatisticDiff]]
+    #: the pairing record when full (`relay.service.pairings`: its last 1,024 pairings and the
+    #: first sighting of 8,192 keys); a live pair's own entry is in `pair`
+    record: float = 0.0
 
     def worst_case(self, limits: Limits | None = None) -> dict[str, float]:
         """Bytes the relay may hold at once at these caps (RSS, idle relay included)."""
@@ -136,6 +171,7 @@ class Costs:
             "sessions": lim.max_sessions * self.session,
             "pending tokens": lim.max_pending_total * self.pending,
             "active pairs": lim.max_active_pairs * self.pair,
+            "pairing record": self.record,
         }
         buffers = {
             # charged as the stream charges them: payload + REORDER_OVERHEAD per packet
@@ -159,12 +195,33 @@ class Costs:
         return (2 * self.session + self.pair) * RSS_PER_TRACED_BYTE + buffers
 
     def connections_that_fit(self, budget: float = 0.95 * RSS_BUDGET) -> int:
-        """How many relayed connections fit the budget beside an idle relay, a full pending cap
-        and the early-packet budget: what `--max-active-pairs` (and twice it, `--max-sessions`)
+        """How many relayed connections fit the budget beside an idle relay, a full pending cap,
+        the early-packet budget and a full pairing record: what `--max-active-pairs` (and twice it, `--max-sessions`)
         may be by default."""
         fixed = self.worst_case()
-        rest = fixed["idle relay"] + fixed["pending tokens"] + fixed["early packets"]
+        rest = fixed["idle relay"] + fixed["pending tokens"] + fixed["early packets"] + fixed["pairing record"]
         return int((budget - rest) // self.per_connection())
+
+
+def record_cost() -> float:
+    """Bytes a full pairing record holds: every pairing closed (its byte counts kept as ints
+    past 2**30, as a busy relay's are) and the key table full of 52-character keys."""
+
+    def fill() -> PairingLog:
+        log = PairingLog("r" * 52)
+        for _ in range(log.keys_capacity):
+            log.saw_key(encode_id(os.urandom(32)))
+        for _ in range(log.capacity):
+            rec = log.open(
+                ((log.saw_key(encode_id(os.urandom(32))), None), (log.saw_key(encode_id(os.urandom(32))), None))
+            )
+            for side in rec.peers:
+                side.bytes, side.packets = 2**40 + 1, 2**31 + 1
+            log.close(rec)
+        return log
+
+    size, _, _ = traced(fill)
+    return float(size)
 
 
 def measure(n_sessions: int = 400, n_pending: int = 4000, n_pairs: int = 2000) -> Costs:
@@ -173,6 +230,10 @@ def measure(n_sessions: int = 400, n_pending: int = 4000, n_pairs: int = 2000) -
             relay = Relay(Path(tmp))
             await relay.bind()
             relay.session()  # warm up: first-use allocations are not per object
+            # a relay that has met many keys: each new session's key takes the place of the
+            # least recently seen one (the full key table is counted once, in `record`)
+            for _ in range(relay.app.pairings.keys_capacity):
+                relay.app.pairings.saw_key(encode_id(os.urandom(32)))
             top: dict[str, list[tracemalloc.StatisticDiff]] = {}
             # the clients are dropped as they go: only what the relay keeps is counted
             size, top["session"], _ = traced(lambda: [relay.session() and None for _ in range(n_sessions)])
@@ -209,7 +270,7 @@ def measure(n_sessions: int = 400, n_pending: int = 4000, n_pairs: int = 2000) -
             per_pair = size / n_pairs
             assert relay.app.blind.stats.pairings_active >= n_pairs, relay.app.blind.stats
             relay.app.udx.close()
-            return Costs(per_session, per_pending, per_pair, top)
+            return Costs(per_session, per_pending, per_pair, top, record_cost())
 
     return asyncio.run(run())
 

@@ -166,7 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group(
         "limits",
         "One relayed connection costs two sessions (each peer opens its own connection to the relay) "
-        "and one active pair: about 33 KB of memory at most, buffers included. The defaults hold "
+        "and one active pair: about 34 KB of memory at most, buffers included. The defaults hold "
         f"{d.max_active_pairs:,} relayed connections within 200 MB. When full, the relay refuses new "
         "sessions and pairings at once (the peer sees its relay connection close); a pair that "
         "carries traffic is never dropped to make room.",

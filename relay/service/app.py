@@ -62,6 +62,7 @@ from relay.service.limits import (
     Limits,
 )
 from relay.service.metrics import MetricsError, MetricsServer, build_registry, render_metrics
+from relay.service.pairings import PairingLog, PairingRecord, Sighting
 from relay.service.pauses import RELAY_RECEIVE_BUFFER, Pauses
 from relay.service.runtime import remove_runtime, take_returning, write_returning, write_runtime
 from relay.service.scraper import ScraperLink
@@ -132,26 +133,31 @@ class Traffic:
 
 
 class _Session:
-    """One accepted hyperdht connection and the blind-relay session on it."""
+    """One accepted hyperdht connection and the blind-relay session on it; `sighting` is what the
+    pairing record learnt of its key when it was accepted."""
 
-    __slots__ = ("conn", "peer", "session")
+    __slots__ = ("conn", "peer", "session", "sighting")
 
-    def __init__(self, conn: Connection, session: BlindRelaySession) -> None:
+    def __init__(self, conn: Connection, session: BlindRelaySession, sighting: Sighting) -> None:
         self.conn = conn
         self.session = session
-        self.peer = encode_id(conn.remote_public_key)
+        self.peer = sighting.key
+        self.sighting = sighting
 
 
 class _RelayLeg:
     """One relay stream's hooks (its firewall, its close), in one small object: two closures
-    per stream were ~500 B of a relayed pair's ~6 KB."""
+    per stream were ~500 B of a relayed pair's ~6 KB. `record` is the pair's entry in the
+    pairing record while this stream is open; the second leg to close closes it."""
 
-    __slots__ = ("app", "remote_id", "stream_id")
+    __slots__ = ("app", "partner", "record", "remote_id", "stream_id")
 
     def __init__(self, app: RelayApp, remote_id: int, stream_id: int) -> None:
         self.app = app
         self.remote_id = remote_id
         self.stream_id = stream_id
+        self.record: PairingRecord | None = None
+        self.partner: _RelayLeg | None = None
 
     def __call__(self, stream: UDXStream, sock: UDXSocket, addr: Address) -> bool:
         """The first packet: connect to its sender (the firewall hook)."""
@@ -160,6 +166,10 @@ class _RelayLeg:
         return False  # accept: the packet that taught us the address is forwarded at once
 
     def closed(self, err: Any) -> None:
+        rec, partner = self.record, self.partner
+        self.record = self.partner = None
+        if rec is not None and (partner is None or partner.record is None):
+            self.app.pairings.close(rec)  # both streams are closed: the bytes are final
         self.app._on_relay_stream_closed(self.stream_id, err)
 
 
@@ -195,6 +205,8 @@ class RelayApp:
             max_sessions=lim.max_sessions,
         )
         self.handshakes = HandshakeGate(lim)
+        self.pairings = PairingLog(self.key)
+        """Who paired through this relay and what each side sent (`GET /pairings`)."""
         self._sessions: dict[BlindRelaySession, _Session] = {}
         self._streams: dict[int, UDXStream] = {}
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -235,14 +247,14 @@ class RelayApp:
                 self.kernel_error = str(e)
                 log.warning("kernel forwarding is off, pairs are forwarded in Python: %s", e)
         if cfg.metrics is not None:
-            self.metrics = MetricsServer(self.snapshot, *cfg.metrics)
+            self.metrics = MetricsServer(self.snapshot, *cfg.metrics, pairings=self.pairings_record)
             try:
                 await self.metrics.start()
             except MetricsError as e:
                 if not (cfg.metrics_fallback and e.errno == errno.EADDRINUSE):
                     raise
                 host, port = cfg.metrics
-                self.metrics = MetricsServer(self.snapshot, host, 0)
+                self.metrics = MetricsServer(self.snapshot, host, 0, pairings=self.pairings_record)
                 await self.metrics.start()
                 log.warning(
                     "metrics address %s:%d is in use (another relay?); serving metrics on %s instead",
@@ -404,7 +416,7 @@ class RelayApp:
             return
         conn.secret_stream.stream.max_frame = lim.max_control_frame
         session = self.blind.accept(id=conn.remote_public_key, owner=conn.client_address[0], now=now)
-        s = _Session(conn, session)
+        s = _Session(conn, session, self.pairings.saw_key(peer))
         self._sessions[session] = s
         conn.secret_stream.on_event = lambda ev: self._on_stream_event(s, ev)
         log.debug("session accepted", extra={"peer": peer, "address": conn.client_address})
@@ -476,15 +488,23 @@ class RelayApp:
     def _link(self, ev: PairingMatched) -> None:
         """Two raw streams, each learning its peer's address from its first packet, relayed both ways."""
         streams = []
+        legs = []
         for link in ev.links:
             leg = _RelayLeg(self, link.remote_stream_id, link.stream_id)
             stream = self.udx.create_stream(link.stream_id, firewall=leg, framed=True)
             stream.on_close = leg.closed
             self._streams[link.stream_id] = stream
             streams.append(stream)
+            legs.append(leg)
         a, b = streams
         a.relay_to(b)
         b.relay_to(a)
+        # A peer sends its datagrams to the id the relay gave its side (`link.stream_id`, in the
+        # `pair` reply), so that side's stream is the one receiving, and counting, what it sent.
+        # The record lists the initiator first (`ev.links` is non-initiator, initiator).
+        rec = self.pairings.open((self._side(ev.links[1].session, b), self._side(ev.links[0].session, a)))
+        legs[0].record = legs[1].record = rec
+        legs[0].partner, legs[1].partner = legs[1], legs[0]
         log.debug(
             "pair matched",
             extra={
@@ -493,6 +513,15 @@ class RelayApp:
                 "peers": [self._peer(x.session) for x in ev.links],
             },
         )
+
+    def _side(self, session: BlindRelaySession, stream: UDXStream) -> tuple[Sighting, UDXStream]:
+        s = self._sessions.get(session)
+        if s is not None:
+            return s.sighting, stream
+        # a match comes from its sessions' own messages, so both are known; should one not be, the
+        # record still names its key rather than losing the pairing
+        key = encode_id(session.id) if session.id is not None else "?"
+        return self.pairings.saw_key(key), stream
 
     def _on_relay_stream_closed(self, stream_id: int, err: Any) -> None:
         log.debug("relay stream closed", extra={"stream": stream_id, "error": getattr(err, "code", err)})
@@ -528,6 +557,15 @@ class RelayApp:
         self._pump()
 
     # -- stats -----------------------------------------------------------------------------
+
+    def pairings_record(self) -> dict[str, Any]:
+        """The `/pairings` document (`relay.service.pairings`), with what the kernel forwarded up
+        to now attributed to the open pairings' streams (otherwise read once a second)."""
+        for sock in self.udx.sockets:
+            kernel = getattr(sock, "kernel", None)
+            if kernel is not None:
+                kernel.refresh()
+        return self.pairings.as_json()
 
     def _handshake_stats(self) -> dict[str, int]:
         """The DHT server's Noise responder: handshakes accepted, refused (our gate or its own

@@ -1,4 +1,5 @@
-"""`GET /metrics` (Prometheus text) and `GET /stats` (JSON) from one small asyncio HTTP server.
+"""`GET /metrics` (Prometheus text), `GET /stats` and `GET /pairings` (JSON) from one small
+asyncio HTTP server.
 
 Both views come from one snapshot function, so Prometheus and the TUI never disagree. The
 gauge names are blind-relay-service's (`blind_relay_sessions_*`, `..._pairings_*`,
@@ -255,10 +256,19 @@ def parse_address(text: str) -> tuple[str, int] | None:
 
 
 class MetricsServer:
-    """Serves `/metrics` and `/stats`; one short HTTP/1.1 exchange per connection."""
+    """Serves `/metrics`, `/stats` and, given `pairings`, `/pairings` (the relay's bounded record
+    of its pairings, `relay.service.pairings`); one short HTTP/1.1 exchange per connection."""
 
-    def __init__(self, snapshot: SnapshotFn, host: str = DEFAULT_METRICS_HOST, port: int = DEFAULT_METRICS_PORT):
+    def __init__(
+        self,
+        snapshot: SnapshotFn,
+        host: str = DEFAULT_METRICS_HOST,
+        port: int = DEFAULT_METRICS_PORT,
+        *,
+        pairings: SnapshotFn | None = None,
+    ):
         self._snapshot = snapshot
+        self._pairings = pairings
         self.registry = build_registry(snapshot)
         self.host = host
         self.port = port
@@ -294,8 +304,11 @@ class MetricsServer:
             return 200, "text/plain; version=0.0.4; charset=utf-8", generate_latest(self.registry)
         if route == "/stats":
             return 200, "application/json", json.dumps(self._snapshot(), sort_keys=True).encode() + b"\n"
+        if route == "/pairings" and self._pairings is not None:
+            return 200, "application/json", json.dumps(self._pairings()).encode() + b"\n"
         if route == "/":
-            return 200, "text/plain; charset=utf-8", b"blind-relay: GET /metrics (Prometheus) or /stats (JSON)\n"
+            what = "/stats or /pairings (JSON)" if self._pairings is not None else "/stats (JSON)"
+            return 200, "text/plain; charset=utf-8", f"blind-relay: GET /metrics (Prometheus) or {what}\n".encode()
         return 404, "text/plain; charset=utf-8", b"not found\n"
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

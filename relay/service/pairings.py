@@ -14,7 +14,7 @@ The shape (all times are wall-clock seconds since the epoch, floats):
       "capacity": 1024,                   # records kept; older ones are evicted
       "recorded": 1530,                   # pairings recorded since start (ids 1..recorded)
       "evicted": 506,                     # records dropped from the front (recorded - len(pairings))
-      "keys_capacity": 16384,             # peer keys whose first sighting is remembered
+      "keys_capacity": 8192,              # peer keys whose first sighting is remembered
       "keys_evicted": 0,                  # keys forgotten (a forgotten key seen again looks new)
       "keys_evicted_at": null,            # when a key was last forgotten (null: never)
       "pairings": [                       # oldest first
@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
 DEFAULT_CAPACITY = 1024
-DEFAULT_KEYS_CAPACITY = 16384
+DEFAULT_KEYS_CAPACITY = 8192
 
 
 class RelayedCounts(Protocol):

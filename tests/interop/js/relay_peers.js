@@ -6,7 +6,8 @@
 //     seed: <hex32, optional: fixed key pair for the peers, to test the allow-list> }
 // Prints one JSON line per pair: {i, ok, relayed, clientRemotePort, serverRemotePort, setupMs, echoMs, error}
 // (upgrade modes add upgradedRemotePort, serverUpgradedRemotePort, okAfterUpgrade)
-// then {"done": true, ok, relayed, failed}. Exit code 0 iff every pair echoed intact.
+// then {"done": true, ok, relayed, failed, clientKey, serverKey} (the z32 keys the client's and the
+// server's nodes connect to the relay with). Exit code 0 iff every pair echoed intact.
 const DHT = require('hyperdht')
 const Holepuncher = require('hyperdht/lib/holepuncher')
 const crypto = require('hypercore-crypto')
@@ -158,7 +159,10 @@ async function main () {
   }
 
   await Promise.all(Array.from({ length: pairs }, (_, i) => runPair(i)))
-  process.stdout.write(JSON.stringify({ done: true, ok: okCount, relayed: relayedCount, failed }) + '\n')
+  // the keys each side's node opens its relay connection with (hyperdht: dht.connect(relay))
+  const clientKey = id.encode(clientNode.defaultKeyPair.publicKey)
+  const serverKey = id.encode(serverNode.defaultKeyPair.publicKey)
+  process.stdout.write(JSON.stringify({ done: true, ok: okCount, relayed: relayedCount, failed, clientKey, serverKey }) + '\n')
   await clientNode.destroy()
   await serverNode.destroy()
   process.exit(failed ? 1 : 0)
