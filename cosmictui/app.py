@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 
 from textual.app import App
 from textual.binding import Binding
+from textual.screen import ModalScreen
 
 from cosmictui.ops import progress as progress_mod
 from cosmictui.ops import relayproc
@@ -54,10 +55,11 @@ class WizardApp(App[int]):
         self.run_worker(relayproc.kernel_support, thread=True, exit_on_error=False, group="warm-up")
 
     async def action_quit(self) -> None:
-        """ctrl+q: like q on the wizard, it asks first while a command runs."""
-        screen = self.screen
-        if isinstance(screen, WizardScreen):
-            screen.action_quit()
+        """ctrl+q: like q on the wizard (also from the monitor it opened), it asks first while a
+        command runs or when the relay keeps running; in a dialog it quits."""
+        wizard = next((s for s in self.screen_stack if isinstance(s, WizardScreen)), None)
+        if wizard is not None and not isinstance(self.screen, ModalScreen):
+            wizard.action_quit()
         else:
             self.exit()
 

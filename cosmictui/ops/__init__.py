@@ -5,7 +5,8 @@ Grouped by use case; the foundations at the top level are shared by all of them:
   config, runner, progress, relayproc, wording   foundations (settings, where commands run, the
                                                  wizard's saved progress, the local relay process,
                                                  how messages are worded)
-  setup/    checks, steps (the wizard's decisions), envfile + envapply (the `.env` editor)
+  setup/    checks, steps (the wizard's decisions), envfile + envapply (the `.env` editor),
+            leaving (what keeps running when the wizard quits)
   jobs/     model (parsing), listing, recover, evidence (did new jobs go through the relay)
   metrics/  client (scrape /metrics and /stats), probe + probewatch (a relay known by its key)
   demo/     sandbox, dht, worker (the built-in demo deployment)
@@ -79,6 +80,8 @@ jobs.recover draft_create(job, settings) -> CreateDraft(command, missing, source
             the new job that replaces each recreated one when `listed` (the ids before) is given;
             RecreatedWatch(since, listed_before, replaced).observe(jobs) -> RecreatedVerdict: every
             recreated job watched until each left Creating, each named.
+setup.leaving left_running(settings, storage, external=, demo=, resume_at=) -> LeftRunning(runtime, title,
+            body, stop, unit) | None: the relay a quit leaves running here and how to stop it.
 setup.envapply async apply_plan(runner, path, plan, var, key) -> AppliedPlan(path, backup, keys, key,
             .key_present, .problem()): write_plan plus the read-back (wizard step 3, env set-relay).
 jobs.evidence counters(scrape); async relay_evidence(metrics_url, baseline, restart_at) ->

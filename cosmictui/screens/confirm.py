@@ -80,8 +80,11 @@ class ConfirmScreen(ModalScreen[bool]):
         self._fit()
 
     def _fit(self) -> None:
-        """The box is at most 90% of the screen: what does not fit scrolls, the buttons stay in view."""
-        room = self.size.height * 9 // 10 - 3  # the box's two border lines and the buttons' line
+        """The box is at most 90% of the screen above the footer: what does not fit scrolls, the
+        buttons stay in view (counted from the whole screen, a long question pushed them under the box's
+        edge at 60x20)."""
+        # the footer's line, then the box's two border lines and the buttons' line
+        room = (self.size.height - 1) * 9 // 10 - 3
         self.query_one("#confirm-scroll").styles.max_height = max(3, room)
 
     def on_button_pressed(self, event: Button.Pressed) -> None:

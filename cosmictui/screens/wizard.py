@@ -21,6 +21,7 @@ from cosmictui.ops.progress import CommandJournal
 from cosmictui.ops.runner import RunnerError
 from cosmictui.ops.session import WizardContext
 from cosmictui.ops.setup.install import DEFAULT_PREFIX, InstallPlan, UnitError, install_plan
+from cosmictui.ops.setup.leaving import left_running
 from cosmictui.screens.confirm import ConfirmScreen
 from cosmictui.screens.step import Step
 from cosmictui.screens.step_apply import ApplyStep
@@ -408,7 +409,7 @@ class WizardScreen(Screen[None]):
         """Quitting while a command runs would kill it halfway (a restart, a delete): ask first."""
         running = self.running_command()
         if running is None:
-            self.app.exit()
+            self._quit_leaving_relay()
             return
         question = ConfirmScreen(
             "Quit while a command runs?",
@@ -434,6 +435,23 @@ class WizardScreen(Screen[None]):
                 )
 
         timer = self.set_interval(0.25, follow)
+        self.app.push_screen(question, lambda ok: self.app.exit() if ok else None)
+
+    def _quit_leaving_relay(self) -> None:
+        """Nothing in flight: quit, but first say what keeps running here (a real deployment's relay)."""
+        ctx = self.ctx
+        at = min(ctx.progress_step(), len(self.steps) - 1)
+        left = left_running(
+            ctx.settings,
+            ctx.relay_storage,
+            external=ctx.relay_external,
+            demo=ctx.demo is not None,
+            resume_at=f"step {at + 1} ({self.steps[at].TITLE})",
+        )
+        if left is None:
+            self.app.exit()
+            return
+        question = ConfirmScreen(left.title, left.body, commands=left.stop, yes="Quit, keep it running", no="Stay")
         self.app.push_screen(question, lambda ok: self.app.exit() if ok else None)
 
     @on(LostJob)
