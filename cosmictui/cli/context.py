@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from cosmictui.cli.output import FAILED, USAGE, UsageError
+
+#: How to name the deployment, for every error about a missing one.
+DEPLOYMENT_FIX = (
+    '--deployment DIR (or ssh://user@host[:port]/path) of the deployment, or deployment = "DIR" in the config'
+)
 
 
 def settings_from(args: argparse.Namespace, **overrides: Any) -> Any:
@@ -27,6 +33,16 @@ def settings_from(args: argparse.Namespace, **overrides: Any) -> Any:
             f"--deployment: {e.what}", e.fix or "--deployment DIR or --deployment ssh://user@host[:port]/path"
         ) from None
     return settings
+
+
+def require_deployment(args: argparse.Namespace, settings: Any, would: str) -> None:
+    """Refuse to guess the deployment: unnamed (no --deployment, none in the config), a command
+    run "on the deployment" would run in whatever directory the command was typed in."""
+    if getattr(args, "deployment", None) is None and settings.deployment == ".":
+        raise UsageError(
+            f"no deployment given, so this would {would} in {Path.cwd()} (the current directory); nothing ran",
+            DEPLOYMENT_FIX,
+        )
 
 
 async def open_runner(settings: Any) -> Any:

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from cosmictui.cli.context import open_runner, runner_exit, settings_from
+from cosmictui.cli.context import open_runner, require_deployment, runner_exit, settings_from
 from cosmictui.cli.output import EXIT_CODES, FAILED, NOT_CONFIRMED, OK, USAGE, UsageError, dump, error_doc, fail
 from cosmictui.cli.parser import FORMAT, interval_seconds
 
@@ -95,6 +95,7 @@ def cmd_jobs(args: argparse.Namespace, out: TextIO) -> int:
     if getattr(args, "jobs_command", None) == "recover":
         return cmd_jobs_recover(args, out)
     settings = settings_from(args)
+    require_deployment(args, settings, f"run `{settings.list_command}`")
     from cosmictui.ops.jobs.evidence import name_case, new_job_left_creating, new_jobs, relay_evidence
     from cosmictui.ops.jobs.listing import list_jobs
     from cosmictui.ops.progress import load_progress
@@ -214,6 +215,7 @@ def cmd_jobs_recover(args: argparse.Namespace, out: TextIO) -> int:
     from cosmictui.ops.runner import RunnerError
 
     name = "jobs recover"
+    require_deployment(args, settings, f"run `{settings.list_command}` and recover jobs from that list")
     if args.create_command is not None and not args.create_command.strip():
         raise UsageError(
             "--create-command is empty",

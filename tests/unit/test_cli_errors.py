@@ -219,3 +219,24 @@ def test_probe_with_no_bootstrap_answering_says_so(config: Path) -> None:
     doc = assert_error_shape(rc, out)
     assert rc == 1 and "no DHT bootstrap node answered (127.0.0.1:9)" in str(doc["error"])
     assert "--bootstrap" in str(doc["fix"])
+
+
+@pytest.mark.parametrize("argv", [["jobs"], ["jobs", "recover", "job-1"], ["jobs", "recover", "job-1", "--yes"]])
+def test_jobs_without_a_deployment_refuses_and_runs_nothing_here(
+    argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No deployment named: `cosmicac` is not run in whatever directory the command was typed in."""
+    here = tmp_path / "somewhere"
+    here.mkdir()
+    tool = tmp_path / "bin" / "cosmicac"
+    tool.parent.mkdir()
+    tool.write_text(f'#!/bin/sh\necho "$@" >> "{tmp_path / "ran"}"\n')
+    tool.chmod(0o755)
+    monkeypatch.chdir(here)
+    monkeypatch.setenv("PATH", f"{tool.parent}:/usr/bin:/bin")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "no-config"))
+    rc, out = run(*argv, "--json")
+    doc = assert_error_shape(rc, out)
+    assert rc == 2 and "no deployment given" in str(doc["error"]) and str(here) in str(doc["error"]), doc
+    assert "--deployment" in str(doc["fix"]) and "deployment =" in str(doc["fix"]), doc
+    assert not (tmp_path / "ran").exists()  # nothing ran
