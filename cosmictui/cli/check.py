@@ -6,8 +6,8 @@ import argparse
 import asyncio
 from typing import Any, TextIO
 
-from cosmictui.cli.context import open_runner, settings_from
-from cosmictui.cli.output import EXIT_CODES, FAILED, KEY_FIX, OK, UsageError, dump
+from cosmictui.cli.context import open_runner, runner_exit, settings_from
+from cosmictui.cli.output import EXIT_CODES, FAILED, KEY_FIX, OK, USAGE, UsageError, dump
 from cosmictui.cli.parser import FORMAT, port_number
 
 ORDER = 20
@@ -45,6 +45,7 @@ def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
     if args.port is not None:
         overrides["relay_port"] = args.port
     settings = settings_from(args, **overrides)
+    from cosmictui.ops.runner import RunnerError
     from cosmictui.ops.setup.checks import run_checks
     from cosmictui.ops.setup.steps import gather_checks
 
@@ -54,7 +55,12 @@ def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
         opened: list[Any] = []
 
         async def connect() -> Any:
-            runner = await open_runner(settings)
+            try:
+                runner = await open_runner(settings)
+            except RunnerError as e:
+                if runner_exit(e) == USAGE:  # a deployment that does not exist: bad input, not a failed check
+                    raise UsageError(e.what, e.fix) from None
+                raise
             opened.append(runner)
             return runner
 

@@ -526,7 +526,7 @@ class SSHRunner(Runner):
         if not isdir:
             raise RunnerError(
                 f"directory {where} does not exist on {self.label}",
-                "check the path in the deployment (ssh://user@host/path)",
+                "check the path in the deployment (--deployment ssh://user@host/path, or deployment in the config)",
                 self.label,
                 "missing-directory",
             )
@@ -701,7 +701,8 @@ async def open_deployment(
         if not os.path.isdir(runner.root):
             raise RunnerError(
                 f"deployment directory {runner.root} does not exist",
-                "pass the directory that holds the deployment's .env and Taskfile",
+                '--deployment DIR, the directory that holds the deployment\'s .env and Taskfile (or deployment = "DIR" '
+                "in the config)",
                 "localhost",
                 "missing-directory",
             )

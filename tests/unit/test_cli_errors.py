@@ -240,3 +240,20 @@ def test_jobs_without_a_deployment_refuses_and_runs_nothing_here(
     assert rc == 2 and "no deployment given" in str(doc["error"]) and str(here) in str(doc["error"]), doc
     assert "--deployment" in str(doc["fix"]) and "deployment =" in str(doc["fix"]), doc
     assert not (tmp_path / "ran").exists()  # nothing ran
+
+
+def test_a_missing_deployment_directory_is_a_usage_error_whose_fix_names_the_flag(
+    tmp_path: Path, config: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`check`, `jobs` and `env set-relay` alike: exit 2 (as --help says), and the fix names --deployment."""
+    gone = str(tmp_path / "nonexistent")
+    for argv in (["check", "--no-probe"], ["jobs"], ["env", "set-relay", KEY]):
+        rc, out = run("--config", str(config), "--deployment", gone, *argv, "--json")
+        doc = assert_error_shape(rc, out)
+        assert rc == 2 and gone in str(doc["error"]), (argv, doc)
+        assert "--deployment" in str(doc["fix"]), (argv, doc)
+    rc, _ = run("--config", str(config), "--deployment", gone, "check", "--no-probe")
+    err = capsys.readouterr().err
+    assert rc == 2 and "does not exist" in err and "fix: --deployment" in err, err
+    help_text = cli.build_parser()._subparsers._group_actions[0].choices["check"].format_help()  # type: ignore[union-attr]
+    assert "2  usage or configuration error" in help_text and "missing deployment" in help_text
