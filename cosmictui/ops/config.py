@@ -182,15 +182,31 @@ def _check_names(values: dict[str, Any], what: str) -> None:
         raise ConfigError(f"unknown {what} {', '.join(unknown)}; known: {', '.join(sorted(_FIELD_TYPES))}")
 
 
+#: Settings field -> the key an operator writes in the config file ("[relay] port").
+_CONFIG_KEY = {name: (f"[{section}] {key}" if section else key) for (section, key), name in _TOML_KEYS.items()}
+#: A field's type in the words of a config file.
+_KIND_WORDS = {
+    "bool | None": 'true, false or "auto"',
+    "bool": "true or false",
+    "int": "a whole number",
+    "float": "a number",
+    "tuple": "a list of strings",
+    "dict": "a table of strings",
+    "str": "a string",
+}
+
+
 def _coerce(name: str, value: Any) -> Any:
-    """Bring TOML/flag values into the field's type, with an error naming the field."""
+    """Bring TOML/flag values into the field's type, with an error naming its config key."""
     kind = str(_FIELD_TYPES[name])
+    key = _CONFIG_KEY.get(name, name)
+    words = _KIND_WORDS.get(kind) or next((w for k, w in _KIND_WORDS.items() if kind.startswith(k)), kind)
     try:
         if kind == "bool | None":  # true, false, or "auto" (None): decided where it is used
             if value == "auto":
                 return None
             if not isinstance(value, bool):
-                raise ConfigError(f'{name} must be bool or "auto", got {value!r}')
+                raise TypeError
             return value
         if kind == "bool":
             if not isinstance(value, bool):
@@ -219,8 +235,16 @@ def _coerce(name: str, value: Any) -> Any:
                 raise TypeError
             return value
     except (TypeError, ValueError):
-        raise ConfigError(f"{name} must be {kind}, got {value!r}") from None
+        raise ConfigError(f"{key} must be {words}, got {value!r}") from None
     return value
+
+
+def _coerce_in(source: str, name: str, value: Any) -> Any:
+    """`_coerce`, its error saying which file."""
+    try:
+        return _coerce(name, value)
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {e}") from None
 
 
 def settings_from_toml(data: dict[str, Any], source: str = "config") -> dict[str, Any]:
@@ -232,12 +256,12 @@ def settings_from_toml(data: dict[str, Any], source: str = "config") -> dict[str
                 name = _TOML_KEYS.get((key, sub))
                 if name is None:
                     raise ConfigError(f"{source}: unknown key [{key}] {sub}")
-                out[name] = _coerce(name, subvalue)
+                out[name] = _coerce_in(source, name, subvalue)
         else:
             name = _TOML_KEYS.get((None, key))
             if name is None:
                 raise ConfigError(f"{source}: unknown key {key}")
-            out[name] = _coerce(name, value)
+            out[name] = _coerce_in(source, name, value)
     return out
 
 

@@ -257,3 +257,27 @@ def test_a_missing_deployment_directory_is_a_usage_error_whose_fix_names_the_fla
     assert rc == 2 and "does not exist" in err and "fix: --deployment" in err, err
     help_text = cli.build_parser()._subparsers._group_actions[0].choices["check"].format_help()  # type: ignore[union-attr]
     assert "2  usage or configuration error" in help_text and "missing deployment" in help_text
+
+
+@pytest.mark.parametrize(
+    ("toml", "key", "said"),
+    [
+        ("[relay]\nport = 'many'\n", "[relay] port", "a whole number"),
+        ("[jobs]\npoll_interval = 'soon'\n", "[jobs] poll_interval", "a number"),
+        ("[jobs]\nstuck_statuses = 3\n", "[jobs] stuck_statuses", "a list of strings"),
+        ("[commands]\nenv = 'PATH=/x'\n", "[commands] env", "a table of strings"),
+        ("[relay]\nkernel_forwarding = 'yes'\n", "[relay] kernel_forwarding", 'true, false or "auto"'),
+        ("deployment = 7\n", "deployment", "a string"),
+    ],
+)
+def test_config_errors_name_the_config_key_not_the_internal_field(
+    toml: str, key: str, said: str, tmp_path: Path
+) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text(toml)
+    rc, out = run("--config", str(bad), "check", "--json")
+    doc = assert_error_shape(rc, out)
+    error = str(doc["error"])
+    assert rc == 2 and f"{key} must be {said}" in error and str(bad) in error, error
+    assert not re.search(r"\b(relay|jobs|ssh|env)_\w+|_command\b|command_env", error), error  # no field name
+    assert "--config" in str(doc["fix"])

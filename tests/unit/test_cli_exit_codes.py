@@ -55,7 +55,7 @@ def test_bad_config_under_json_is_a_json_error(tmp_path: Path) -> None:
         out = io.StringIO()
         assert cli.main(["--config", str(bad), *argv], out=out) == 2
         doc = json.loads(out.getvalue())
-        assert doc["exit_code"] == 2 and "relay_port" in doc["error"]
+        assert doc["exit_code"] == 2 and "[relay] port" in doc["error"]
 
 
 def test_check_port_70000_as_a_real_process_exits_2_without_a_traceback() -> None:

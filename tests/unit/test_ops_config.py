@@ -53,9 +53,9 @@ def test_toml_then_overrides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
 @pytest.mark.parametrize(
     ("text", "words"),
     [
-        ("[relay]\nport = 'many'\n", "relay_port must be int"),
+        ("[relay]\nport = 'many'\n", "[relay] port must be a whole number"),
         ("[relay]\ncolour = 1\n", "unknown key [relay] colour"),
-        ("[relay]\nkernel_forwarding = 'yes'\n", "relay_kernel_forwarding must be bool"),
+        ("[relay]\nkernel_forwarding = 'yes'\n", '[relay] kernel_forwarding must be true, false or "auto"'),
         ("nonsense = 1\n", "unknown key nonsense"),
         ("[relay\n", "not valid TOML"),
     ],

@@ -104,7 +104,7 @@ def test_kernel_forwarding_in_the_config_is_true_false_or_auto(tmp_path: Path) -
     try:
         load_settings(str(cfg))
     except ConfigError as e:
-        assert "relay_kernel_forwarding must be bool" in str(e)
+        assert '[relay] kernel_forwarding must be true, false or "auto"' in str(e)
     else:
         raise AssertionError("'yes' was taken")
 
