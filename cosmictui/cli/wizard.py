@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import TextIO
 
+from cosmictui.cli.context import settings_from
 from cosmictui.cli.output import FAILED
 
 
@@ -16,5 +17,8 @@ def cmd_wizard(args: argparse.Namespace, out: TextIO) -> int:
         print(f"cosmictui: the setup wizard is not available in this build ({e}).", file=sys.stderr)
         print("The monitor and the headless commands work: see `cosmictui --help`.", file=sys.stderr)
         return FAILED
+    if not args.demo:
+        # a bad --config or --deployment is said as every command says it, with its fix, before any screen
+        settings_from(args)
     rc = main_wizard(getattr(args, "deployment", None), args.demo, getattr(args, "config", None))
     return int(rc or 0)

@@ -281,3 +281,12 @@ def test_config_errors_name_the_config_key_not_the_internal_field(
     assert rc == 2 and f"{key} must be {said}" in error and str(bad) in error, error
     assert not re.search(r"\b(relay|jobs|ssh|env)_\w+|_command\b|command_env", error), error  # no field name
     assert "--config" in str(doc["fix"])
+
+
+def test_the_wizard_with_a_bad_config_says_the_fix_too(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[relay]\nport = 'many'\n")
+    for argv in (["--config", str(bad)], ["--config", str(tmp_path / "missing.toml")]):
+        assert cli.main(argv, out=io.StringIO()) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("cosmictui: ") and "\n  fix: " in err and "--config PATH" in err, err

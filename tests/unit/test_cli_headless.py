@@ -91,7 +91,7 @@ def test_missing_or_bad_config_exit_2(tmp_path: Path, capsys: pytest.CaptureFixt
     bad = tmp_path / "bad.toml"
     bad.write_text("[relay]\nport = 'many'\n")
     assert run("--config", str(bad), "check")[0] == 2
-    assert "relay_port" in capsys.readouterr().err
+    assert "[relay] port" in capsys.readouterr().err
 
 
 def test_relay_status_by_metrics_address_up(fake: FakeRelayMetrics) -> None:
@@ -176,20 +176,23 @@ def test_check_fails_with_exit_1_when_the_port_is_taken(loopback_config: Path) -
     assert summary is not None and int(summary[2]) >= 1
 
 
-def test_no_subcommand_hands_the_flags_to_the_wizard(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_no_subcommand_hands_the_flags_to_the_wizard(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     import cosmictui.app as app_mod
 
     calls: list[tuple[object, ...]] = []
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("")
 
     def fake_wizard(deployment: str | None, demo: bool, config: str | None) -> int:
         calls.append((deployment, demo, config))
-        return 2 if config == "bad.toml" else 0
+        return 2 if config == str(cfg) else 0
 
     monkeypatch.setattr(app_mod, "main_wizard", fake_wizard)
     assert cli.main(["--demo"]) == 0
     assert cli.main(["--deployment", "ssh://ops@gpu-host/opt/cosmicac"]) == 0
-    assert cli.main(["--config", "bad.toml"]) == 2  # the wizard's exit code is the command's
-    assert calls == [(None, True, None), ("ssh://ops@gpu-host/opt/cosmicac", False, None), (None, False, "bad.toml")]
+    assert cli.main(["--config", str(cfg)]) == 2  # the wizard's exit code is the command's
+    assert cli.main(["--config", str(tmp_path / "missing.toml")]) == 2  # said before any wizard
+    assert calls == [(None, True, None), ("ssh://ops@gpu-host/opt/cosmicac", False, None), (None, False, str(cfg))]
 
 
 def test_check_with_an_unreachable_ssh_deployment_keeps_the_local_checks(loopback_config: Path) -> None:
