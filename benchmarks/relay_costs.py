@@ -43,23 +43,19 @@ from relay.protomux import MessageReceived, Mux  # noqa: E402
 from relay.secretstream import HandshakeResult, Message, SecretStream  # noqa: E402
 from relay.service.app import CONTROL_REORDER_BYTES, RelayApp, RelayConfig  # noqa: E402
 from relay.service.limits import Limits  # noqa: E402
+from relay.service.memory import (  # noqa: E402
+    DEFAULT_BUDGET,
+    IDLE_RSS,
+    MB,
+    RSS_PER_BUFFER_BYTE,
+    RSS_PER_TRACED_BYTE,
+)
 from relay.service.pairings import PairingLog  # noqa: E402
 from relay.udx.runtime import EARLY_BYTES_TOTAL  # noqa: E402
 from relay.udx.stream import REORDER_OVERHEAD  # noqa: E402
 
-MB = 2**20
-RSS_BUDGET = 200 * MB
-#: what the relay process holds before any peer (RSS of an idle relay joined to a testnet,
-#: `benchmarks/attacks.py` "RSS before": 42-43 MB on Python 3.11 + uvloop), rounded up
-IDLE_RSS = 48 * MB
-#: RSS grows more than tracemalloc counts for small objects (pymalloc arenas, fragmentation):
-#: the combined attack at the default caps grew RSS by 93 MB while holding what these costs
-#: put at 81.5 MB traced (3,542 sessions, 7,236 pending, 4,096 pairs, full reorder budgets),
-#: 1.14 RSS bytes per traced byte; rounded up
-RSS_PER_TRACED_BYTE = 1.25
-#: ... and for the big buffers (reordered payloads, incomplete frames, early packets: malloc'd
-#: blocks of ~1-4 KiB, held whole): malloc's headers and a bytearray's over-allocation
-RSS_PER_BUFFER_BYTE = 1.1
+#: the figures the relay's budget uses (`relay.service.memory`): this script measures what they stand for
+RSS_BUDGET = DEFAULT_BUDGET
 
 
 @dataclass
@@ -95,7 +91,9 @@ class Relay:
     """A `RelayApp` (never bound: no socket, no DHT) taking sessions as `_on_connection` does."""
 
     def __init__(self, storage: Path) -> None:
-        self.app = RelayApp(RelayConfig(storage=storage, key_pair=key_pair(), metrics=None))
+        # no memory budget here: the process measuring is not a relay (its RSS is the test's)
+        limits = Limits(memory_budget=1 << 50)
+        self.app = RelayApp(RelayConfig(storage=storage, key_pair=key_pair(), metrics=None, limits=limits))
         self.n = 0
         self.socket: Any = None
 

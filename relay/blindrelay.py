@@ -58,6 +58,10 @@ holder instead of refusing the newcomer, so one peer can fill a cap but never lo
   its last link ended) is closed, pending tokens or not;
 * `shed_session(now)` picks the session to close when the service's session cap is reached:
   the least recently busy session without links of the owner holding the most sessions.
+* `memory_full` (set by the service from its memory budget): while true, every cap above counts
+  as reached: a new session, pending token or match takes the place of something that carries no
+  traffic, or is refused (`sessions_refused_memory`, `pairings_refused_memory`, also in the
+  `*_refused_full` counts).
 
 Every shed is counted by cause in `server.shed` (`SHED_*` names); sheds cancel pending tokens or
 destroy pairs as `unpair` does (`pairings_cancelled`), so `refusals.session_limit/total_limit`
@@ -226,6 +230,8 @@ class BlindRelayStats:
     pairings_timed_out: int = 0
     sessions_refused_full: int = 0
     pairings_refused_full: int = 0
+    sessions_refused_memory: int = 0
+    pairings_refused_memory: int = 0
 
     def as_dict(self) -> dict[str, dict[str, int]]:
         """The `/stats` groups: sessions, pairings, streams, refusals."""
@@ -250,6 +256,8 @@ class BlindRelayStats:
                 "timed_out": self.pairings_timed_out,
                 "full_sessions": self.sessions_refused_full,
                 "full_pairs": self.pairings_refused_full,
+                "memory_sessions": self.sessions_refused_memory,
+                "memory_pairs": self.pairings_refused_memory,
             },
         }
 
@@ -498,6 +506,8 @@ class BlindRelayServer:
         self.pair_idle_timeout = pair_idle_timeout
         self.session_idle_timeout = session_idle_timeout
         self.max_sessions = max_sessions
+        self.memory_full = False
+        """The service's memory budget is reached: every cap counts as reached (see above)."""
         self.stats = BlindRelayStats()
         self.shed: Counter[str] = Counter()
         self._now = 0.0
@@ -551,12 +561,18 @@ class BlindRelayServer:
     def room_for_session(self, now: float) -> bool:
         """Whether a newcomer may have a session now, under `max_sessions`: at the cap one
         session goes (`shed_session`); when every session relays traffic, none may go and the
-        newcomer is refused (counted in `sessions_refused_full`; the caller tells its peer)."""
-        if self.max_sessions is None or len(self._sessions) < self.max_sessions:
+        newcomer is refused (counted in `sessions_refused_full`; the caller tells its peer).
+        While `memory_full`, the same holds below the cap."""
+        at_cap = self.max_sessions is not None and len(self._sessions) >= self.max_sessions
+        if not at_cap and not self.memory_full:
             return True
-        if self.shed_session(now) is not None and len(self._sessions) < self.max_sessions:
+        if self.shed_session(now) is not None and (
+            self.max_sessions is None or len(self._sessions) < self.max_sessions
+        ):
             return True
         self.stats.sessions_refused_full += 1
+        if self.memory_full:
+            self.stats.sessions_refused_memory += 1
         return False
 
     def shed_session(self, now: float) -> BlindRelaySession | None:
@@ -713,7 +729,9 @@ class BlindRelayServer:
                 oldest = next(iter(session._pairing))
                 self.shed[SHED_PENDING_PER_SESSION] += 1
                 self._cancel_pending(oldest, self._pairing[oldest])
-            if self.max_pending_total is not None and self.stats.pairings_pending >= self.max_pending_total:
+            if (self.max_pending_total is not None and self.stats.pairings_pending >= self.max_pending_total) or (
+                self.memory_full and self.stats.pairings_pending > 0
+            ):
                 self._shed_pending()
             pair = self._pairing[key] = _PendingPair(key, now)
             self.stats.pairings_pending += 1
@@ -728,7 +746,10 @@ class BlindRelayServer:
         if a is None or b is None:
             return
         cap = self.max_active_pairs
-        if cap is not None and self.stats.pairings_active >= cap and not self._shed_active():
+        at_cap = (cap is not None and self.stats.pairings_active >= cap) or self.memory_full
+        if at_cap and not self._shed_active():
+            if self.memory_full:
+                self.stats.pairings_refused_memory += 1
             self._refuse_pairing(key, pair)
             return
         del self._pairing[key]

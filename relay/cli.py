@@ -3,9 +3,10 @@
 The two stdout lines are a contract (operators and the wizard copy the key from them):
 `Using corestore storage at <abs path>` then `Server listening on <z32 key>`. Everything
 else goes to stderr. Exit codes (also in `--help`): 0 clean exit (SIGINT/SIGTERM too); 1 runtime
-error, one `blind-relay: error: …` line (storage, key, port, bootstrap, allow file); 2 usage
-error, argparse style (a flag value that can never work: bad port, key, limit, or a
-`--systemd-unit` that would fail or change the key).
+error, one `blind-relay: error: …` line (storage, key, port in use, allow file); 2 usage error,
+one line of the same form (a flag value that can never work: bad port, address, key, limit or
+budget, or a `--systemd-unit` that would fail or change the key). Every flag and address is
+checked, and the metrics address bound, before the storage is touched: a bad flag creates nothing.
 """
 
 from __future__ import annotations
@@ -13,13 +14,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import errno
+import ipaddress
 import logging
+import math
 import shlex
 import signal
+import socket
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import relay
 from relay.dhtprom import ScraperConfig, check_alias, default_alias
@@ -27,7 +32,14 @@ from relay.keys import KeyEncodingError, decode_id, encode_id
 from relay.service.allow import AllowListError, build_allow_list, parse_key
 from relay.service.limits import Limits
 from relay.service.logs import configure_logging
-from relay.service.metrics import DEFAULT_METRICS_HOST, DEFAULT_METRICS_PORT, MetricsError, parse_address
+from relay.service.memory import DEFAULT_BUDGET, MB, MIN_BUDGET, connection_bytes
+from relay.service.metrics import (
+    DEFAULT_METRICS_HOST,
+    DEFAULT_METRICS_PORT,
+    MetricsError,
+    bind_metrics_socket,
+    parse_address,
+)
 from relay.service.pauses import apply_gc_policy
 from relay.service.storage import (
     NEW_KEY_FLAG,
@@ -53,8 +65,52 @@ EXIT_CODES_HELP = """exit codes:
   1  runtime error, one 'blind-relay: error: ...' line: storage or key unreadable, storage in use
      by another relay, port in use, allow file unreadable or bad (no bootstrap node answering
      is not an error: the relay listens, warns once and keeps trying to join the DHT)
-  2  usage error: a flag value that can never work (port, --allow key, limits, --metrics,
-     --bootstrap), or a --systemd-unit that would fail at boot or start with another key"""
+  2  usage error, one 'blind-relay: error: ...' line: a flag value that can never work (port,
+     --host or --metrics not an address of this machine, --allow key, limits, --memory-budget,
+     --bootstrap), or a --systemd-unit that would fail at boot or start with another key;
+     nothing is created in the storage"""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad flag is one line and exit 2 (the usage is for --help)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+class _Exit(Exception):
+    """Stop before anything is created: `code` and the one line to print."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _address(text: str, what: str) -> str:
+    """An IP address (or localhost): a name would need DNS, which a relay must not wait on."""
+    if text == "localhost":
+        return text
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{what} {text!r} is not an IP address") from None
+    return text
+
+
+def _host(text: str) -> str:
+    return _address(text, "host")
+
+
+def _megabytes(text: str) -> int:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of megabytes") from None
+    if not MIN_BUDGET / MB <= v < float("inf"):
+        raise argparse.ArgumentTypeError(
+            f"{text} MB is below the {MIN_BUDGET // MB} MB an idle relay and a few connections need"
+        )
+    return int(v * MB)
 
 
 def _port(text: str) -> int:
@@ -69,9 +125,11 @@ def _port(text: str) -> int:
 
 def _metrics(text: str) -> str:
     try:
-        parse_address(text)
+        addr = parse_address(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+    if addr is not None:
+        _address(addr[0], "metrics host")
     return text
 
 
@@ -107,7 +165,7 @@ def _bootstrap(text: str) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="blind-relay",
         description="Blind relay for HyperDHT peers (Python, Node-free; a drop-in for blind-relay-service).",
         epilog=EXIT_CODES_HELP,
@@ -117,7 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
         "-s", "--storage", default=None, help="storage directory holding the relay's key (default ./corestore)"
     )
     p.add_argument("-p", "--port", type=_port, default=49737, help="UDP port (default 49737)")
-    p.add_argument("--host", default="0.0.0.0", help="address to bind (default 0.0.0.0)")
+    p.add_argument("--host", type=_host, default="0.0.0.0", help="address to bind (default 0.0.0.0)")
     p.add_argument(
         NEW_KEY_FLAG,
         action="store_true",
@@ -166,22 +224,31 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group(
         "limits",
         "One relayed connection costs two sessions (each peer opens its own connection to the relay) "
-        "and one active pair: about 34 KB of memory at most, buffers included. The defaults hold "
-        f"{d.max_active_pairs:,} relayed connections within 200 MB. When full, the relay refuses new "
-        "sessions and pairings at once (the peer sees its relay connection close); a pair that "
-        "carries traffic is never dropped to make room.",
+        f"and one active pair: about {math.ceil(connection_bytes() / 1000)} KB of memory at most, "
+        f"buffers included. The memory budget (default {DEFAULT_BUDGET // MB} MB) sets --max-sessions, "
+        "--max-active-pairs and --max-pending unless they are given, and admission checks the relay's "
+        f"own RSS against it: {d.max_active_pairs:,} relayed connections at 200 MB. When full, the relay "
+        "refuses new sessions and pairings at once (the peer sees its relay connection close); a pair "
+        "that carries traffic is never dropped to make room.",
+    )
+    g.add_argument(
+        "--memory-budget",
+        type=_megabytes,
+        default=DEFAULT_BUDGET,
+        metavar="MB",
+        help=f"megabytes (MiB) of RAM the relay may use (default {DEFAULT_BUDGET // MB}, at least {MIN_BUDGET // MB})",
     )
     g.add_argument(
         "--max-sessions",
         type=_positive_int,
-        default=d.max_sessions,
-        help=f"open sessions, two per relayed connection (default {d.max_sessions})",
+        default=None,
+        help=f"open sessions, two per relayed connection (default from the budget: {d.max_sessions} at 200 MB)",
     )
     g.add_argument(
         "--max-pending",
         type=_positive_int,
-        default=d.max_pending_total,
-        help=f"pending pairings, total ({d.max_pending_total})",
+        default=None,
+        help=f"pending pairings, total (from the budget: {d.max_pending_total} at 200 MB)",
     )
     g.add_argument(
         "--max-pending-per-session",
@@ -198,8 +265,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--max-active-pairs",
         type=_positive_int,
-        default=d.max_active_pairs,
-        help=f"relayed pairs at once, one per relayed connection ({d.max_active_pairs})",
+        default=None,
+        help=f"relayed pairs at once, one per relayed connection (from the budget: {d.max_active_pairs} at 200 MB)",
     )
     g.add_argument(
         "--handshakes-per-address",
@@ -255,13 +322,21 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
+#: the caps the memory budget sets unless given: (Limits field, flag's dest)
+BUDGET_CAPS = (
+    ("max_sessions", "max_sessions"),
+    ("max_active_pairs", "max_active_pairs"),
+    ("max_pending_total", "max_pending"),
+)
+
+
 def _limits(args: argparse.Namespace) -> Limits:
-    return Limits(
-        max_sessions=args.max_sessions,
+    given = {field: getattr(args, dest) for field, dest in BUDGET_CAPS if getattr(args, dest) is not None}
+    return Limits.for_budget(
+        args.memory_budget,
+        **given,
         max_pending_per_session=args.max_pending_per_session,
-        max_pending_total=args.max_pending,
         pending_timeout=args.pending_timeout,
-        max_active_pairs=args.max_active_pairs,
         handshakes_per_address=args.handshakes_per_address,
         session_idle_timeout=args.session_idle_timeout,
         silent_pair_timeout=args.silent_pair_timeout,
@@ -280,12 +355,15 @@ def _unit_extra_args(args: argparse.Namespace) -> list[str]:
     """Non-default limit flags, so the unit runs the relay exactly as asked."""
     d = _limits(build_parser().parse_args([]))
     mine = _limits(args)
+    out: list[str] = []
+    if args.memory_budget != DEFAULT_BUDGET:
+        out += ["--memory-budget", f"{args.memory_budget / MB:g}"]
+    for field, dest in BUDGET_CAPS:  # only those given: the others follow the budget
+        if getattr(args, dest) is not None:
+            out += ["--" + dest.replace("_", "-"), str(getattr(mine, field))]
     flags = {
-        "max_sessions": "--max-sessions",
-        "max_pending_total": "--max-pending",
         "max_pending_per_session": "--max-pending-per-session",
         "pending_timeout": "--pending-timeout",
-        "max_active_pairs": "--max-active-pairs",
         "handshakes_per_address": "--handshakes-per-address",
         "session_idle_timeout": "--session-idle-timeout",
         "silent_pair_timeout": "--silent-pair-timeout",
@@ -293,7 +371,6 @@ def _unit_extra_args(args: argparse.Namespace) -> list[str]:
         "busy_address_sessions": "--busy-address-sessions",
         "handshake_budget_per_second": "--handshake-budget",
     }
-    out: list[str] = []
     for attr, flag in flags.items():
         if getattr(mine, attr) != getattr(d, attr):
             out += [flag, str(getattr(mine, attr))]
@@ -387,6 +464,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _systemd_unit(args)
 
     scraper_flags = _scraper_flags(args)
+    limits = _limits(args)
+    try:  # every address checked, the metrics one bound, before the storage is touched
+        metrics, metrics_socket = _bind_metrics(args)
+        _check_udp(args.host, args.port)
+    except _Exit as e:
+        print(f"blind-relay: error: {e}", file=sys.stderr, flush=True)
+        return e.code
     storage = Path(args.storage or "./corestore").resolve()
     print(f"Using corestore storage at {storage}", flush=True)
     try:
@@ -395,6 +479,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_writable(storage)
         lock = StorageLock(storage)
     except (StorageError, AllowListError) as e:
+        if metrics_socket is not None:
+            metrics_socket.close()
         return _fail(str(e))
     log.info(primary.describe())
     if args.new_key:
@@ -414,10 +500,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         host=args.host,
         port=args.port,
         bootstrap=list(args.bootstrap or PUBLIC_BOOTSTRAP),
-        metrics=parse_address(args.metrics or f"{DEFAULT_METRICS_HOST}:{DEFAULT_METRICS_PORT}"),
-        metrics_fallback=args.metrics is None,
+        metrics=metrics,
+        metrics_socket=metrics_socket,
         allow=allow,
-        limits=_limits(args),
+        limits=limits,
         kernel_forwarding=args.kernel_forwarding,
         scraper=_scraper_config(scraper_flags, encode_id(key_pair.public_key)),
     )
@@ -438,6 +524,63 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
     finally:
         lock.release()
+
+
+def _bind_metrics(args: argparse.Namespace) -> tuple[tuple[str, int] | None, socket.socket | None]:
+    """The metrics address and its bound socket (None, None for `off`). The default address,
+    when another relay holds it, falls back to a free port (said on stderr), as before."""
+    addr = parse_address(args.metrics or f"{DEFAULT_METRICS_HOST}:{DEFAULT_METRICS_PORT}")
+    if addr is None:
+        return None, None
+    host, port = addr
+    try:
+        return addr, bind_metrics_socket(host, port)
+    except OSError as e:
+        if e.errno == errno.EADDRINUSE and args.metrics is None:
+            try:
+                sock = bind_metrics_socket(host, 0)
+            except OSError as e2:
+                raise _Exit(EXIT_ERROR, f"cannot serve metrics on {host}: {e2.strerror or e2}") from e2
+            free = sock.getsockname()[1]
+            shown = f"[{host}]" if ":" in host else host
+            log.warning(
+                "metrics address %s:%d is in use (another relay?); serving metrics on http://%s:%d instead",
+                host,
+                port,
+                shown,
+                free,
+            )
+            return (host, free), sock
+        if e.errno == errno.EADDRINUSE:
+            raise _Exit(
+                EXIT_ERROR,
+                f"cannot serve metrics on {host}:{port}: address already in use (use --metrics HOST:PORT or off)",
+            ) from e
+        if e.errno == errno.EADDRNOTAVAIL:
+            raise _Exit(
+                EXIT_USAGE,
+                f"--metrics {host}:{port}: {host} is not an address of this machine (use --metrics HOST:PORT or off)",
+            ) from e
+        if e.errno == errno.EACCES:
+            raise _Exit(
+                EXIT_ERROR,
+                f"cannot serve metrics on {host}:{port}: permission denied (ports below 1024 need privileges)",
+            ) from e
+        raise _Exit(EXIT_USAGE, f"--metrics {host}:{port}: {e.strerror or e}") from e
+
+
+def _check_udp(host: str, port: int) -> None:
+    """Bind the relay's UDP address for a moment: an address this machine does not have is a
+    usage error, a port in use a runtime one, both before the storage is touched."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError as e:
+            from relay.service.app import _bind_error
+
+            code = EXIT_USAGE if e.errno == errno.EADDRNOTAVAIL else EXIT_ERROR
+            raise _Exit(code, _bind_error(host, port, e)) from e
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:

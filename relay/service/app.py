@@ -24,6 +24,7 @@ import contextlib
 import errno
 import logging
 import os
+import socket
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -52,6 +53,7 @@ from relay.service.closing import reset_targets, send_resets
 from relay.service.limits import (
     LIMIT_ACTIVE_PAIRS,
     LIMIT_CONTROL_FRAME,
+    LIMIT_MEMORY,
     LIMIT_NOT_ALLOWED,
     LIMIT_PENDING_PER_SESSION,
     LIMIT_PENDING_TIMEOUT,
@@ -61,6 +63,7 @@ from relay.service.limits import (
     LimitCounters,
     Limits,
 )
+from relay.service.memory import CONTROL_REORDER_BYTES, MemoryBudget, MemoryWatch
 from relay.service.metrics import MetricsError, MetricsServer, build_registry, render_metrics
 from relay.service.pairings import PairingLog, PairingRecord, Sighting
 from relay.service.pauses import RELAY_RECEIVE_BUFFER, Pauses
@@ -69,13 +72,6 @@ from relay.service.scraper import ScraperLink
 from relay.udx import UDX, UDXSocket, UDXStream
 from relay.udx.kernel import KernelUnavailable
 
-#: Out-of-order bytes a session's control stream may hold (payload + 128 B per packet). Its
-#: blind-relay messages are ~40-byte frames, so 1 KiB still parks ~6 of them behind a lost
-#: packet, while 8,192 sessions parking all they may cost 8 MiB (at 256 KiB it was 1 GiB: the
-#: combined attack at the default caps reached 506 MB; at 4 KiB, 32 MiB of the 200 MB budget at
-#: 8,192 sessions). A packet over it is dropped and counted (`dropped{reorder_limit}`); the peer
-#: retransmits it.
-CONTROL_REORDER_BYTES = 1024
 log = logging.getLogger("relay")
 
 PUBLIC_BOOTSTRAP = (
@@ -109,6 +105,8 @@ class RelayConfig:
     metrics: tuple[str, int] | None = ("127.0.0.1", 49738)
     metrics_fallback: bool = False
     """The metrics address is the default, not asked for: if it is taken, serve on a free port."""
+    metrics_socket: socket.socket | None = None
+    """The metrics address, bound already (the command line binds it before touching storage)."""
     allow: frozenset[bytes] | None = None
     limits: Limits = field(default_factory=Limits)
     kernel_forwarding: bool = False
@@ -205,6 +203,8 @@ class RelayApp:
             max_sessions=lim.max_sessions,
         )
         self.handshakes = HandshakeGate(lim)
+        self.memory = MemoryWatch(MemoryBudget(lim.memory_budget, lim.max_control_frame))
+        """The memory budget: RSS read at admission, full or not, trims after a burst."""
         self.pairings = PairingLog(self.key)
         """Who paired through this relay and what each side sent (`GET /pairings`)."""
         self._sessions: dict[BlindRelaySession, _Session] = {}
@@ -247,7 +247,9 @@ class RelayApp:
                 self.kernel_error = str(e)
                 log.warning("kernel forwarding is off, pairs are forwarded in Python: %s", e)
         if cfg.metrics is not None:
-            self.metrics = MetricsServer(self.snapshot, *cfg.metrics, pairings=self.pairings_record)
+            self.metrics = MetricsServer(
+                self.snapshot, *cfg.metrics, pairings=self.pairings_record, sock=cfg.metrics_socket
+            )
             try:
                 await self.metrics.start()
             except MetricsError as e:
@@ -325,6 +327,7 @@ class RelayApp:
             return
         self._closed = True
         self.pauses.stop()
+        self.memory.close()
         unannounced: asyncio.Future[None] | None = None
         if self.server is not None:
             self.server.accepting = False  # from here on no handshake is answered
@@ -405,13 +408,20 @@ class RelayApp:
             return
         now = self._now()
         lim = self.config.limits
-        # at --max-sessions an idle or never-paired session goes (the heaviest address's), never
-        # one relaying traffic; with none to spare the newcomer is refused at once
+        # at --max-sessions, or with the memory budget reached, an idle or never-paired session
+        # goes (the heaviest address's), never one relaying traffic; with none to spare the
+        # newcomer is refused at once
+        full = self.blind.memory_full = self.memory.check(now, self.blind.session_count)
         room = self.blind.room_for_session(now)
         self._pump()
         if not room:
-            self.limit_counters.hit(LIMIT_SESSIONS)
-            log.info("relay full: every session relays traffic; refused a new session", extra={"peer": peer})
+            if full:
+                self.memory.refused_sessions += 1
+                self.limit_counters.hit(LIMIT_MEMORY)
+                log.info("relay full: memory budget reached; refused a new session", extra={"peer": peer})
+            else:
+                self.limit_counters.hit(LIMIT_SESSIONS)
+                log.info("relay full: every session relays traffic; refused a new session", extra={"peer": peer})
             self._refuse(conn)
             return
         conn.secret_stream.stream.max_frame = lim.max_control_frame
@@ -421,6 +431,7 @@ class RelayApp:
         conn.secret_stream.on_event = lambda ev: self._on_stream_event(s, ev)
         log.debug("session accepted", extra={"peer": peer, "address": conn.client_address})
         self._pump()
+        self._held()
 
     @staticmethod
     def _refuse(conn: Connection) -> None:
@@ -433,8 +444,12 @@ class RelayApp:
 
     def _on_stream_event(self, s: _Session, ev: Any) -> None:
         if isinstance(ev, Message):
+            now = self._now()
+            # a pair request may add a pending token or a pair: at most READ_EVERY-old RSS says
+            # whether the budget lets it in
+            self.blind.memory_full = self.memory.check(now, self.blind.session_count, fresh=False)
             try:
-                s.session.receive_message(ev.data, self._now())
+                s.session.receive_message(ev.data, now)
             except BlindRelayError as e:
                 log.warning("peer broke the blind-relay protocol: %s", e, extra={"peer": s.peer})
                 s.conn.destroy()
@@ -449,6 +464,7 @@ class RelayApp:
             s.session.connection_closed()
             self._pump()
             self._sessions.pop(s.session, None)
+            self._held()
             return
         self._pump()
 
@@ -514,6 +530,10 @@ class RelayApp:
             },
         )
 
+    def _held(self) -> None:
+        """Tell the memory watch how much the relay holds (it trims after a large fall)."""
+        self.memory.held(self.blind.session_count, (self.loop or asyncio.get_running_loop()).call_later)
+
     def _side(self, session: BlindRelaySession, stream: UDXStream) -> tuple[Sighting, UDXStream]:
         s = self._sessions.get(session)
         if s is not None:
@@ -530,6 +550,7 @@ class RelayApp:
             self.blind.stream_error(stream_id)
         self.blind.stream_closed(stream_id)
         self._pump()
+        self._held()
 
     def _now(self) -> float:
         """The loop's clock: the one time every core here is fed (relay.core)."""
@@ -661,7 +682,8 @@ class RelayApp:
         rejected[LIMIT_PENDING_PER_SESSION] += b.pairings_refused_session_limit
         rejected[LIMIT_PENDING_TOTAL] += b.pairings_refused_total_limit
         rejected[LIMIT_PENDING_TIMEOUT] += b.pairings_timed_out
-        rejected[LIMIT_ACTIVE_PAIRS] += b.pairings_refused_full
+        rejected[LIMIT_ACTIVE_PAIRS] += b.pairings_refused_full - b.pairings_refused_memory
+        rejected[LIMIT_MEMORY] += b.pairings_refused_memory
         if self.node is not None:
             dht = self.node.stats()
         else:
@@ -694,7 +716,7 @@ class RelayApp:
                 "kernel_packets": traffic.kernel_packets,
                 "kernel_bytes": traffic.kernel_bytes,
             },
-            "memory": {"rss_bytes": mem},
+            "memory": self.memory.snapshot(self.blind.session_count) | {"rss_bytes": mem},
             "cpu_seconds": round(cpu.user + cpu.system, 3),
             "dropped": dropped,
             "handshakes": self._handshake_stats(),

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter, OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 # Names of the caps, as they appear in metrics and /stats.
 LIMIT_SESSIONS = "sessions"
@@ -22,6 +23,7 @@ LIMIT_ACTIVE_PAIRS = "active_pairs"
 LIMIT_NOT_ALLOWED = "not_allowed"
 LIMIT_HANDSHAKES_BUSY = "handshakes_busy"  # an address holding many sessions, while the relay is busy
 LIMIT_CONTROL_FRAME = "control_frame"  # a session ended for announcing a control frame over the limit
+LIMIT_MEMORY = "memory"  # a newcomer refused because the memory budget is reached and nothing idle could go
 ALL_LIMITS = (
     LIMIT_SESSIONS,
     LIMIT_PENDING_PER_SESSION,
@@ -32,6 +34,7 @@ ALL_LIMITS = (
     LIMIT_NOT_ALLOWED,
     LIMIT_HANDSHAKES_BUSY,
     LIMIT_CONTROL_FRAME,
+    LIMIT_MEMORY,
 )
 
 
@@ -43,15 +46,18 @@ class Limits:
     session) loses its oldest or idlest entry that carries no traffic; a pair relaying traffic is
     never shed, so a relay full of them refuses the newcomer instead (`relay.blindrelay`).
 
-    The session and pair caps come from the memory budget: one relayed connection is two sessions
-    (hyperdht's client and server each open their own connection to the relay: connect.js,
-    server.js) and one active pair. Measured per object (tracemalloc on the relay's real objects,
-    `benchmarks/relay_costs.py`): a session ~8.5 KB, a pair ~5.6 KB, a pending token ~0.4 KB,
-    plus each session's reorder and frame bounds. The worst case at these caps (every session
-    also holding its full buffers, an idle relay's 48 MB included) is ~185 MB, under the
-    operator page's 200 MB; 4,096 relayed connections (8,192 sessions) fit, where the pair cap
-    then binds (`tests/unit/test_relay_costs.py` keeps the sum under 95 % of 200 MB)."""
+    The session, pair and pending caps come from the memory budget (`relay.service.memory`,
+    `for_budget`): one relayed connection is two sessions (hyperdht's client and server each open
+    their own connection to the relay: connect.js, server.js) and one active pair. Measured per
+    object (tracemalloc on the relay's real objects, `benchmarks/relay_costs.py`): a session
+    ~8.7 KB, a pair ~5.7 KB, a pending token ~0.4 KB, plus each session's reorder and frame
+    bounds. The worst case at the 200 MB defaults (every session also holding its full buffers,
+    an idle relay's 48 MB included) is ~189 MB; 4,096 relayed connections (8,192 sessions) fit
+    (`tests/unit/test_relay_costs.py` keeps the sum under 95 % of the budget). Admission also
+    checks the process's measured RSS against the budget, so an estimate that is off cannot
+    break it."""
 
+    memory_budget: int = 200 * 2**20
     max_sessions: int = 8192
     max_pending_per_session: int = 64
     max_pending_total: int = 8192
@@ -82,6 +88,20 @@ class Limits:
 
     def as_dict(self) -> dict[str, float | int]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+    @classmethod
+    def for_budget(cls, memory_budget: int, **given: Any) -> Limits:
+        """Limits whose session, pair and pending caps derive from `memory_budget` (bytes),
+        except those in `given` (flags the operator set)."""
+        from relay.service.memory import caps_for_budget
+
+        caps = caps_for_budget(memory_budget, given.get("max_control_frame", cls.max_control_frame))
+        derived = {
+            "max_sessions": caps.max_sessions,
+            "max_active_pairs": caps.max_active_pairs,
+            "max_pending_total": caps.max_pending_total,
+        }
+        return cls(memory_budget=memory_budget, **(derived | given))
 
 
 @dataclass

@@ -14,6 +14,7 @@ import contextlib
 import json
 import logging
 import os
+import socket
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -146,6 +147,35 @@ class RelayCollector(Collector):
             refused.add_metric(["session"], cap.get("refused_sessions", 0))
             refused.add_metric(["pairing"], cap.get("refused_pairings", 0))
             yield refused
+        mem = s.get("memory")
+        if isinstance(mem, Mapping) and "budget_bytes" in mem:
+            for metric, key, doc in (
+                ("blind_relay_memory_budget_bytes", "budget_bytes", "The memory budget (--memory-budget)"),
+                (
+                    "blind_relay_memory_admission_limit_bytes",
+                    "admission_limit_bytes",
+                    "RSS above which newcomers are refused unless something idle makes room "
+                    "(the budget less what held sessions may still grow by)",
+                ),
+                ("blind_relay_memory_full", "full", "1 while the memory budget is reached"),
+            ):
+                yield GaugeMetricFamily(metric, doc, value=float(mem.get(key) or 0))
+            refused = CounterMetricFamily(
+                "blind_relay_memory_refused",
+                "Newcomers refused because the memory budget was reached and nothing idle could go",
+                labels=["what"],
+            )
+            refused.add_metric(["session"], mem.get("refused_sessions", 0))
+            refused.add_metric(["pairing"], s.get("refusals", {}).get("memory_pairs", 0))
+            yield refused
+            yield CounterMetricFamily(
+                "blind_relay_memory_trims", "Times memory was handed back after a burst", value=mem.get("trims", 0)
+            )
+            yield CounterMetricFamily(
+                "blind_relay_memory_trimmed_bytes",
+                "RSS handed back after bursts",
+                value=mem.get("trimmed_bytes", 0),
+            )
         limits = s.get("limits", {}).get("rejected", {})
         rejected = CounterMetricFamily(
             "blind_relay_limit_rejections", "Requests refused because a resource cap was reached", labels=["limit"]
@@ -255,6 +285,23 @@ def parse_address(text: str) -> tuple[str, int] | None:
     return host, port
 
 
+def bind_metrics_socket(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on `host:port` for `MetricsServer(sock=...)`: bound before the relay
+    touches its storage, so an address that cannot work stops it with nothing created. OSError
+    as `bind` raises it."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 class MetricsServer:
     """Serves `/metrics`, `/stats` and, given `pairings`, `/pairings` (the relay's bounded record
     of its pairings, `relay.service.pairings`); one short HTTP/1.1 exchange per connection."""
@@ -266,9 +313,11 @@ class MetricsServer:
         port: int = DEFAULT_METRICS_PORT,
         *,
         pairings: SnapshotFn | None = None,
+        sock: socket.socket | None = None,
     ):
         self._snapshot = snapshot
         self._pairings = pairings
+        self._sock = sock
         self.registry = build_registry(snapshot)
         self.host = host
         self.port = port
@@ -281,7 +330,10 @@ class MetricsServer:
 
     async def start(self) -> None:
         try:
-            self._server = await asyncio.start_server(self._handle, self.host, self.port, reuse_address=True)
+            if self._sock is not None:  # bound already (`bind_metrics_socket`)
+                self._server = await asyncio.start_server(self._handle, sock=self._sock)
+            else:
+                self._server = await asyncio.start_server(self._handle, self.host, self.port, reuse_address=True)
         except OSError as e:
             reason = "address already in use" if e.errno == 98 else (e.strerror or str(e))
             raise MetricsError(

@@ -219,13 +219,15 @@ def _read_primary_key_file(path: Path) -> bytes:
         ) from e
     except OSError as e:
         raise StorageError(f"cannot read {path}: {e.strerror or e}") from e
-    if len(data) < KEY_BYTES:
+    if len(data) != KEY_BYTES:
+        # shorter is damaged; longer is damaged too or not a primary key at all (using its first 32
+        # bytes would announce a key nobody configured)
         raise StorageError(
-            f"{path} holds {len(data)} bytes, a primary key needs {KEY_BYTES}; refusing to replace it: restore it "
-            f"from a backup, or set it aside (mv {path} {path}.damaged) and start with {NEW_KEY_FLAG} to make a new "
-            "key deliberately"
+            f"{path} holds {len(data)} bytes, a primary key is exactly {KEY_BYTES}; refusing to use or replace it: "
+            f"restore it from a backup, or set it aside (mv {path} {path}.damaged) and start with {NEW_KEY_FLAG} to "
+            "make a new key deliberately"
         )
-    return data[:KEY_BYTES]
+    return data
 
 
 def _write_new_key(path: Path, key: bytes) -> None:

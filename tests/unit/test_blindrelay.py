@@ -367,6 +367,8 @@ def test_pending_caps_shed_the_heaviest_never_the_newcomer() -> None:
         "timed_out": 2,
         "full_sessions": 0,
         "full_pairs": 0,
+        "memory_sessions": 0,
+        "memory_pairs": 0,
     }
     assert dict(server.shed) == {"pending_per_session": 1, "pending_total": 1, "pending_timeout": 2}
 

@@ -9,6 +9,7 @@ measurement does not depend on how busy the machine is.
 from __future__ import annotations
 
 from benchmarks.relay_costs import MB, RSS_BUDGET, measure
+from relay.service import memory
 from relay.service.limits import Limits
 
 
@@ -21,6 +22,17 @@ def test_the_default_caps_fit_the_operator_pages_200_mb_at_measured_object_sizes
     worst = costs.worst_case()
     breakdown = {k: round(v / MB, 1) for k, v in worst.items()}
     assert worst["total"] < 0.95 * RSS_BUDGET, breakdown
+
+
+def test_the_budgets_per_object_figures_are_at_least_what_the_objects_cost() -> None:
+    """The caps derive from the figures in relay.service.memory: a session, pair, pending token
+    or pairing record that grows past its figure fails here (raise the figure, or trim the object)."""
+    costs = measure(n_sessions=200, n_pending=2000, n_pairs=1000)
+    assert costs.session <= memory.SESSION_BYTES, costs.session
+    assert costs.pair <= memory.PAIR_BYTES, costs.pair
+    assert costs.pending <= memory.PENDING_BYTES, costs.pending
+    assert costs.record <= memory.RECORD_BYTES, costs.record
+    assert memory.connection_bytes() >= costs.per_connection()
 
 
 def test_the_default_caps_hold_4000_relayed_connections_and_the_budget_derives_them() -> None:

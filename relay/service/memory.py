@@ -1,0 +1,303 @@
+"""The memory budget: the caps derive from it, admission checks the process's own RSS against it,
+and memory a burst took is handed back once the burst is over.
+
+The operator page promises "the relay uses up to 200 MB of RAM". Counting objects alone cannot
+keep that promise (allocator overhead, buffers and fragmentation are outside any sum), so the
+budget is enforced twice: the session, pair and pending caps derive from it with per-object costs
+measured on the relay's real objects (`benchmarks/relay_costs.py` re-measures them and
+`tests/unit/test_relay_costs.py` fails if one outgrows its figure here), and every admission
+reads the process's resident set (`/proc/self/statm`, one `pread`, ~2 us). While the RSS plus what
+the objects already held may still grow by (`MemoryBudget.reserve`) passes the budget, the relay
+is *full*: it admits a newcomer only in place of something that carries no traffic, as at its
+caps, and refuses it (counted) when nothing may go. A pair that carries traffic is never shed.
+
+After a burst, CPython keeps freed objects in its pools and glibc keeps freed heap pages, so RSS
+stays at the burst's peak (and the relay would stay "full"). `MemoryWatch` notices when what the
+relay holds has fallen well below its high-water mark, then collects cyclic garbage (the relay's
+collection thresholds are high: an idle relay allocates too little to trigger one) and calls
+glibc's `malloc_trim(0)`, which returns free pages anywhere in the heap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import gc
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger("relay")
+
+MB = 2**20
+#: the operator page's figure
+DEFAULT_BUDGET = 200 * MB
+#: below this an idle relay and a handful of connections do not fit
+MIN_BUDGET = 64 * MB
+
+#: Out-of-order bytes a session's control stream may hold (payload + 128 B per packet). Its
+#: blind-relay messages are ~40-byte frames, so 1 KiB still parks ~6 of them behind a lost
+#: packet, while 8,192 sessions parking all they may cost 8 MiB (at 256 KiB it was 1 GiB: the
+#: combined attack at the default caps reached 506 MB; at 4 KiB, 32 MiB of the 200 MB budget at
+#: 8,192 sessions). A packet over it is dropped and counted (`dropped{reorder_limit}`); the peer
+#: retransmits it.
+CONTROL_REORDER_BYTES = 1024
+
+# Per-object costs (bytes traced by tracemalloc on the relay's real objects, rounded up;
+# `benchmarks/relay_costs.py` measures them, `tests/unit/test_relay_costs.py` keeps them true).
+#: a session: control UDX stream, secret stream, protomux, blind-relay state, its key's sighting
+SESSION_BYTES = 8_700
+#: an active pair: two relay UDX streams, their links and hooks, its entry in the pairing record
+PAIR_BYTES = 5_700
+#: a pending pairing token
+PENDING_BYTES = 420
+#: the pairing record when full (1,024 pairings, 8,192 keys' first sightings)
+RECORD_BYTES = int(1.95 * MB)
+#: what the relay process holds before any peer (RSS of an idle relay joined to a testnet:
+#: 42-45 MB on Python 3.11 + uvloop), rounded up
+IDLE_RSS = 48 * MB
+#: RSS grows more than tracemalloc counts for small objects (pymalloc arenas, fragmentation): the
+#: combined attack at the default caps grew RSS by 93 MB while holding what these costs put at
+#: 81.5 MB traced, 1.14 RSS bytes per traced byte; rounded up
+RSS_PER_TRACED_BYTE = 1.25
+#: ... and for the big buffers (reordered payloads, incomplete frames, early packets: malloc'd
+#: blocks of ~1-4 KiB, held whole): malloc's headers and a bytearray's over-allocation
+RSS_PER_BUFFER_BYTE = 1.1
+#: share of the budget the caps may plan for; the rest absorbs what no count sees
+CAPS_SHARE = 0.95
+#: headroom the admission check keeps beyond the held objects' own growth (handshakes in flight,
+#: a /stats document, a collection's timing): this share of the budget, at least MARGIN_MIN
+MARGIN_SHARE = 0.02
+MARGIN_MIN = 2 * MB
+#: the caps are rounded down to a multiple of this many relayed connections
+CAPS_STEP = 256
+#: the pending cap is twice the pair cap (each relayed connection pairs once from each side), at most
+MAX_PENDING_CAP = 8192
+
+
+def session_buffer_bytes(max_control_frame: int) -> float:
+    """RSS one session's bounded buffers may take: its out-of-order budget and an incomplete frame."""
+    return (CONTROL_REORDER_BYTES + max_control_frame + 3) * RSS_PER_BUFFER_BYTE
+
+
+def early_bytes() -> float:
+    """RSS the relay streams' shared early-packet budget may take (payload + per-packet overhead)."""
+    from relay.udx.runtime import EARLY_BYTES_TOTAL  # the UDX runtime only when the relay runs
+    from relay.udx.stream import REORDER_OVERHEAD
+
+    return EARLY_BYTES_TOTAL * (1 + REORDER_OVERHEAD / 1200) * RSS_PER_BUFFER_BYTE
+
+
+def connection_bytes(max_control_frame: int = 1024) -> float:
+    """RSS one relayed connection may hold at worst: two sessions (hyperdht's client and server
+    each open one to the relay), each with its full buffers, and one active pair."""
+    return (2 * SESSION_BYTES + PAIR_BYTES) * RSS_PER_TRACED_BYTE + 2 * session_buffer_bytes(max_control_frame)
+
+
+def fixed_bytes() -> float:
+    """RSS the relay holds whatever its load: the idle process, early packets, a full record."""
+    return IDLE_RSS + early_bytes() + RECORD_BYTES * RSS_PER_TRACED_BYTE
+
+
+@dataclass(frozen=True)
+class Caps:
+    max_sessions: int
+    max_active_pairs: int
+    max_pending_total: int
+
+
+def caps_for_budget(budget: int, max_control_frame: int = 1024) -> Caps:
+    """The session, pair and pending caps whose worst case, all held at once with full buffers
+    beside the idle relay, fits `CAPS_SHARE` of `budget`. 200 MB gives 4,096 relayed
+    connections (8,192 sessions, 8,192 pending tokens)."""
+    room = CAPS_SHARE * budget - fixed_bytes()
+    per = connection_bytes(max_control_frame) + 2 * PENDING_BYTES * RSS_PER_TRACED_BYTE
+    pairs = max(0, int(room // per))
+    pairs = max(16, pairs - pairs % CAPS_STEP if pairs >= CAPS_STEP else pairs)
+    return Caps(2 * pairs, pairs, min(MAX_PENDING_CAP, 2 * pairs))
+
+
+def smallest_budget_for(pairs: int, max_control_frame: int = 1024) -> int:
+    """The budget in MB whose caps reach `pairs` relayed connections (for an error message)."""
+    per = connection_bytes(max_control_frame) + 2 * PENDING_BYTES * RSS_PER_TRACED_BYTE
+    return int((fixed_bytes() + pairs * per) / CAPS_SHARE // MB) + 1
+
+
+class MemoryBudget:
+    """Whether the relay is full at a given RSS: sans-IO, numbers in and a verdict out."""
+
+    def __init__(self, budget: int, max_control_frame: int = 1024) -> None:
+        self.budget = budget
+        self.per_session = session_buffer_bytes(max_control_frame)
+        self.margin = max(MARGIN_MIN, MARGIN_SHARE * budget)
+        self.early = early_bytes()
+
+    def reserve(self, sessions: int) -> float:
+        """What the objects held now may still grow by without any newcomer (every session
+        filling its bounded buffers, the early-packet budget filling), plus the margin."""
+        return sessions * self.per_session + self.early + self.margin
+
+    def limit(self, sessions: int) -> int:
+        """The RSS at which the relay is full while holding `sessions` sessions."""
+        return int(self.budget - self.reserve(sessions))
+
+    def full(self, rss: int, sessions: int) -> bool:
+        return rss > self.limit(sessions)
+
+
+class ResidentSet:
+    """The process's resident set size from `/proc/self/statm` (one pread; psutil as a fallback)."""
+
+    def __init__(self) -> None:
+        self._page = os.sysconf("SC_PAGE_SIZE")
+        self._fd: int | None = None
+        with contextlib.suppress(OSError):
+            self._fd = os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC)
+
+    def __call__(self) -> int:
+        if self._fd is not None:
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                return int(os.pread(self._fd, 128, 0).split()[1]) * self._page
+        import psutil
+
+        return int(psutil.Process().memory_info().rss)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's malloc_trim, or None (another libc: freed pages go back as that allocator decides)."""
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    try:
+        fn = ctypes.CDLL(name).malloc_trim
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_size_t]
+    fn.restype = ctypes.c_int
+    return fn  # type: ignore[no-any-return]
+
+
+#: a trim is due once what the relay holds fell below this share of its high-water mark ...
+TRIM_FALL = 0.5
+#: ... by at least this many sessions (a handful coming and going is not a burst) ...
+TRIM_MIN_SESSIONS = 64
+#: ... and runs this many seconds after the last such fall (a burst ends over a few seconds)
+TRIM_DELAY = 2.0
+#: RSS readings for the admission verdict are at most this old while messages flow
+READ_EVERY = 0.05
+
+
+class MemoryWatch:
+    """The relay's side of the budget: reads RSS at admission, says full or not, counts what was
+    refused for memory, and trims after a burst. Its only timer is the one-shot trim."""
+
+    def __init__(self, budget: MemoryBudget, *, rss: Callable[[], int] | None = None) -> None:
+        self.budget = budget
+        self.rss = rss or ResidentSet()
+        self._trim_fn = _malloc_trim()
+        self.last_rss = 0
+        self.last_read = float("-inf")
+        self.full = False
+        self.full_since: float | None = None
+        self.times_full = 0
+        self.refused_sessions = 0
+        self.refused_pairings = 0
+        self.peak_rss = 0
+        self.high_sessions = 0
+        self.trims = 0
+        self.trimmed_bytes = 0
+        self.last_trim: dict[str, Any] | None = None
+        self._trim_handle: Any = None
+
+    def check(self, now: float, sessions: int, *, fresh: bool = True) -> bool:
+        """Read RSS (unless `fresh` is False and the last reading is younger than READ_EVERY)
+        and return whether the relay is full with `sessions` sessions held."""
+        if fresh or now - self.last_read >= READ_EVERY:
+            self.last_rss = self.rss()
+            self.last_read = now
+            if self.last_rss > self.peak_rss:
+                self.peak_rss = self.last_rss
+        full = self.budget.full(self.last_rss, sessions)
+        if full and not self.full:
+            self.times_full += 1
+            self.full_since = now
+            log.warning(
+                "memory budget reached: refusing newcomers that nothing idle can make room for",
+                extra={"rss": self.last_rss, "budget": self.budget.budget, "sessions": sessions},
+            )
+        elif not full and self.full:
+            self.full_since = None
+            log.info("memory below the budget again", extra={"rss": self.last_rss, "sessions": sessions})
+        self.full = full
+        return full
+
+    def held(self, sessions: int, schedule: Callable[[float, Callable[[], None]], Any]) -> None:
+        """What the relay holds now (sessions); after a large fall from the high-water mark a
+        trim is scheduled (`schedule(delay, fn)`, e.g. loop.call_later), pushed back while the
+        fall goes on."""
+        if sessions > self.high_sessions:
+            self.high_sessions = sessions
+            return
+        fell = self.high_sessions - sessions
+        if fell >= TRIM_MIN_SESSIONS and sessions <= TRIM_FALL * self.high_sessions:
+            if self._trim_handle is not None:
+                self._trim_handle.cancel()
+            self._trim_handle = schedule(TRIM_DELAY, self._trim_now)
+
+    def _trim_now(self) -> None:
+        self._trim_handle = None
+        self.trim()
+
+    def trim(self) -> int:
+        """Collect cyclic garbage and hand free heap pages back; the bytes RSS fell by."""
+        before = self.rss()
+        t0 = time.perf_counter()
+        collected = gc.collect()
+        trimmed = bool(self._trim_fn(0)) if self._trim_fn is not None else False
+        after = self.rss()
+        self.last_rss = after
+        self.high_sessions = 0  # the next burst is measured from here
+        self.trims += 1
+        self.trimmed_bytes += max(0, before - after)
+        self.last_trim = {
+            "rss_before_bytes": before,
+            "rss_after_bytes": after,
+            "collected_objects": collected,
+            "malloc_trim": trimmed,
+            "seconds": round(time.perf_counter() - t0, 4),
+        }
+        log.info("memory handed back after a burst", extra=self.last_trim)
+        return before - after
+
+    def close(self) -> None:
+        if self._trim_handle is not None:
+            self._trim_handle.cancel()
+            self._trim_handle = None
+        if isinstance(self.rss, ResidentSet):
+            self.rss.close()
+
+    def snapshot(self, sessions: int) -> dict[str, Any]:
+        """`/stats` `memory`."""
+        return {
+            "rss_bytes": self.last_rss,
+            "peak_rss_bytes": self.peak_rss,
+            "budget_bytes": self.budget.budget,
+            "admission_limit_bytes": self.budget.limit(sessions),
+            "full": self.full,
+            "times_full": self.times_full,
+            "refused_sessions": self.refused_sessions,
+            "refused_pairings": self.refused_pairings,
+            "trims": self.trims,
+            "trimmed_bytes": self.trimmed_bytes,
+            "last_trim": self.last_trim,
+        }

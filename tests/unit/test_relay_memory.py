@@ -1,0 +1,158 @@
+"""The memory budget's parts: the caps it derives, the admission verdict from RSS, the blind-relay
+core behaving at a full budget as at its caps (a newcomer only in place of something idle, a
+carrying pair never shed), the RSS reader, and the trim after a burst. The end-to-end check (a
+real relay under a real attack mix at a small budget, its peak RSS against the budget) is
+tests/interop/test_interop_relay_memory.py.
+"""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+import psutil
+
+from relay.blindrelay import BlindRelayServer
+from relay.service.limits import Limits
+from relay.service.memory import (
+    DEFAULT_BUDGET,
+    MB,
+    MIN_BUDGET,
+    MemoryBudget,
+    MemoryWatch,
+    ResidentSet,
+    caps_for_budget,
+    connection_bytes,
+    fixed_bytes,
+)
+from tests.unit.test_blindrelay import _carry, make, tok
+from tests.unit.test_blindrelay import counter as ids
+
+
+def test_the_200_mb_budget_derives_the_default_caps_and_smaller_budgets_smaller_ones() -> None:
+    d = Limits()
+    caps = caps_for_budget(DEFAULT_BUDGET)
+    assert (caps.max_sessions, caps.max_active_pairs, caps.max_pending_total) == (
+        d.max_sessions,
+        d.max_active_pairs,
+        d.max_pending_total,
+    )
+    assert Limits.for_budget(DEFAULT_BUDGET) == d
+    small, big = caps_for_budget(100 * MB), caps_for_budget(400 * MB)
+    assert small.max_active_pairs < d.max_active_pairs < big.max_active_pairs
+    for budget in (MIN_BUDGET, 100 * MB, DEFAULT_BUDGET, 400 * MB):
+        c = caps_for_budget(budget)
+        assert c.max_sessions == 2 * c.max_active_pairs and c.max_active_pairs >= 16
+        # the caps' worst case fits the budget (beyond the minimum, where 16 connections are kept)
+        if budget > MIN_BUDGET:
+            assert fixed_bytes() + c.max_active_pairs * connection_bytes() < budget
+    assert Limits.for_budget(100 * MB, max_sessions=5).max_sessions == 5  # a given cap stays
+
+
+def test_full_is_rss_plus_what_held_sessions_may_still_grow_by() -> None:
+    b = MemoryBudget(100 * MB)
+    assert b.limit(0) > b.limit(1000) > b.limit(4000)  # each session may still fill its buffers
+    assert not b.full(b.limit(1000), 1000) and b.full(b.limit(1000) + 1, 1000)
+    assert b.limit(0) < 100 * MB
+
+
+def test_at_a_full_budget_a_newcomer_takes_an_idle_sessions_place_never_a_carrying_one() -> None:
+    server = BlindRelayServer(allocate_stream_id=ids(), max_sessions=1000)
+    a, b, idle = make(server, 3, owners=["w", "j", "hoard"])
+    _carry(server, a, b, tok(1), (1, 2))
+    assert server.room_for_session(1.0) and server.shed["sessions"] == 0  # under the budget
+    server.memory_full = True
+    assert server.room_for_session(2.0)  # the idle hoard's session goes for it
+    assert idle.session.closed and server.shed["sessions"] == 1
+    assert not server.room_for_session(3.0)  # only carrying sessions are left: refused
+    s = server.stats
+    assert (s.sessions_refused_full, s.sessions_refused_memory) == (1, 1)
+    assert not a.session.closed and not b.session.closed and server.stats.pairings_active == 1
+    server.memory_full = False
+    assert server.room_for_session(4.0)
+
+
+def test_at_a_full_budget_a_match_replaces_a_silent_pair_or_is_refused() -> None:
+    server = BlindRelayServer(allocate_stream_id=ids(), max_active_pairs=1000)
+    a, b, hog, c, d, e, f = make(server, 7, owners=["w", "j", "hog", "w", "j", "w", "j"])
+    _carry(server, a, b, tok(1), (1, 2))
+    hog.pair(True, tok(2), 3)
+    hog.pair(False, tok(2), 4)  # matched, never carried
+    server.memory_full = True
+    _carry(server, c, d, tok(3), (5, 6))  # matches in place of the hog's silent pair
+    assert server.stats.pairings_matched == 3 and server.shed["active_pairs"] == 1
+    assert not hog.session._links
+    e.pair(True, tok(4), 7)
+    f.pair(False, tok(4), 8)  # nothing silent is left: refused, counted
+    s = server.stats
+    assert (s.pairings_matched, s.pairings_refused_full, s.pairings_refused_memory) == (3, 1, 1)
+    assert s.pairings_active == 2 and not any(x.session.closed for x in (a, b, c, d))
+
+
+def test_at_a_full_budget_a_new_pending_token_takes_an_old_ones_place() -> None:
+    server = BlindRelayServer(allocate_stream_id=ids(), max_pending_total=1000)
+    hog, new = make(server, 2, owners=["hog", "new"])
+    for i in range(10):
+        hog.pair(True, tok(100 + i), i + 1)
+    assert server.stats.pairings_pending == 10
+    server.memory_full = True
+    new.pair(True, tok(1), 50)
+    assert server.stats.pairings_pending == 10 and server.shed["pending_total"] == 1
+    assert tok(1) in server._pairing and tok(100) not in server._pairing  # the hog's oldest went
+
+
+def test_resident_set_reads_what_psutil_reads() -> None:
+    rss = ResidentSet()
+    try:
+        mine, theirs = rss(), psutil.Process().memory_info().rss
+        assert abs(mine - theirs) < 4 * MB, (mine, theirs)
+    finally:
+        rss.close()
+
+
+class Scheduled:
+    def __init__(self) -> None:
+        self.calls: list[tuple[float, Any]] = []
+
+    def __call__(self, delay: float, fn: Any) -> Any:
+        me = self
+
+        class Handle:
+            def cancel(self) -> None:
+                me.calls.remove(entry)
+
+        entry = (delay, fn)
+        self.calls.append(entry)
+        return Handle()
+
+
+def test_a_large_fall_from_the_high_water_mark_schedules_one_trim_and_it_hands_memory_back() -> None:
+    readings = iter([100 * MB, 100 * MB, 60 * MB])
+    watch = MemoryWatch(MemoryBudget(200 * MB), rss=lambda: next(readings))
+    sched = Scheduled()
+    for n in (10, 500, 1000):
+        watch.held(n, sched)
+    watch.held(900, sched)  # a few going is not a burst ending
+    assert sched.calls == []
+    watch.held(400, sched)
+    watch.held(100, sched)  # the fall goes on: the trim is pushed back, still one
+    assert len(sched.calls) == 1
+    garbage: list[Any] = []
+    garbage.append(garbage)  # a cycle only a collection frees
+    del garbage
+    assert watch.check(0.0, 100) is False
+    sched.calls[0][1]()
+    assert watch.trims == 1 and watch.trimmed_bytes == 40 * MB
+    assert watch.last_trim is not None and watch.last_trim["collected_objects"] >= 1
+    assert watch.high_sessions == 0 and gc.garbage == []
+    watch.close()
+
+
+def test_full_is_said_once_per_episode_and_counted() -> None:
+    levels = iter([10 * MB, 199 * MB, 199 * MB, 10 * MB, 199 * MB])
+    watch = MemoryWatch(MemoryBudget(200 * MB), rss=lambda: next(levels))
+    assert [watch.check(float(t), 100) for t in range(5)] == [False, True, True, False, True]
+    assert watch.times_full == 2 and watch.peak_rss == 199 * MB
+    snap = watch.snapshot(100)
+    assert snap["full"] is True and snap["budget_bytes"] == 200 * MB
+    assert snap["admission_limit_bytes"] == MemoryBudget(200 * MB).limit(100)
