@@ -187,10 +187,11 @@ def _malloc_trim() -> Callable[[int], int] | None:
     return fn  # type: ignore[no-any-return]
 
 
-#: a trim is due once what the relay holds fell below this share of its high-water mark ...
-TRIM_FALL = 0.5
+#: a trim is due once what the relay holds fell below this share of its high-water mark (the
+#: collection walks what is left as well as the garbage: a relay still busy is not paused for it) ...
+TRIM_FALL = 0.25
 #: ... by at least this many sessions (a handful coming and going is not a burst) ...
-TRIM_MIN_SESSIONS = 64
+TRIM_MIN_SESSIONS = 256
 #: ... and runs this many seconds after the last such fall (a burst ends over a few seconds)
 TRIM_DELAY = 2.0
 #: RSS readings for the admission verdict are at most this old while messages flow

@@ -10,10 +10,14 @@ told each peer in its `pair` reply, as a hyperdht peer does.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
+import random
 import socket
 import struct
+import tracemalloc
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -135,13 +139,13 @@ async def test_each_peer_is_credited_with_what_it_sent_and_the_pairing_closes_wi
     a.udp.sendto(bye, addr)
     await recv(b.udp, 1)
     async with asyncio.timeout(20):
-        while app.pairings.records[0].closed_at is None:
+        while app.pairings_record()["pairings"][0]["closed_at"] is None:
             await asyncio.sleep(0.001)
     (p,) = app.pairings_record()["pairings"]
     assert p["opened_at"] <= p["closed_at"]
     assert p["peers"][0]["bytes"] == HB + sum(len(d) for d in sent_by_a) + len(bye)
     assert p["peers"][1]["bytes"] == HB + len(sent_by_b)
-    assert all(side.stream is None for side in app.pairings.records[0].peers)  # streams let go
+    assert app.pairings._open == {}  # the closed pairing holds no stream, nor any object of its own
     for x in (a, b):
         x.udp.close()
 
@@ -181,7 +185,7 @@ async def test_a_refused_session_is_not_sighted_and_a_pairing_closes_when_its_se
     assert app.pairings.first_seen(a.z32) is not None
     app._sessions[next(iter(app._sessions))].conn.destroy()  # a's connection breaks
     async with asyncio.timeout(20):
-        while app.pairings.records[0].closed_at is None:
+        while app.pairings_record()["pairings"][0]["closed_at"] is None:
             await asyncio.sleep(0.001)
     assert not app._streams
     for x in (a, b):
@@ -215,8 +219,9 @@ def test_a_full_record_stays_small() -> None:
         for side in rec.peers:
             side.bytes, side.packets = 2**60, 2**50
         log.close(rec)
+    assert log.as_json()["pairings"][-1]["peers"][0]["bytes"] == 2**60
     body = json.dumps(log.as_json()).encode()
-    assert len(log.records) == log.capacity and len(body) < 600_000, len(body)
+    assert len(log.as_json()["pairings"]) == log.capacity and len(body) < 600_000, len(body)
 
 
 async def test_pairings_are_served_beside_stats(relay: Relay) -> None:
@@ -241,3 +246,52 @@ async def test_pairings_are_served_beside_stats(relay: Relay) -> None:
     assert MetricsServer(app.snapshot).render("/pairings")[0] == 404  # a server without a record
     for x in (a, b):
         x.udp.close()
+
+
+def test_the_key_table_forgets_the_least_recently_seen_key_as_a_dict_would() -> None:
+    """The flat key table against an OrderedDict model, through thousands of evictions and the
+    rebuilds its tombstones force."""
+    rng = random.Random(7)
+    clock = iter(range(1, 10**6))
+    log = PairingLog("relay", keys_capacity=8, clock=lambda: float(next(clock)))
+    model: OrderedDict[str, float] = OrderedDict()
+    forgotten = 0
+    for _ in range(20_000):
+        key = f"key-{rng.randrange(40)}"
+        s = log.saw_key(key)
+        if key in model:
+            model.move_to_end(key)
+            assert s.first_seen_at == model[key] < s.at
+        else:
+            assert s.first_seen_at == s.at
+            model[key] = s.at
+            if len(model) > 8:
+                model.popitem(last=False)
+                forgotten += 1
+        assert log.keys_evicted == forgotten
+    for i in range(40):
+        assert log.first_seen(f"key-{i}") == model.get(f"key-{i}")
+
+
+def test_what_the_record_keeps_is_allocated_once_not_per_pairing_or_key() -> None:
+    """Closed pairings and remembered keys live in arrays made at start: a burst's worth of them
+    leaves no small objects behind (each would pin an allocator arena the burst filled)."""
+    log = PairingLog("relay", capacity=64, keys_capacity=256)
+
+    def burst(n: int) -> None:
+        for i in range(n):
+            rec = log.open(((log.saw_key(f"a{i}-{n}"), None), (log.saw_key(f"b{i}-{n}"), None)))
+            log.close(rec)
+
+    burst(1000)  # fills the arrays' slots once
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.take_snapshot()
+    burst(2000)
+    gc.collect()
+    diff = tracemalloc.take_snapshot().compare_to(before, "traceback")
+    tracemalloc.stop()
+    # blocks of 512 B or less come from the small-object allocator's arenas (rebuilt tables are
+    # big blocks from malloc, which malloc_trim can hand back)
+    small = sum(d.count_diff for d in diff if d.count and d.size <= 512 * d.count)
+    assert small < 20, [str(d) for d in diff[:5]]  # nothing per pairing or per key
