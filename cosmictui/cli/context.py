@@ -62,3 +62,32 @@ def runner_exit(e: Exception) -> int:
     """A deployment or file that does not exist is the operator's configuration (2); a host that
     does not answer, refuses us or fails a command is a failure (1)."""
     return USAGE if getattr(e, "kind", "") in ("missing-file", "missing-directory", "not-a-file") else FAILED
+
+
+def session_from(args: argparse.Namespace, settings: Any) -> Any:
+    """The session the wizard keeps for this deployment (its progress: relay, restarts, what was
+    proven), with --storage, --relay-key and --metrics applied: what apply, verify and setup read and record."""
+    from cosmictui.cli.output import KEY_FIX
+    from cosmictui.ops import relayproc
+    from cosmictui.ops.session import WizardContext
+    from cosmictui.ops.setup.envfile import normalize_key
+
+    ctx = WizardContext(settings)
+    if getattr(args, "storage", None):
+        ctx.relay_storage = args.storage
+        rt = relayproc.attach(args.storage)
+        if rt is not None:
+            ctx.relay_key, ctx.relay_external = rt.key, False
+    if getattr(args, "relay_key", None):
+        try:
+            ctx.relay_key = normalize_key(args.relay_key)
+        except ValueError as e:
+            raise UsageError(f"--relay-key: {e}", f"--relay-key KEY with {KEY_FIX}") from None
+    if ctx.relay_key is None:
+        rt = relayproc.attach(ctx.relay_storage)
+        if rt is not None:
+            ctx.relay_key = rt.key
+    if getattr(args, "metrics", None):
+        url = args.metrics if "://" in args.metrics else f"http://{args.metrics}"
+        ctx.relay_metrics_url = lambda: url  # type: ignore[method-assign]
+    return ctx

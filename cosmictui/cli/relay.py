@@ -71,6 +71,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     rp.add_argument("--count", type=int, default=None, help=argparse.SUPPRESS)  # bounded --watch, for tests
     rs.set_defaults(handler=cmd_relay_status)
     rp.set_defaults(handler=cmd_relay_probe)
+    from cosmictui.cli._relay_start import add_start
+
+    add_start(rsub, common)
 
 
 def relay_status_report(storage: str | None, metrics: str | None, timeout: float = 3.0) -> dict[str, Any]:

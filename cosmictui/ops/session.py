@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,6 +23,9 @@ from cosmictui.ops import progress as progress_mod
 from cosmictui.ops import relayproc
 from cosmictui.ops.config import Settings
 from cosmictui.ops.runner import CommandResult, LocalRunner, Runner, RunnerError, open_deployment
+from cosmictui.ops.setup.relayup import probe_verdict, relay_args, wanted_args
+
+__all__ = ["probe_verdict", "relay_args", "wanted_args"]  # step 2's helpers, where the steps found them
 
 STEP_IDS = ["prereqs", "relay", "env", "apply", "verify", "recover"]
 
@@ -43,6 +45,10 @@ class SessionFacts:
     env_written_at: float | None = None
     #: why the relay is not proven (its last probe failed), None when a probe passed or none ran
     relay_unproven: str | None = None
+    #: the last worker restart ran to its end (a cancelled or failed one may have restarted it or not)
+    restart_finished: bool = True
+    #: (relay key, worker restart) step 5 proved the relay with: a new restart or relay undoes it
+    verified: tuple[str, float] | None = None
 
 
 def why_not(step: str, facts: SessionFacts) -> str | None:
@@ -56,8 +62,12 @@ def why_not(step: str, facts: SessionFacts) -> str | None:
     if step == "apply":
         if facts.restarted_at is None:
             return "the worker restart was not recorded"
+        if not facts.restart_finished:
+            return "the last worker restart did not finish (cancelled, failed or the wizard quit)"
         if facts.env_written_at is not None and facts.restarted_at < facts.env_written_at:
             return "the .env changed after the last restart"
+    if step == "verify" and (facts.verified is None or facts.verified != (facts.relay_key, facts.restarted_at)):
+        return "no new job was proven to go through this relay since the last restart"
     return None
 
 
@@ -86,51 +96,6 @@ def derive_unproven(facts: SessionFacts) -> frozenset[str]:
     if facts.relay_unproven and "relay" in derive_ticks(facts):
         return frozenset({"relay"})
     return frozenset()
-
-
-def probe_verdict(local: Any, from_host: Any) -> str | None:
-    """Why the relay is not proven by these probe rows (`CheckResult`s), None when it is (or none ran).
-
-    The probe from the deployment host runs where the jobs are, so its outcome decides when it
-    has one (passed or failed); the probe from this machine decides only when there is none (the
-    host has no cosmictui, or could not run it).
-    """
-    if from_host is not None and from_host.status == "ok":
-        return None
-    if from_host is not None and from_host.status == "fail":
-        where = from_host.name.removeprefix("Relay carries a connection from ").removesuffix(" (probe)")
-        return f"from {where} {from_host.detail}"
-    if local is not None and local.status == "fail":
-        return str(local.detail)
-    return None
-
-
-def relay_args(pid: int) -> list[str] | None:
-    """The flags a running relay was started with (its command line from the first flag on)."""
-    import psutil
-
-    try:
-        argv = psutil.Process(pid).cmdline()
-    except (psutil.Error, OSError):
-        return None
-    for i, a in enumerate(argv):
-        if (a == "relay" and i > 0 and argv[i - 1] == "-m") or os.path.basename(a) == "blind-relay":
-            return argv[i + 1 :]
-    return None
-
-
-def wanted_args(settings: Settings, storage: str, port: int) -> list[str]:
-    """The flags the wizard starts its relay with (as `relayproc.relay_command` builds them)."""
-    metrics = settings.relay_metrics if settings.relay_metrics else None
-    cmd = relayproc.relay_command(
-        storage,
-        port,
-        settings.relay_host,
-        settings.relay_bootstrap,
-        metrics,
-        kernel_forwarding=settings.relay_kernel_forwarding,
-    )
-    return cmd[3:]  # after `python -m relay`
 
 
 def unjoined_relay(results: list[Any], runtime: relayproc.RelayRuntime | None, other_flags: str | None) -> list[Any]:
@@ -186,6 +151,15 @@ class CommandSink(Protocol):
 
 
 RunnerFactory = Callable[[Settings], Awaitable[Runner]]
+
+#: Verdicts that take a proof back: the job went back or failed, a newer restart, the .env dropped the relay.
+WITHDRAWS = frozenset({"withdrawn", "failed", "stale", "env-dropped", "list-failed"})
+
+
+def _num(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
 #: (storage, key) -> why that relay cannot serve jobs right now, or None when it runs.
 RelayCheck = Callable[[str, str], "str | None"]
 
@@ -285,6 +259,8 @@ class WizardContext:
         self.relay_external = self.progress.relay_external is True
         self.relay_storage: str = self.progress.relay_storage or settings.relay_storage
         self.restarted_at: float | None = self.progress.restarted_at
+        if restarts := self.restarts():
+            self.restarted_at = restarts[-1]["began_at"]  # the last one begun, even if it never finished
         self.env_backup: str | None = self.progress.env_backup
         self.env_writes = 0  # bumped on every .env write: an apply from before a write is stale
         #: the keys the deployment's .env lists, as last read (None: not read yet or unreadable)
@@ -525,6 +501,7 @@ class WizardContext:
 
     def facts(self) -> SessionFacts:
         written = self.progress.data.get("env_written_at")
+        last = self.restarts()[-1:]
         return SessionFacts(
             completed=frozenset(self.progress.completed),
             relay_key=self.relay_key,
@@ -533,7 +510,237 @@ class WizardContext:
             restarted_at=self.restarted_at,
             env_written_at=float(written) if isinstance(written, int | float) else None,
             relay_unproven=self.relay_unproven,
+            restart_finished=not last or last[0]["ended_at"] is not None,
+            verified=self.verified_for(),
         )
+
+    # -- worker restarts: when, whether they finished, which keys they gave the worker -------------
+
+    MAX_RESTARTS = 20
+
+    def restarts(self) -> list[dict[str, Any]]:
+        """The worker restarts the wizard (or `cosmictui apply`) ran, oldest first: began_at, ended_at
+        (None: cancelled, failed or interrupted), keys (the relays the .env listed at the apply)."""
+        raw = self.progress.data.get("restarts")
+        out: list[dict[str, Any]] = []
+        for r in raw if isinstance(raw, list) else []:
+            if not isinstance(r, dict) or not _num(r.get("began_at")):
+                continue
+            keys = r.get("keys")
+            out.append(
+                {
+                    "began_at": float(r["began_at"]),
+                    "ended_at": float(r["ended_at"]) if _num(r.get("ended_at")) else None,
+                    "keys": [k for k in keys if isinstance(k, str)] if isinstance(keys, list) else None,
+                }
+            )
+        return out
+
+    def restart_began(self, keys: tuple[str, ...] | None) -> float:
+        """The restart command starts now: saved at once, so a quit halfway still knows when it was."""
+        at = self.now()
+        restarts = [
+            *self.restarts(),
+            {"began_at": at, "ended_at": None, "keys": list(keys) if keys is not None else None},
+        ]
+        self.progress.data["restarts"] = restarts[-self.MAX_RESTARTS :]
+        self.restarted_at = self.progress.restarted_at = at
+        if self._save:
+            progress_mod.save_progress(self.progress)
+        return at
+
+    def restart_ended(self) -> None:
+        """The restart command exited 0: the worker runs with what the apply gave it."""
+        restarts = self.restarts()
+        if restarts:
+            restarts[-1]["ended_at"] = self.now()
+            self.progress.data["restarts"] = restarts
+            if self._save:
+                progress_mod.save_progress(self.progress)
+
+    def key_since(self) -> float | None:
+        """Since when new jobs carry the relay's key: the first of the latest run of finished restarts
+        that all applied it (a job made after an earlier restart that applied the key has it too).
+        Without recorded keys: the last restart, as before."""
+        since = None
+        for r in reversed(self.restarts()):
+            if r["keys"] is None or self.relay_key not in r["keys"]:
+                break
+            if r["ended_at"] is not None:
+                since = r["began_at"]
+        return since if since is not None else self.restarted_at
+
+    # -- step 2: the relay -----------------------------------------------------------------------------
+
+    async def plan_relay(self, storage: str, port: int, want: str = "start") -> Any:
+        """What step 2's use case would do (`ops.setup.relayup.plan_relay`), compared with the keys the
+        .env lists, the storage used last time and (outside the self-contained demo) other relays here."""
+        from cosmictui.ops.setup.relayup import plan_relay
+
+        env = await self.read_env_relays() or ()
+        demo = self.demo is not None
+        previous = self.progress.relay_storage
+
+        def plan() -> Any:  # scans every process (psutil): off the event loop
+            others = None if demo else relayproc.running_relays()
+            return plan_relay(
+                self.settings,
+                storage,
+                port,
+                "attach" if want == "attach" else "start",
+                env_keys=env,
+                previous_storage=previous,
+                others=others,
+            )
+
+        return await asyncio.to_thread(plan)
+
+    async def bring_up_relay(self, plan: Any, timeout: float | None = None) -> AsyncIterator[Any]:
+        """Step 2's use case on this session: local commands logged, the relay it ends with (key,
+        storage) and whether it is proven recorded, the tick set or taken back."""
+        from cosmictui.ops.setup.relayup import (
+            RELAY_UP_TIMEOUT,
+            LocalCommand,
+            Note,
+            RelayOutcome,
+            RelayRunning,
+            bring_up,
+        )
+
+        entries: dict[str, Any] = {}
+        async for ev in bring_up(self.settings, plan, self.logged_deployment, timeout=timeout or RELAY_UP_TIMEOUT):
+            if isinstance(ev, Note):
+                self.note(ev.text)
+            elif isinstance(ev, LocalCommand):
+                if not ev.ended:
+                    entries[ev.cmd] = self.begin_local(ev.cmd)
+                else:
+                    self.end_local(entries.pop(ev.cmd, None), ev.exit_code, ev.output)
+            elif isinstance(ev, RelayRunning):
+                self.relay_external = False
+                self.relay_key = ev.runtime.key
+                self.relay_storage = ev.runtime.storage
+                self.save_progress(STEP_IDS.index("relay"))
+            elif isinstance(ev, RelayOutcome):
+                self._relay_outcome(ev)
+            yield ev
+
+    async def attach_relay_by_key(self, key: str, timeout: float | None = None) -> AsyncIterator[Any]:
+        """A relay that runs elsewhere, known by its key: the probe through it is the proof."""
+        from cosmictui.ops.setup.relayup import RELAY_UP_TIMEOUT, RelayOutcome, attach_by_key
+
+        async for ev in attach_by_key(self.settings, key, timeout or RELAY_UP_TIMEOUT):
+            if isinstance(ev, RelayOutcome) and ev.unproven is None:
+                self.relay_key, self.relay_external = key, True
+                self.save_progress(STEP_IDS.index("relay"))
+                self._relay_outcome(ev)
+            elif isinstance(ev, RelayOutcome):
+                self.set_done("relay", False)
+            yield ev
+
+    def _relay_outcome(self, ev: Any) -> None:
+        if ev.error is not None or ev.blocking is not None:
+            self.set_done("relay", False)
+            return
+        self.relay_unproven = ev.unproven  # the probe decides "!" or ✔; the tick stays a fact for later steps
+        self.set_done("relay", True)
+
+    # -- step 4: apply and restart -------------------------------------------------------------------
+
+    async def apply_and_restart(self, env_keys: tuple[str, ...] | None) -> AsyncIterator[Any]:
+        """Step 4's use case (`ops.setup.apply`) on this session: its commands logged, the restart's
+        start and end recorded as they happen (with the keys the .env listed), the tick on success."""
+        from cosmictui.ops.setup.apply import ApplyDone, apply_and_restart
+
+        self.set_done("apply", False)  # until both commands succeed again
+
+        async def run(cmd: str, on_output: Callable[[str], None]) -> CommandResult:
+            return await self.run(cmd, on_output=on_output)
+
+        async for ev in apply_and_restart(
+            run, self.settings, restart_began=lambda: self.restart_began(env_keys), restart_ended=self.restart_ended
+        ):
+            if isinstance(ev, ApplyDone) and ev.ok:
+                self.set_done("apply", True)
+                self.save_progress(STEP_IDS.index("apply") + 1)
+            yield ev
+
+    # -- step 5: the verdict and what it proved ----------------------------------------------------
+
+    async def read_pairings(self, url: str) -> Any:
+        """The relay's record of its pairings (`ops.metrics.pairings`), looked up when called."""
+        from cosmictui.ops.metrics import pairings
+
+        return await pairings.read_pairings(url)
+
+    def verified_for(self) -> tuple[str, float] | None:
+        v = self.progress.data.get("verified")
+        if isinstance(v, dict) and isinstance(v.get("relay_key"), str) and _num(v.get("restart")):
+            return (v["relay_key"], float(v["restart"]))
+        return None
+
+    def verify_session(self, job_id: str | None = None) -> Any:
+        """Step 5's use case on this session: its runner, relay, restart, .env and probes; the watch's
+        state comes back from the progress file when it is the same relay and restart."""
+        from cosmictui.ops.jobs.verify import VerifyInputs, VerifySession, VerifyState
+
+        inputs = VerifyInputs(
+            self.settings,
+            lambda cmd: self.run(cmd),
+            self.relay_key,
+            self.relay_metrics_url,
+            lambda: self.restarted_at,
+            progress_mod.probe_keys,
+            self.read_env_relays,
+            self.key_since,
+            self._clock,
+            self.read_pairings,
+        )
+        saved = self.progress.data.get("verify")
+        state = None
+        if (
+            job_id is None
+            and isinstance(saved, dict)
+            and saved.get("relay_key") == self.relay_key
+            and saved.get("restart") == self.restarted_at
+        ):
+            state = VerifyState.from_json(saved.get("state"))
+        if job_id is not None:
+            state = VerifyState(job_id=job_id)
+        return VerifySession(inputs, state)
+
+    def note_verdict(self, verdict: Any, state: Any = None) -> None:
+        """Keep what step 5 concluded: a proof (for this relay and restart) ticks it; a verdict that
+        contradicts it (the job went back, failed, a restart, the .env dropped the relay) takes it back."""
+        before = (self.progress.data.get("verified"), self.progress.data.get("verify"))
+        if state is not None:
+            self.progress.data["verify"] = {"relay_key": self.relay_key, "restart": self.restarted_at, "state": state}
+        if verdict.proven and self.relay_key is not None and self.restarted_at is not None:
+            pairing = verdict.attribution.pairing if verdict.attribution is not None else None
+            self.progress.data["verified"] = {
+                "relay_key": self.relay_key,
+                "restart": self.restarted_at,
+                "job": verdict.job.id if verdict.job is not None else None,
+                "pairing": None if pairing is None else {"id": pairing.id, "opened_at": pairing.opened_at},
+                "message": verdict.message,
+                "lines": list(verdict.lines),
+                "at": self.now(),
+            }
+            self.progress.complete("verify")
+        elif verdict.kind in WITHDRAWS and self.progress.data.get("verified") is not None:
+            self.progress.data.pop("verified", None)
+            if "verify" in self.progress.completed:
+                self.progress.completed.remove("verify")
+        if self._save and (self.progress.data.get("verified"), self.progress.data.get("verify")) != before:
+            progress_mod.save_progress(self.progress)
+
+    def verified_summary(self) -> tuple[str, list[str]] | None:
+        """What step 5 proved, as it said it (for a resume: shown until the watch judges again)."""
+        v = self.progress.data.get("verified")
+        if self.verified_for() != (self.relay_key, self.restarted_at) or not isinstance(v, dict):
+            return None
+        lines = [str(x) for x in v.get("lines", []) if isinstance(x, str)]
+        return str(v.get("message") or "The relay carried the new job's connection."), lines
 
     def ticks(self) -> frozenset[str]:
         """The steps that are done now (see `derive_ticks`)."""

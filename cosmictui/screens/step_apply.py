@@ -1,20 +1,22 @@
-"""Step 4: apply the config and restart the worker, output streamed, stop at the first failure."""
+"""Step 4: apply the config and restart the worker (`ops.setup.apply`), output streamed.
+
+The sequence is the use case's; this step asks first when the .env no longer lists the relay
+(both keys named), then draws each event: a row per command, its output below.
+"""
 
 from __future__ import annotations
 
 import asyncio
 
-from textual import work
+from textual import events, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.widgets import Static
 
-from cosmictui.ops.jobs.evidence import counters
-from cosmictui.ops.metrics.client import MetricsError, scrape
-from cosmictui.ops.runner import RunnerError
-from cosmictui.ops.setup.steps import command_failure_hint
-from cosmictui.screens.step import Step, runner_problem
+from cosmictui.ops.setup.apply import ApplyDone, CommandBegan, CommandEnded, CommandOutput, env_mismatch
+from cosmictui.screens.confirm import ConfirmScreen
+from cosmictui.screens.step import Step
 from cosmictui.widgets.output_log import OutputLog
 
 _MARK = {
@@ -27,7 +29,9 @@ _MARK = {
 
 
 class CommandRow(Horizontal):
-    """One command of the step: its state in a symbol and a word, then the command."""
+    """One command of the step: its state in a symbol and a word, then the command. Where the
+    command's longest word does not fit beside the mark (60 columns), the command goes under it,
+    so `task apply-wrk-server-k8s-nvidia-common-config` never breaks mid-word."""
 
     def __init__(self, number: int, cmd: str) -> None:
         super().__init__(classes="command-row")
@@ -41,6 +45,10 @@ class CommandRow(Horizontal):
 
     def on_mount(self) -> None:
         self.set_state(self.state)
+
+    def on_resize(self, event: events.Resize) -> None:
+        longest = max((len(w) for w in self.cmd.split()), default=0)
+        self.set_class(event.size.width - 10 < longest, "-stacked")
 
     def set_state(self, state: str, detail: str = "") -> None:
         self.remove_class(f"-{self.state}")
@@ -82,46 +90,45 @@ class ApplyStep(Step):
 
     @work(exclusive=True, group="apply", exit_on_error=False)
     async def run_commands(self) -> None:
+        self.busy = True
+        self.status.set("Reading the .env (what the worker will get) …", "busy")
+        try:
+            keys = await self.ctx.read_env_relays()
+        finally:
+            self.busy = False
+        self.post_message(self.Changed(self))  # the .env just read may untick step 3
+        if warning := env_mismatch(keys, self.ctx.relay_key):
+            ok = await self.app.push_screen_wait(
+                ConfirmScreen(
+                    "The .env does not list this relay",
+                    f"{warning} Go back to step 3 (b) to put its key in, or apply the .env as it is.",
+                    yes="Apply anyway",
+                    no="Go back",
+                    danger=True,
+                )
+            )
+            if not ok:
+                self.status.set("Nothing applied: step 3 (b) puts this relay's key into the .env.", "warn")
+                return
         rows = list(self.query(CommandRow))
         out = self.query_one("#apply-output", OutputLog)
         out.clear()
         for row in rows:
             row.set_state("pending")
         self.mark_done(False)
-        self.ctx.uncomplete(self.STEP_ID)  # until both commands succeed again, apply is not done
         self.busy = True
-
-        def show(text: str) -> None:
-            out.write_lines(text.splitlines())
-
         try:
-            for i, row in enumerate(rows):
-                row.set_state("running")
-                self.status.set(f"Running {row.cmd} …", "busy")
-                out.write_line(f"$ {row.cmd}")
-                try:
-                    result = await self.ctx.run(row.cmd, on_output=show)
-                except RunnerError as e:
-                    row.set_state("failed", e.kind)
-                    self._skip(rows[i + 1 :])
-                    self.invalidate_later("Apply & restart failed")
-                    self.status.set(runner_problem(e, f"run {row.cmd}"), "error")
-                    return
-                if result.exit_code != 0:
-                    row.set_state("failed", f"exit {result.exit_code}")
-                    self._skip(rows[i + 1 :])
-                    self.invalidate_later("Apply & restart failed")
-                    hint = command_failure_hint(
-                        row.cmd, result.exit_code, result.output, "then press r to run both again"
-                    )
-                    self.status.set(
-                        f"{row.cmd} exited {result.exit_code}; stopped here. {hint}",
-                        "error",
-                    )
-                    return
-                row.set_state("ok")
-                if i == len(rows) - 1:
-                    self.ctx.restarted_at = self.ctx.now()
+            async for ev in self.ctx.apply_and_restart(keys):
+                if isinstance(ev, CommandBegan):
+                    rows[ev.index].set_state("running")
+                    self.status.set(f"Running {ev.cmd} …", "busy")
+                    out.write_line(f"$ {ev.cmd}")
+                elif isinstance(ev, CommandOutput):
+                    out.write_lines(ev.text.splitlines())
+                elif isinstance(ev, CommandEnded) and ev.exit_code == 0:
+                    rows[ev.index].set_state("ok")
+                elif isinstance(ev, ApplyDone):
+                    self.show_done(ev, rows)
         except asyncio.CancelledError:
             for row in rows:
                 if row.state == "running":
@@ -129,25 +136,19 @@ class ApplyStep(Step):
             raise
         finally:
             self.busy = False
-        self.applied_writes = self.ctx.env_writes
-        await self._reading_at_restart()
-        self.mark_done()
-        self.ctx.save_progress(3)
-        self.status.set("Applied and restarted. Press n to verify with a new job.", "ok")
 
-    async def _reading_at_restart(self) -> None:
-        """The relay's counters at the restart: step 5 shows what it saw since (evidence)."""
-        url = self.ctx.relay_metrics_url()
-        reading: dict[str, float] | None = None
-        if url:
-            try:
-                reading = counters(await scrape(url))
-            except MetricsError:
-                reading = None
-        if reading:
-            self.ctx.progress.data["relay_at_restart"] = reading
-        else:
-            self.ctx.progress.data.pop("relay_at_restart", None)
+    def show_done(self, ev: ApplyDone, rows: list[CommandRow]) -> None:
+        if not ev.ok:
+            assert ev.failed is not None
+            rows[ev.failed].set_state("failed", ev.detail)
+            for r in rows[ev.failed + 1 :]:
+                r.set_state("skipped")
+            self.invalidate_later("Apply & restart failed")
+            self.status.set(ev.message.replace("apply and restart again", "press r to run both again"), "error")
+            return
+        self.applied_writes = self.ctx.env_writes
+        self.mark_done()
+        self.status.set("Applied and restarted. Press n to verify with a new job.", "ok")
 
     def cancel_work(self) -> None:
         """A cancelled apply may have stopped halfway: the worker's config is not known, so this
@@ -158,11 +159,9 @@ class ApplyStep(Step):
             self.mark_done(False)
             self.invalidate_later("Apply & restart was cancelled")
 
-    def _skip(self, rows: list[CommandRow]) -> None:
-        for r in rows:
-            r.set_state("skipped")
-
     def validate_step(self) -> str | None:
+        if "apply" in self.ctx.ticks():
+            return None
         if not self.done:
             return "Both commands must succeed first: press r to run them."
         if self.applied_writes != self.ctx.env_writes:

@@ -8,8 +8,6 @@ deployment already uses gets a loud warning first.
 
 from __future__ import annotations
 
-import asyncio
-import shlex
 import time
 
 from textual import work
@@ -19,15 +17,20 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Input, Static
 
 from cosmictui.ops import relayproc
-from cosmictui.ops.metrics.probe import PROBE_TIMEOUT, probe_check, probe_from_host, run_probe
-from cosmictui.ops.relayproc import RelayProcError, RelayRuntime
-from cosmictui.ops.runner import RunnerError
-from cosmictui.ops.session import probe_verdict, relay_args, wanted_args
+from cosmictui.ops.relayproc import RelayRuntime
 from cosmictui.ops.setup.checks import CheckResult
-from cosmictui.ops.setup.envfile import EnvFileError, decode_text, normalize_key, read_relays
-from cosmictui.ops.setup.steps import RELAY_REACH_PREFIX, relay_reach_checks, sentences
+from cosmictui.ops.setup.envfile import normalize_key
+from cosmictui.ops.setup.relayup import (
+    RelayEvent,
+    RelayOutcome,
+    RelayRunning,
+    Stage,
+    blocking,
+    other_flags,
+)
+from cosmictui.ops.wording import sentences
 from cosmictui.screens.confirm import ConfirmScreen
-from cosmictui.screens.step import Step, runner_problem
+from cosmictui.screens.step import Step
 from cosmictui.widgets.check_row import CheckRow
 from cosmictui.widgets.path_input import PathInput
 
@@ -180,11 +183,7 @@ class RelayStep(Step):
 
     def _other_flags(self, rt: RelayRuntime) -> str | None:
         """The running relay's flags when they differ from the wizard's settings (None: the same)."""
-        have = relay_args(rt.pid)
-        want = wanted_args(self.ctx.settings, rt.storage, self._port() or self.ctx.settings.relay_port)
-        if have is None or have == want:
-            return None
-        return shlex.join(have) or "(none)"
+        return other_flags(self.ctx.settings, rt, self._port() or self.ctx.settings.relay_port)
 
     def _show(self) -> None:
         rt = self.runtime
@@ -217,28 +216,6 @@ class RelayStep(Step):
 
     # -- actions ----------------------------------------------------------------------------------
 
-    async def _key_warning(self, storage: str, port: int | None = None) -> str | None:
-        """Loud warning text when using `storage` gives a key other than the one in use.
-
-        Compares with the storage used last time, the keys the deployment's .env lists, and
-        (outside the demo sandbox, which is self-contained) other relays running on this host.
-        """
-        configured: tuple[str, ...] = ()
-        try:
-            runner = await self.ctx.deployment()
-            text = decode_text(await runner.read_file(runner.resolve(self.ctx.settings.env_path)))
-            configured = read_relays(text, self.ctx.settings.env_var)
-        except (RunnerError, EnvFileError):
-            pass  # step 3 explains a missing or broken .env; here it only means "no keys known"
-        demo = self.ctx.demo is not None
-        previous = self.ctx.progress.relay_storage
-
-        def warn() -> str | None:  # scans every process (psutil): off the UI thread
-            running = None if demo else relayproc.running_relays()
-            return relayproc.key_change_warning(storage, previous, configured, running, port)
-
-        return await asyncio.to_thread(warn)
-
     def _inputs(self) -> tuple[str, int] | None:
         storage, port = self._storage(), self._port()
         if not storage:
@@ -250,112 +227,98 @@ class RelayStep(Step):
         return storage, port
 
     def action_start(self) -> None:
-        if self.busy or not (inputs := self._inputs()):
-            return
-        running = relayproc.attach(inputs[0])
-        if running is None:
-            self.confirm_then("start", *inputs)
-            return
-        other = self._other_flags(running)
-        if other is None:
-            # Already running with these settings: nothing to start; look at it again instead.
-            self._attached(running, f"Already running (pid {running.pid}): checked")
-            return
-        self.restart(running, other, *inputs)
-
-    @work(exclusive=True, group="relay", exit_on_error=False)
-    async def restart(self, rt: RelayRuntime, other: str, storage: str, port: int) -> None:
-        """A relay of this storage runs with other flags: restart it with the wizard's settings."""
-        s = self.ctx.settings
-        metrics = s.relay_metrics if s.relay_metrics else None
-        kernel = relayproc.choose_kernel_forwarding(s.relay_kernel_forwarding).on
-        cmd = relayproc.relay_command(storage, port, s.relay_host, s.relay_bootstrap, metrics, kernel_forwarding=kernel)
-        ok = await self.app.push_screen_wait(
-            ConfirmScreen(
-                "Restart the relay with the wizard's settings?",
-                f"A relay already runs with this storage (pid {rt.pid}) with: {other}. It is stopped and started "
-                "again with the wizard's settings. Same storage, so the same key: the .env and the worker keep "
-                "working with it; jobs reconnect after a few seconds.",
-                commands=[f"kill {rt.pid}", shlex.join(cmd) + f"  &> {relayproc.log_path(storage)} &"],
-                yes="Restart",
-            )
-        )
-        if not ok:
-            self.status.set(f"Nothing changed: the relay (pid {rt.pid}) keeps running with its own flags.", "info")
-            return
-        entry = self.ctx.begin_local(f"kill {rt.pid}")
-        try:
-            await relayproc.stop_relay(storage)
-        except RelayProcError as e:
-            self.ctx.end_local(entry, 1, e.what)
-            fix = f"Fix: {e.fix}" if e.fix else None
-            self.status.set(sentences(f"The relay was not stopped: {e.what}", fix), "error")
-            return
-        self.ctx.end_local(entry, 0)
-        self.start(storage, port)
+        if not self.busy and (inputs := self._inputs()):
+            self.go("start", *inputs)
 
     def action_attach(self) -> None:
-        if self.busy:
-            return
-        if self.runtime is not None and self.runtime.storage == self._abs():
-            self.check_reach("Attached to")  # already attached: check again
-            return
-        if inputs := self._inputs():
-            self.confirm_then("attach", *inputs)
+        if not self.busy and (inputs := self._inputs()):
+            self.go("attach", *inputs)
 
     @work(exclusive=True, group="relay", exit_on_error=False)
-    async def confirm_then(self, what: str, storage: str, port: int) -> None:
-        """Warn loudly before anything that would change the key; then start or attach."""
-        if what == "attach" and relayproc.attach(storage) is None:
-            self.status.set(
-                f"No relay is running with storage {self._abs()} (no live relay-runtime.json). Press s to start it.",
-                "error",
-            )
-            return
+    async def go(self, want: str, storage: str, port: int) -> None:
+        """Step 2's use case (`ops.setup.relayup`): its plan, the operator's yes where it needs one,
+        then its events drawn as they come."""
         self.status.set("Checking that this keeps the relay key …", "busy")
-        warning = await self._key_warning(storage, port)
-        if warning:
-            verb = "Start anyway" if what == "start" else "Attach anyway"
+        plan = await self.ctx.plan_relay(storage, port, want)
+        if plan.error is not None:
+            self.status.set(sentences(plan.error, f"Fix: {plan.fix}" if plan.fix else None), "error")
+            return
+        if plan.action == "restart" and plan.running is not None:
             ok = await self.app.push_screen_wait(
-                ConfirmScreen("This changes the relay key", warning, yes=verb, danger=True)
+                ConfirmScreen(
+                    "Restart the relay with the wizard's settings?",
+                    f"A relay already runs with this storage (pid {plan.running.pid}) with: {plan.other_flags}. It "
+                    "is stopped and started again with the wizard's settings. Same storage, so the same key: the "
+                    ".env and the worker keep working with it; jobs reconnect after a few seconds.",
+                    commands=list(plan.commands),
+                    yes="Restart",
+                )
+            )
+            if not ok:
+                self.status.set(
+                    f"Nothing changed: the relay (pid {plan.running.pid}) keeps running with its own flags.", "info"
+                )
+                return
+        if plan.key_warning:
+            verb = "Attach anyway" if plan.action == "attach" else "Start anyway"
+            ok = await self.app.push_screen_wait(
+                ConfirmScreen("This changes the relay key", plan.key_warning, yes=verb, danger=True)
             )
             if not ok:
                 self.status.set("Nothing started or attached: the relay key is unchanged.", "info")
                 return
-        if what == "attach":
-            rt = relayproc.attach(storage)
-            if rt is None:
-                self.status.set("The relay stopped meanwhile. Press s to start it.", "error")
-                return
-            self._attached(rt, "Attached to")
-        else:
-            self.start(storage, port)
-
-    @work(exclusive=True, group="relay", exit_on_error=False)
-    async def start(self, storage: str, port: int) -> None:
-        s = self.ctx.settings
-        metrics = s.relay_metrics if s.relay_metrics else None
-        kernel = s.relay_kernel_forwarding  # None ("auto"): on where the host allows it (relayproc)
-        self.ctx.note((await asyncio.to_thread(relayproc.choose_kernel_forwarding, kernel)).why)
-        cmd = relayproc.relay_command(storage, port, s.relay_host, s.relay_bootstrap, metrics, kernel_forwarding=kernel)
-        entry = self.ctx.begin_local(shlex.join(cmd) + f"  &> {relayproc.log_path(storage)} &")
+        before = self.ctx.relay_key
         self.busy = True
-        self.status.set("Starting the relay (waiting for it to listen) …", "busy")
         try:
-            rt = await relayproc.start_relay(
-                storage, port, s.relay_host, s.relay_bootstrap, metrics, kernel_forwarding=kernel
-            )
-        except RelayProcError as e:
-            self.ctx.end_local(entry, 1, (e.log_tail or "").strip())
-            msg = sentences(f"The relay did not start: {e.what.rstrip('.')}", f"Fix: {e.fix}" if e.fix else None)
-            if e.log_tail:
-                msg += f"\nLast log lines:\n{e.log_tail.strip()}"
-            self.status.set(msg, "error")
-            return
+            async for ev in self.ctx.bring_up_relay(plan):
+                await self.show(ev, before)
         finally:
             self.busy = False
-        self.ctx.end_local(entry, 0, f"Server listening on {rt.key} (pid {rt.pid})")
-        self._attached(rt, "Started")
+
+    async def show(self, ev: RelayEvent, key_before: str | None = None) -> None:
+        """Draw one event of step 2's use case (nothing is decided here)."""
+        if isinstance(ev, Stage):
+            self.status.set(ev.text, "busy")
+        elif isinstance(ev, RelayRunning):
+            if key_before is not None and ev.runtime.key != key_before:
+                # another key: the .env and what the worker hands to jobs no longer match it
+                self.invalidate_later("The relay key changed")
+            self.runtime = ev.runtime
+            self.key_attached = None
+            self._show()
+        elif isinstance(ev, RelayOutcome):
+            await self._outcome(ev)
+
+    async def _outcome(self, ev: RelayOutcome) -> None:
+        if ev.error is not None:
+            msg = sentences(ev.error, f"Fix: {ev.fix}" if ev.fix else None)
+            if ev.log_tail:
+                msg += f"\nLast log lines:\n{ev.log_tail}"
+            self.status.set(msg, "error")
+            self.post_message(self.Changed(self))
+            return
+        self.reach = ev.checks
+        box = self.query_one("#relay-checks", Vertical)
+        await box.remove_children()
+        await box.mount_all([CheckRow(r) for r in ev.checks])
+        box.scroll_visible(animate=False)  # at 80×24 the checks land below the key: bring them up
+        self.done = "relay" in self.ctx.progress.completed
+        self.post_message(self.Changed(self))
+        verb = ev.verb
+        if ev.runtime is None and ev.key is not None:  # attached by key
+            if ev.unproven:
+                self.status.set(f"Relay {ev.key[:12]}… {ev.unproven}. Fix it, then press k to probe again.", "error")
+                return
+            self.runtime = None
+            self.key_attached = ev.key
+            self._show()
+            self.status.set("Attached by key: two peers met through it. Press c to copy the key, n for the .env.", "ok")
+        elif ev.blocking:
+            self.status.set(f"{verb} the relay, but: {ev.blocking} Fix it, then press a to re-check.", "error")
+        elif ev.unproven:
+            self.status.set(f"{verb} the relay, but the probe {ev.unproven}. Press a to probe again.", "warn")
+        else:
+            self.status.set(f"{verb} the relay. Press c to copy the key, n to put it in the .env.", "ok")
 
     def action_attach_key(self) -> None:
         if self.busy:
@@ -375,102 +338,18 @@ class RelayStep(Step):
     async def attach_by_key(self, key: str) -> None:
         """A relay this machine does not run (no runtime file, maybe no /stats): the probe is the proof."""
         self.busy = True
-        self.status.set(f"Probing relay {key[:12]}…: two peers connect through it …", "busy")
         try:
-            res = await run_probe(key, list(self.ctx.settings.relay_bootstrap) or None, PROBE_TIMEOUT)
+            async for ev in self.ctx.attach_relay_by_key(key):
+                await self.show(ev)
         finally:
             self.busy = False
-        row = probe_check(res)
-        box = self.query_one("#relay-checks", Vertical)
-        await box.remove_children()
-        await box.mount_all([CheckRow(row)])
-        box.scroll_visible(animate=False)
-        if not res.ok:
-            self.mark_done(False)
-            self.status.set(
-                f"Relay {key[:12]}… did not carry the probe: {res.error}. Fix it, then press k to probe again.",
-                "error",
-            )
-            return
-        self.runtime = None
-        self.reach = [row]
-        self.key_attached = key
-        self.ctx.relay_key = key
-        self.ctx.relay_external = True
-        self.ctx.relay_unproven = None  # the probe through it passed
-        self._show()
-        self.ctx.save_progress(1)
-        self.mark_done()
-        self.status.set("Attached by key: two peers met through it. Press c to copy the key, n for the .env.", "ok")
-
-    def _attached(self, rt: RelayRuntime, verb: str) -> None:
-        if self.ctx.relay_key is not None and rt.key != self.ctx.relay_key:
-            # another key: the .env and what the worker hands to jobs no longer match it
-            self.invalidate_later("The relay key changed")
-        self.runtime = rt
-        self.key_attached = None
-        self.ctx.relay_external = False
-        self.ctx.relay_key = rt.key
-        self.ctx.relay_storage = rt.storage
-        self._show()
-        self.ctx.save_progress(1)
-        self.check_reach(verb)
-
-    @work(exclusive=True, group="relay", exit_on_error=False)
-    async def check_reach(self, verb: str = "Attached to") -> None:
-        """The relay runs: now check what step 1 could not (DHT, and its port from the deployment)."""
-        rt = self.runtime
-        assert rt is not None
-        self.busy = True
-        self.status.set(f"{verb} the relay; checking that the deployment host reaches it …", "busy")
-        try:
-            runner = None
-            try:
-                runner = await self.ctx.logged_deployment()
-                results = await relay_reach_checks(self.ctx.settings, runner, rt)
-            except RunnerError as e:
-                results = [CheckResult("Deployment host reachable", "fail", runner_problem(e, "connect"), e.fix)]
-            # the proof that matters to jobs: two peers, punching off, meet through this relay
-            self.status.set(f"{verb} the relay; probing it: two peers connect through it …", "busy")
-            boot = list(self.ctx.settings.relay_bootstrap) or None
-            local = probe_check(await run_probe(rt.key, boot, PROBE_TIMEOUT))
-            results.append(local)
-            remote = None
-            if runner is not None and getattr(runner, "host", None):  # and from where the jobs run
-                remote = await probe_from_host(runner, rt.key, boot)
-                if remote is not None:
-                    results.append(remote)
-        finally:
-            self.busy = False
-        self.reach = results
-        box = self.query_one("#relay-checks", Vertical)
-        await box.remove_children()
-        await box.mount_all([CheckRow(r) for r in results])
-        box.scroll_visible(animate=False)  # at 80×24 the checks land below the key: bring them up
-        blocking = self._blocking()
-        # Next stays open (hosts where the probe cannot run must go on), but no ✔ without the proof:
-        # the probe from the deployment host, where the jobs are, decides when it ran
-        unproven = probe_verdict(local, remote)
-        self.ctx.relay_unproven = unproven
-        if blocking:
-            self.mark_done(False)
-            self.status.set(f"{verb} the relay, but: {blocking} Fix it, then press a to re-check.", "error")
-        elif unproven:
-            self.mark_done()
-            self.status.set(f"{verb} the relay, but the probe {unproven}. Press a to probe again.", "warn")
-        else:
-            self.mark_done()
-            self.status.set(f"{verb} the relay. Press c to copy the key, n to put it in the .env.", "ok")
 
     def _blocking(self) -> str | None:
         """Jobs can only use the relay if the deployment host reaches it: that failing blocks Next."""
-        for r in self.reach:
-            if r.status == "fail" and (r.name.startswith(RELAY_REACH_PREFIX) or r.name == "Deployment host reachable"):
-                return f"{r.name}: {r.detail}."
-        return None
+        return blocking(self.reach)
 
     def cancel_work(self) -> None:
-        starting = any(w.name == "start" and w.is_running for w in self.workers if w.node is self)
+        starting = any(w.name == "go" and w.is_running for w in self.workers if w.node is self)
         super().cancel_work()
         if starting:
             # The relay is its own detached process: cancelling stops the waiting, not the relay.

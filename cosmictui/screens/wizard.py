@@ -134,7 +134,8 @@ class WizardScreen(Screen[None]):
 
     def on_resize(self, event: events.Resize) -> None:
         # Below 80 columns the footer drops its padding, so no key falls off the right edge;
-        # below NARROW it leaves out "b Back" (the nav bar's ◀ Back button shows it; b still works).
+        # below NARROW it leaves out "b Back" where it does not fit (the nav bar's ◀ Back button shows
+        # it; b still works).
         footer = self.query_one(Footer)
         if footer.compact != (event.size.width < 80):
             footer.compact = event.size.width < 80
@@ -499,7 +500,8 @@ class WizardScreen(Screen[None]):
         if action == "step":
             return self.step.has_action(str(parameters[0]))
         if action in ("back", "back_narrow"):
-            return not self.step.busy and self.index > 0 and self.narrow == (action == "back_narrow")
+            shown = not self.narrow or self._back_fits()
+            return not self.step.busy and self.index > 0 and shown == (action == "back")
         field = isinstance(self.focused, Input)
         if action == "leave_field":
             return field
@@ -513,6 +515,26 @@ class WizardScreen(Screen[None]):
         if action == "dismiss_banner":
             return bool(self.query_one(Banner).messages)
         return True
+
+    _measuring = False
+
+    def _back_fits(self) -> bool:
+        """Below NARROW the footer (compact: "key desc" items one space apart) still says "b Back"
+        when it fits beside the step's keys (step 4's one key leaves room; step 2's four do not,
+        and there the nav bar's ◀ Back button says it)."""
+        if self._measuring:
+            return False
+        self._measuring = True
+        try:
+            shown = [
+                ab.binding
+                for ab in self.active_bindings.values()
+                if ab.enabled and ab.binding.show and ab.binding.action not in ("back", "back_narrow")
+            ]
+        finally:
+            self._measuring = False
+        width = sum(len(self.app.get_key_display(b)) + 2 + len(b.description) for b in shown) + len("b Back")
+        return width <= self.app.size.width
 
     def _on_command(self, cmd: str) -> None:
         """Show the last command in the nav bar, so it is visible even with the log hidden."""

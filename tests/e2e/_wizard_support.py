@@ -47,6 +47,9 @@ def resume_at(deployment: str, step: str, **fields: object) -> None:
     p = progress_mod.WizardProgress(deployment=deployment, current_step=step, **fields)  # type: ignore[arg-type]
     for sid in STEP_IDS[: STEP_IDS.index(step)]:
         p.complete(sid)
+    if p.is_done("verify") and p.relay_key and p.restarted_at is not None:
+        # as an earlier run that proved it: step 5's tick stands on this record (ops.session)
+        p.data.setdefault("verified", {"relay_key": p.relay_key, "restart": p.restarted_at})
     progress_mod.save_progress(p)
 
 
@@ -59,14 +62,28 @@ def relay_running(storage: str, key: str) -> str | None:
     return None
 
 
-def relay_carried(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The relay's own numbers say it carried the new job's connections (step 5 ticks only then)."""
-    from cosmictui.ops.jobs.evidence import RelayEvidence
+def relay_carried(monkeypatch: pytest.MonkeyPatch, carried: bool = True) -> None:
+    """For steps tested with a stand-in jobs CLI and no relay: the relay's record of its pairings
+    holds (`carried`) or lacks a pairing of two keys it first saw just now, i.e. the new job's.
+    The record comes from the relay's own PairingLog, as `/pairings` serves it."""
+    import json
+    import time
 
-    async def evidence(*_a: object, **_k: object) -> RelayEvidence:
-        return RelayEvidence(True, "since the worker restart", 2, 1, 4096)
+    from cosmictui.ops.metrics import pairings
+    from cosmictui.ops.session import WizardContext
+    from relay.service.pairings import PairingLog
 
-    monkeypatch.setattr("cosmictui.screens.step_verify.relay_evidence", evidence)
+    async def record(_url: str, timeout: float = 3.0) -> pairings.PairingRecord:
+        now = time.time()
+        log = PairingLog(KEY, clock=lambda: now - 3600)
+        if carried:
+            log._clock = lambda: now  # type: ignore[method-assign]
+            a, b = encode_id(key_pair().public_key), encode_id(key_pair().public_key)
+            log.open(((log.saw_key(a), None), (log.saw_key(b), None)))
+        return pairings.parse_pairings(json.dumps(log.as_json()))
+
+    monkeypatch.setattr(pairings, "read_pairings", record)
+    monkeypatch.setattr(WizardContext, "relay_metrics_url", lambda _self: "http://127.0.0.1:9")
 
 
 def make_app(settings: Settings, **ctx_kwargs: object) -> WizardApp:

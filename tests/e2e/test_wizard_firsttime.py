@@ -9,6 +9,7 @@ layout, its keys); the demo's real relay is walked in a real terminal in test_wi
 from __future__ import annotations
 
 import os
+import socket
 import time
 from pathlib import Path
 
@@ -18,9 +19,10 @@ from textual.widgets._footer import FooterKey
 
 from cosmictui.ops import progress as progress_mod
 from cosmictui.ops.config import Settings
-from cosmictui.ops.jobs.evidence import RelayEvidence
+from cosmictui.ops.metrics import probe as probe_mod
 from cosmictui.ops.metrics.probe import ProbeResult
 from cosmictui.ops.relayproc import RelayRuntime
+from cosmictui.ops.setup import relayup
 from cosmictui.ops.setup.checks import CheckResult
 from cosmictui.screens import step_relay
 from cosmictui.screens.step import StepStatus
@@ -35,6 +37,7 @@ from tests.e2e._wizard_support import (
     make_app,
     make_bin,
     path_with,
+    relay_carried,
     resume_at,
     seed_jobs,
     status,
@@ -80,8 +83,8 @@ def _stand_in_relay(monkeypatch: pytest.MonkeyPatch, storage: Path) -> RelayRunt
     monkeypatch.setattr(step_relay.relayproc, "start_relay", start_relay)
     # other relays on this (shared) machine are not this test's: no key-change warning about them
     monkeypatch.setattr(step_relay.relayproc, "running_relays", lambda: [])
-    monkeypatch.setattr(step_relay, "relay_reach_checks", reach)
-    monkeypatch.setattr(step_relay, "run_probe", probe)
+    monkeypatch.setattr(relayup, "relay_reach_checks", reach)
+    monkeypatch.setattr(probe_mod, "run_probe", probe)
     return rt
 
 
@@ -90,7 +93,12 @@ def _relay_setup(tmp_path: Path) -> tuple[Path, Settings]:
     d.mkdir()
     storage = tmp_path / "relay-storage"
     resume_at(str(d), "relay")
-    return storage, Settings(deployment=str(d), relay_storage=str(storage), relay_metrics="off")
+    # a free port: another relay on this shared machine may hold the default one (step 2 checks it)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    settings = Settings(deployment=str(d), relay_storage=str(storage), relay_metrics="off", relay_port=port)
+    return storage, settings
 
 
 def _inside(app: object, widget: object) -> bool:
@@ -236,10 +244,7 @@ def _verify_setup(tmp_path: Path, stuck_before: int = 0) -> Settings:
 
 
 def _relay_saw(monkeypatch: pytest.MonkeyPatch, pairings: int, relayed: int) -> None:
-    async def evidence(*_a: object, **_k: object) -> RelayEvidence:
-        return RelayEvidence(True, "since the worker restart", pairings, pairings, relayed)
-
-    monkeypatch.setattr("cosmictui.screens.step_verify.relay_evidence", evidence)
+    relay_carried(monkeypatch, carried=pairings > 0 and relayed > 0)
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -376,6 +381,7 @@ async def test_a_cancelled_apply_takes_back_steps_5_and_6(
     p = progress_mod.load_progress(str(d))
     for sid in ("apply", "verify", "recover"):
         p.complete(sid)  # as after an earlier, good run
+    p.data["verified"] = {"relay_key": KEY, "restart": p.restarted_at}
     progress_mod.save_progress(p)
     app = make_app(settings)
     async with app.run_test(size=size) as pilot:
@@ -512,7 +518,7 @@ async def test_next_past_cannot_tell_leaves_step_5_unticked(tmp_path: Path) -> N
     app = make_app(settings)
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_until(
-            pilot, lambda: "is not known" in status(app, "verify"), "left Creating, relay unknown", timeout=30
+            pilot, lambda: "Cannot tell" in status(app, "verify"), "left Creating, relay unknown", timeout=30
         )
         assert status_kind(app, "verify") == "warn"
         assert "the relay works" not in status(app, "verify").lower() and not step(app, "verify").done

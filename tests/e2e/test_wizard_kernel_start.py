@@ -19,7 +19,9 @@ import pytest
 
 from cosmictui.ops import relayproc
 from cosmictui.ops.config import Settings
+from cosmictui.ops.metrics import probe as probe_mod
 from cosmictui.ops.metrics.probe import ProbeResult
+from cosmictui.ops.setup import relayup
 from cosmictui.ops.setup.checks import CheckResult
 from cosmictui.screens import step_relay
 from cosmictui.widgets.command_log import CommandLog
@@ -70,8 +72,8 @@ async def test_step_2_starts_the_relay_on_the_kernel_path_where_the_host_allows_
         return ProbeResult(relay_key=key, ok=True, relayed=True, relay_address="127.0.0.1", rtt_ms=1.0)
 
     # what is tested is the relay's start (its flags, the line why); the DHT around it is not
-    monkeypatch.setattr(step_relay, "relay_reach_checks", reach)
-    monkeypatch.setattr(step_relay, "run_probe", probe)
+    monkeypatch.setattr(relayup, "relay_reach_checks", reach)
+    monkeypatch.setattr(probe_mod, "run_probe", probe)
     monkeypatch.setattr(step_relay.relayproc, "running_relays", lambda: [])
     d = tmp_path / "deploy"
     d.mkdir()

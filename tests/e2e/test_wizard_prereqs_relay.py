@@ -24,6 +24,7 @@ from tests.e2e._wizard_support import (
     wait_until,
 )
 from tests.e2e.test_wizard_contract import TASK_BIN, TASKFILE
+from tests.interop._relay_proc import free_udp_port
 
 
 @pytest.fixture(autouse=True)
@@ -31,14 +32,17 @@ def _state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
 
 
-async def test_wizard_prereqs_port_taken_fails_with_fix_and_rerun_passes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("size", [(80, 24), (60, 20)])
+async def test_wizard_prereqs_a_taken_port_is_chosen_again_in_step_2(tmp_path: Path, size: tuple[int, int]) -> None:
+    """A port another process holds (here: another relay's socket) warns in step 1 and names the way
+    out; Next goes on, and step 2's port field takes another port. It was a dead end: Next refused."""
     d = tmp_path / "deploy"
     d.mkdir()
     squatter = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     squatter.bind(("127.0.0.1", 0))
     port = squatter.getsockname()[1]
     # The deployment contract holds (a Taskfile with both tasks, the real go-task, a cosmicac):
-    # the one failure is the port.
+    # the one problem is the port.
     (d / "Taskfile.yml").write_text(TASKFILE)
     tools = make_bin(tmp_path / "tools", {"cosmicac": "echo 'ID  STATUS'\n"})
     (tools / "task").symlink_to(TASK_BIN)
@@ -51,22 +55,32 @@ async def test_wizard_prereqs_port_taken_fails_with_fix_and_rerun_passes(tmp_pat
     )
     app = make_app(settings)
     try:
-        async with app.run_test(size=(80, 24)) as pilot:
-            text = await wait_status(pilot, app, "prereqs", ("error",))
-            assert "1 check(s) failed" in text
+        async with app.run_test(size=size) as pilot:
+            await wait_status(pilot, app, "prereqs", ("ok", "warn"))
             # The PING to a relay that does not run yet fails as expected: no FAILED in the log.
             log = app.screen.query_one(CommandLog).transcript()
             assert "exit 1 (expected: the relay is not running yet)" in log and "FAILED" not in log, log
             rows = {r.result.name: r for r in step(app, "prereqs").query("CheckRow")}
             udp = next(r for name, r in rows.items() if name.startswith("UDP port"))
-            assert udp.result.status == "fail" and udp.result.fix and f"{port}" in udp.text
+            assert udp.result.status == "warn" and "already in use" in udp.result.detail and f"{port}" in udp.text
+            assert "another port in step 2" in udp.result.fix
             await pilot.press("n")
-            assert app.screen.index == 0 and "Fix the failed checks first: UDP port" in status(app, "prereqs")
-            squatter.close()  # the operator frees the port and checks again
-            await pilot.press("r")
-            await wait_status(pilot, app, "prereqs", ("ok", "warn"))
-            await pilot.press("n")
-            assert app.screen.index == 1
+            await wait_until(pilot, lambda: app.screen.index == 1, "on to step 2")
+            # s on the taken port says so before anything starts
+            await wait_until(pilot, lambda: "Press s to start it" in status(app, "relay"), "the relay step")
+            await pilot.press("s")
+            text = await wait_status(pilot, app, "relay", ("error",))
+            assert f"UDP port {port} is already in use" in text and "choose another port" in text, text
+            # the port field is reached with the keyboard alone (Tab), and takes another port
+            field = step(app, "relay").query_one("#relay-port", Input)
+            for _ in range(6):
+                if field.has_focus:
+                    break
+                await pilot.press("tab")
+            assert field.has_focus
+            await pilot.press("ctrl+u", *str(free_udp_port()))
+            await pilot.press("escape")
+            assert field.value != str(port) and field.value.isdigit()
     finally:
         squatter.close()
 
@@ -77,7 +91,8 @@ async def test_wizard_relay_attach_needs_a_relay_and_key_change_is_warned(tmp_pa
     (d / ".env").write_text(f"{ENV_VAR}='[\"{OTHER_KEY}\"]'\n")  # the deployment already uses a relay
     new_storage = tmp_path / "new-store"
     resume_at(str(d), "relay", relay_storage=str(tmp_path / "old-store"))
-    app = make_app(Settings(deployment=str(d), relay_storage=str(new_storage)))  # nothing binds its port
+    # nothing binds its port (a free one: another relay on this host may hold the default)
+    app = make_app(Settings(deployment=str(d), relay_storage=str(new_storage), relay_port=free_udp_port()))
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_until(pilot, lambda: "Press s to start it" in status(app, "relay"), "the relay step")
         storage_input = step(app, "relay").query_one("#relay-storage", Input)
@@ -103,14 +118,14 @@ async def test_wizard_relay_attach_needs_a_relay_and_key_change_is_warned(tmp_pa
     assert not new_storage.exists() or not any(new_storage.iterdir())  # nothing started, no key made
 
 
-async def test_wizard_relay_start_failure_shows_why_and_how_to_fix(tmp_path: Path) -> None:
+async def test_wizard_relay_start_on_a_taken_port_says_why_before_anything_starts(tmp_path: Path) -> None:
     d = tmp_path / "deploy"
     d.mkdir()
     squatter = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     squatter.bind(("127.0.0.1", 0))
     port = squatter.getsockname()[1]
     storage = tmp_path / "store"
-    resume_at(str(d), "relay", relay_storage=str(tmp_path / "old-store"))  # so a warning always comes first
+    resume_at(str(d), "relay", relay_storage=str(tmp_path / "old-store"))
     settings = Settings(deployment=str(d), relay_host="127.0.0.1", relay_port=port, relay_metrics="off")
     app = make_app(settings.with_overrides(relay_bootstrap=("127.0.0.1:9",)))
     try:
@@ -119,15 +134,13 @@ async def test_wizard_relay_start_failure_shows_why_and_how_to_fix(tmp_path: Pat
             step(app, "relay").query_one("#relay-storage", Input).value = str(storage)
             step(app, "relay").query_one("#relay-port", Input).value = str(port)
             await pilot.press("s")
-            await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the key-change warning")
-            await pilot.press("y")
             text = await wait_status(pilot, app, "relay", ("error",), timeout=30)
-            assert "The relay did not start" in text and f"UDP port {port} on 127.0.0.1 is already in use" in text
-            assert "Fix: the UDP port is taken" in text
+            assert f"UDP port {port} is already in use" in text and "Fix: choose another port" in text, text
+            assert not isinstance(app.screen, ConfirmScreen)  # no question about a start that cannot happen
             await pilot.press("n")
             assert app.screen.index == 1
             log = app.screen.query_one("#command-log-text").plain_lines
-            assert any(line.startswith("$ ") and "-m relay --storage" in line for line in log)
+            assert not any(line.startswith("$ ") and "-m relay --storage" in line for line in log)
     finally:
         squatter.close()
     assert not (storage / "relay-runtime.json").exists()

@@ -17,10 +17,10 @@ from textual.pilot import Pilot
 from cosmictui.app import WizardApp
 from cosmictui.ops.config import Settings
 from cosmictui.ops.demo.sandbox import Sandbox
+from cosmictui.ops.metrics import probe as probe_mod
 from cosmictui.ops.metrics.probe import NO_BOOTSTRAP, STAGES, ProbeResult, ProbeStage
 from cosmictui.ops.runner import LocalRunner, Runner
 from cosmictui.ops.session import WizardContext
-from cosmictui.screens import step_relay
 from cosmictui.widgets.step_list import StepItem, StepList
 from tests.e2e._wizard_support import status, status_kind, step, wait_status, wait_until
 
@@ -32,7 +32,7 @@ def _mark(app: WizardApp, index: int) -> str:
 async def test_a_failed_probe_leaves_step_2_unproven_until_a_probe_passes(
     sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real_probe = step_relay.run_probe
+    real_probe = probe_mod.run_probe
     runs: list[str] = []
 
     async def probe(key: str, *a: object, **k: object) -> ProbeResult:
@@ -41,7 +41,7 @@ async def test_a_failed_probe_leaves_step_2_unproven_until_a_probe_passes(
             return ProbeResult(relay_key=key, stages=[ProbeStage(STAGES[0], False, 10.0, NO_BOOTSTRAP)])
         return await real_probe(key, *a, **k)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(step_relay, "run_probe", probe)
+    monkeypatch.setattr(probe_mod, "run_probe", probe)
     app = WizardApp(WizardContext(sandbox.settings, demo=sandbox))
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_status(pilot, app, "prereqs", ("ok", "warn"), timeout=30)
@@ -105,7 +105,7 @@ def _probe_stand_in(monkeypatch: pytest.MonkeyPatch, ok: bool) -> None:
             return ProbeResult(relay_key=key, ok=True, relay_address="127.0.0.1:49737", rtt_ms=1.0, seconds=0.5)
         return ProbeResult(relay_key=key, stages=[ProbeStage(STAGES[0], False, 10.0, NO_BOOTSTRAP)])
 
-    monkeypatch.setattr(step_relay, "run_probe", probe)
+    monkeypatch.setattr(probe_mod, "run_probe", probe)
 
 
 def _host_context(sandbox: Sandbox, bin_dir: Path) -> WizardContext:

@@ -18,7 +18,9 @@ import pytest
 
 from cosmictui.ops import relayproc
 from cosmictui.ops.config import Settings
+from cosmictui.ops.metrics import probe as probe_mod
 from cosmictui.ops.metrics.probe import ProbeResult
+from cosmictui.ops.setup import relayup
 from cosmictui.ops.setup.checks import CheckResult
 from cosmictui.screens import step_prereqs, step_relay
 from cosmictui.screens.confirm import ConfirmScreen
@@ -56,8 +58,8 @@ async def test_a_relay_with_other_flags_is_named_and_restarted_with_the_same_key
         return ProbeResult(relay_key=key, ok=True, relayed=True, relay_address="127.0.0.1", rtt_ms=1.0)
 
     monkeypatch.setattr(step_prereqs, "gather_checks", checks)
-    monkeypatch.setattr(step_relay, "relay_reach_checks", reach)
-    monkeypatch.setattr(step_relay, "run_probe", probe)
+    monkeypatch.setattr(relayup, "relay_reach_checks", reach)
+    monkeypatch.setattr(probe_mod, "run_probe", probe)
     monkeypatch.setattr(step_relay.relayproc, "running_relays", lambda: [])
     d = tmp_path / "deploy"
     d.mkdir()
@@ -95,7 +97,7 @@ async def test_a_relay_with_other_flags_is_named_and_restarted_with_the_same_key
         new = relayproc.attach(str(storage))
         assert new is not None and new.pid != old.pid and new.key == old.key  # same storage, same key
         assert not relayproc.pid_alive(old.pid)
-        assert "Started" in text
+        assert "Restarted the relay" in text
         await pilot.press("s")  # again: it runs with the wizard's settings now, nothing to start
         await wait_until(pilot, lambda: "Already running" in status(app, "relay"), "already running")
         text = await wait_status(pilot, app, "relay", ("ok",), timeout=60)

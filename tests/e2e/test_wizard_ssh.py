@@ -161,6 +161,7 @@ async def test_wizard_ssh_apply_streams_remote_output_and_stops_at_failure(ssh_d
     body += '[ "$1" = restart ] && { echo "rollout failed: ImagePullBackOff" >&2; exit 3; }\nexit 0\n'
     bin_dir = make_bin(d.tmp, {"task": body})
     resume_at(d.spec, "apply", relay_key=KEY)
+    (d.deploy / ".env").write_text(f"{ENV_VAR}='[\"{KEY}\"]'\n")  # step 3 done: the .env lists the relay
     app = make_app(_settings(d).with_overrides(command_env={"PATH": path_with(bin_dir)}))
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.press("r")
@@ -169,7 +170,9 @@ async def test_wizard_ssh_apply_streams_remote_output_and_stops_at_failure(ssh_d
         out = step(app, "apply").query_one("#apply-output", OutputLog).plain_lines
         assert "rendering apply-wrk-server-k8s-nvidia-common-config" in out
         assert "rollout failed: ImagePullBackOff" in out
-        assert app.screen.ctx.restarted_at is None
+        # the restart began (the worker may have restarted): recorded, but not as finished, so no tick
+        assert app.screen.ctx.restarted_at is not None and not app.screen.ctx.facts().restart_finished
+        assert "apply" not in app.screen.ctx.ticks()
     calls = (d.deploy / "calls.log").read_text().splitlines()
     assert len(calls) == 2 and calls[0].startswith("task apply-wrk-server-k8s-nvidia-common-config on ")
     assert all(c.endswith(f" in {d.deploy}") for c in calls)

@@ -102,16 +102,16 @@ async def test_verdict_is_withdrawn_when_the_job_goes_back_to_creating(
     seq = [("Creating", 1), ("Running", 2), ("Running", 3), ("Creating", 4)]
     snaps = [base, *(base + f"job-100   {st:<9}  {_iso(t + u)}\n" for st, u in seq)]
     d, settings = _deploy(tmp_path, snaps, monkeypatch)
-    from cosmictui.screens.step_verify import VerifyStep
+    from cosmictui.ops.session import WizardContext
 
-    ticked: list[bool] = []  # step 5's tick, as it was set (no toast says "the relay works": it hid the status)
-    real_mark = VerifyStep.mark_done
+    ticked: list[bool] = []  # step 5's tick after each verdict (no toast says "the relay works": it hid the status)
+    real_note = WizardContext.note_verdict
 
-    def mark_done(self: VerifyStep, done: bool = True) -> None:
-        real_mark(self, done)
-        ticked.append(self.done)
+    def note_verdict(self: WizardContext, verdict: object, state: object = None) -> None:
+        real_note(self, verdict, state)
+        ticked.append("verify" in self.ticks())
 
-    monkeypatch.setattr(VerifyStep, "mark_done", mark_done)
+    monkeypatch.setattr(WizardContext, "note_verdict", note_verdict)
     app = make_app(settings)
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_until(pilot, lambda: _polled(app, 7), "the whole sequence", timeout=60)

@@ -151,7 +151,7 @@ def test_evicted_pairings_that_may_be_the_jobs_cannot_tell() -> None:
 
 
 def test_unreadable_records_cannot_tell_and_are_never_proof() -> None:
-    log, clock = relay_log()
+    log, _clock = relay_log()
     doc = log.as_json()
     doc["pairings"] = [
         {"id": 1, "opened_at": "soon", "peers": []},
@@ -208,7 +208,7 @@ async def test_read_pairings_from_hostile_endpoints_is_bounded_and_never_crashes
         assert rec.relay_key == RELAY and len(rec.pairings) == 1
         with pytest.raises(NoPairingRecord, match="keeps no record"):
             await read_pairings(missing.url, timeout=5)
-        with pytest.raises(MetricsError, match="timed out after 0.5 s"):
+        with pytest.raises(MetricsError, match=r"timed out after 0\.5 s"):
             await read_pairings(dripping.url, timeout=0.5)
         with pytest.raises(MetricsError, match="not a relay"):
             await read_pairings(huge.url, timeout=10)

@@ -173,3 +173,21 @@ async def test_state_survives_a_save_so_a_resume_judges_the_same_job() -> None:
         pass
     assert again.verdict is not None and again.verdict.proven and again.verdict.job.id == "job-001"  # type: ignore[union-attr]
     assert VerifyState.from_json("garbage") == VerifyState()
+
+
+async def test_a_named_job_already_listed_opens_its_window_a_minute_before_its_printed_time() -> None:
+    """`verify --job ID` of a job the operator made: a probe after it is never its proof, and the
+    window is not the time the watch began (a pairing between the job's creation and the first
+    list is the job's)."""
+    t0 = time.time()
+    clock = [t0]
+    log = PairingLog(RELAY, clock=lambda: t0 - 100)
+    dep = Deployment(clock)
+    dep.jobs["job-mine"] = ["Running"]
+    dep.created["job-mine"] = t0 - 10
+    pairing(log, [t0 - 5], "agent1", "worker1")  # the job's own pairing, before the watch began
+    s = session(dep, log, clock, restart=t0 - 50)
+    s.state = VerifyState(job_id="job-mine")
+    async for _ in s.run(until_settled=True, timeout=30):
+        pass
+    assert s.verdict is not None and s.verdict.proven and s.verdict.window_opened_at == t0 - 50

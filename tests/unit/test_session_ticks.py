@@ -31,6 +31,7 @@ def facts(**kw: object) -> SessionFacts:
         "env_relays": (KEY,),
         "restarted_at": 200.0,
         "env_written_at": 100.0,
+        "verified": (KEY, 200.0),
     }
     base.update(kw)
     return SessionFacts(**base)  # type: ignore[arg-type]
@@ -38,6 +39,20 @@ def facts(**kw: object) -> SessionFacts:
 
 def test_everything_true_ticks_everything() -> None:
     assert derive_ticks(facts()) == ALL
+
+
+def test_a_new_restart_withdraws_the_verification_at_once() -> None:
+    assert derive_ticks(facts(restarted_at=300.0)) == ALL - {"verify", "recover"}
+    assert "no new job was proven" in (why_not("verify", facts(restarted_at=300.0)) or "")
+
+
+def test_a_verification_of_another_relay_is_none_of_this_one() -> None:
+    assert derive_ticks(facts(verified=("o" * 52, 200.0))) == ALL - {"verify", "recover"}
+    assert derive_ticks(facts(verified=None)) == ALL - {"verify", "recover"}
+
+
+def test_an_unfinished_restart_is_no_apply() -> None:
+    assert derive_ticks(facts(restart_finished=False)) == {"prereqs", "relay", "env"}
 
 
 def test_a_stopped_relay_takes_back_2_and_all_after_it() -> None:

@@ -79,6 +79,40 @@ class Sandbox:
         """Stop the sandbox's private DHT (if this sandbox started one); True if it was running."""
         return stop_dht(self.root, timeout)
 
+    @property
+    def config_path(self) -> Path:
+        """The sandbox's settings as a config file, for the headless commands (`cosmictui --config`)."""
+        return self.root / "config.toml"
+
+    def write_config(self) -> Path:
+        """Write `config_path` from `settings`: `cosmictui --config FILE verify` then runs against it."""
+        s = self.settings
+
+        def q(v: str) -> str:
+            return json.dumps(v)  # a JSON string is a TOML basic string
+
+        lines = [
+            f"deployment = {q(s.deployment)}",
+            "",
+            "[commands]",
+            f"create = {q(s.create_command)}",
+            f"test_job = {q(s.test_job_command)}",
+            "env = { " + ", ".join(f"{k} = {q(v)}" for k, v in s.command_env.items()) + " }",
+            "",
+            "[relay]",
+            f"storage = {q(s.relay_storage)}",
+            f"port = {s.relay_port}",
+            f"host = {q(s.relay_host)}",
+            f"address = {q(s.relay_address)}",
+            f"metrics = {q(s.relay_metrics)}",
+            "bootstrap = [" + ", ".join(q(b) for b in s.relay_bootstrap) + "]",
+            "",
+            "[jobs]",
+            f"poll_interval = {s.poll_interval:g}",
+        ]
+        self.config_path.write_text("\n".join(lines) + "\n")
+        return self.config_path
+
     def remove_job_records(self) -> list[Path]:
         """Remove the records step 6 saved for this sandbox's jobs; the paths removed.
 
@@ -186,6 +220,7 @@ def create_sandbox(
             "dht_port": _free_port(socket.SOCK_DGRAM),
             "worker": {"applied_relays": [], "applied_at": None, "running_relays": [], "restarted_at": None},
             "fail": {},
+            "secret": secrets.token_hex(16),  # the jobs' peers' keys derive from it (demo.worker.job_keys)
             "jobs": _seed_jobs(now) if seed_jobs else [],
         }
         _save(state_path, state)
@@ -221,7 +256,9 @@ def create_sandbox(
         create_command=DEMO_CREATE_COMMAND,
         test_job_command=DEMO_TEST_JOB_COMMAND,
     )
-    return Sandbox(base, deployment, bin_dir, storage, settings, temporary)
+    sandbox = Sandbox(base, deployment, bin_dir, storage, settings, temporary)
+    sandbox.write_config()
+    return sandbox
 
 
 _dht_children: dict[int, subprocess.Popen[bytes]] = {}
@@ -627,6 +664,7 @@ def cosmicac_main(argv: list[str], state_file: str) -> int:
                 "created_at": now,
                 "updated_at": now,
                 "relays": list(state["worker"]["running_relays"]),
+                "direct": bool(state.get("direct_jobs")),  # its network does not block it (set_direct_jobs)
             }
             state["jobs"].append(job)
             _out(
@@ -678,6 +716,13 @@ def set_failure(sandbox: Sandbox, task: str, message: str | None) -> None:
             state.setdefault("fail", {}).pop(task, None)
         else:
             state.setdefault("fail", {})[task] = message
+
+
+def set_direct_jobs(sandbox: Sandbox, direct: bool) -> None:
+    """Jobs created from now on connect directly (their network does not block them), or through
+    the relay again: how a verdict is tested against a job that did not need the relay."""
+    with _locked(sandbox.state_path) as state:
+        state["direct_jobs"] = direct
 
 
 def sandbox_state(sandbox: Sandbox) -> dict[str, Any]:

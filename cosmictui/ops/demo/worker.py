@@ -1,10 +1,13 @@
 """The demo sandbox's worker: every job it created is a real pair of peers meeting through a relay.
 
 Started (detached) by the sandbox's `task restart`, with the relays the restart applied. For
-each job that carries relay keys and is not finished, the worker listens with a fresh key pair
-offering the job's relay (`relay_through`, punching off: the cluster network is blocked) and
-the job's agent connects to it, punching off too, so the relay is the only path. The job
-leaves `Creating` only when the agent's connection echoes and came through the relay; then
+each job that carries relay keys and is not finished, the worker listens offering the job's
+relay (`relay_through`, punching off: the cluster network is blocked) and the job's agent
+connects to it, punching off too, so the relay is the only path. Each job's two peers keep their
+key pairs for the job's life (derived from the sandbox and the job id), so a reconnect after a
+restart is a key the relay saw before, as a real job's. The job leaves `Creating` only when the
+agent's connection echoes and came through the relay (a job created while the sandbox's
+`direct_jobs` is set connects directly instead, as on a network that does not block it); then
 the agent "keeps updating" by sending over it every few seconds, and each echo bumps the job's
 last update. When the relay is down the job says why it waits, and the pair is tried again.
 Jobs without a relay key (created before the restart) are left alone: they stay stuck.
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -29,7 +33,7 @@ from typing import Any
 
 from relay.dht import Connection, DHTError, DHTNode, HyperDHTServer
 from relay.dht.client import connect
-from relay.keys import decode_id, key_pair
+from relay.keys import KeyPair, decode_id, key_pair
 from relay.udx import UDX
 
 HEARTBEAT = 2.0  # seconds between the agent's updates over its connection
@@ -53,6 +57,14 @@ def _update(state_file: Path, job_id: str, **fields: Any) -> bool:
     return False
 
 
+def job_keys(secret: bytes, job_id: str) -> tuple[KeyPair, KeyPair]:
+    """The worker's and the agent's key pairs of one job: the same for the job's whole life."""
+    return tuple(  # type: ignore[return-value]
+        key_pair(hashlib.blake2b(f"{role}:{job_id}".encode(), key=secret[-64:], digest_size=32).digest())
+        for role in ("worker", "agent")
+    )
+
+
 class Worker:
     def __init__(self, state_file: Path, bootstrap: list[str]) -> None:
         self.state_file = state_file
@@ -61,6 +73,8 @@ class Worker:
         self.agent_node = DHTNode(bootstrap=list(bootstrap), host="127.0.0.1", udx=self.udx)
         self.pairs: dict[str, asyncio.Task[None]] = {}
         self.stop = asyncio.Event()
+        self.secret = str(state_file.resolve()).encode()
+        self.direct: dict[str, bool] = {}
 
     async def run(self, idle_exit: float) -> None:
         from cosmictui.ops.relayproc import attach
@@ -76,6 +90,9 @@ class Worker:
             if state.get("worker", {}).get("pid") != os.getpid() and time.monotonic() - started > STARTUP_GRACE:
                 break  # a newer restart replaced us (at first the restart may not have saved our pid yet)
             jobs = {j["id"]: j for j in state.get("jobs", [])}
+            if isinstance(state.get("secret"), str):
+                self.secret = state["secret"].encode()
+            self.direct = {jid: bool(j.get("direct")) for jid, j in jobs.items()}
             for job_id, job in jobs.items():
                 if job.get("relays") and job.get("status") not in FINAL and job_id not in self.pairs:
                     self.pairs[job_id] = asyncio.ensure_future(self.pair(job_id, list(job["relays"])))
@@ -122,20 +139,25 @@ class Worker:
                 async for msg in conn.secret_stream:
                     conn.secret_stream.send(msg)
 
-        kp = key_pair()
+        # Each job's two peers keep their keys for the job's life (a reconnect after a restart is the
+        # same job to the relay: keys it saw before); a direct job's network is not blocked.
+        kp, agent_kp = job_keys(self.secret, job_id)
+        direct = self.direct.get(job_id, False)
         server = HyperDHTServer(
             self.worker_node,
             kp,
             echo,
-            holepunch=False,
-            share_local_address=False,
-            relay_through=relay_pk,
+            holepunch=direct,
+            share_local_address=direct,
+            relay_through=None if direct else relay_pk,
         )
         conn: Connection | None = None
         try:
             await server.listen()
-            conn = await connect(self.agent_node, kp.public_key, punch=False, timeout=20)
-            if not conn.relayed:
+            conn = await connect(self.agent_node, kp.public_key, key_pair=agent_kp, punch=direct, timeout=20)
+            if direct and conn.relayed:
+                raise DHTError("a direct job's agent went through a relay", "RELAYED")
+            if not direct and not conn.relayed:
                 raise DHTError("the agent reached the worker without the relay", "NOT_RELAYED")
             ss = conn.secret_stream
             addr = conn.remote_address
@@ -151,10 +173,12 @@ class Worker:
                     raise ConnectionError("the echo came back altered")
                 fields: dict[str, Any] = {"updated_at": time.time()}
                 if first:
-                    fields |= {
-                        "status": "Running",
-                        "message": f"connected through relay {key[:8]}… (agent ⇄ worker relayed at {where})",
-                    }
+                    how = (
+                        f"connected directly, not through a relay (agent ⇄ worker at {where})"
+                        if direct
+                        else f"connected through relay {key[:8]}… (agent ⇄ worker relayed at {where})"
+                    )
+                    fields |= {"status": "Running", "message": how}
                     first = False
                 if not _update(self.state_file, job_id, **fields):
                     return

@@ -74,6 +74,12 @@ class Attribution:
     pairing: PairingSeen | None = None
     #: evidence lines: the job's pairing (when, bytes) or what the window held
     lines: tuple[str, ...] = ()
+    #: the case in a few words, to follow "Job X left Creating (Running), " on a status line
+    short: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind == "cannot-tell" and not self.lines:
+            object.__setattr__(self, "lines", (self.reason,))  # shown under the jobs while the job is watched
 
     @property
     def proven(self) -> bool:
@@ -177,13 +183,12 @@ def attribute(
                 lines=(line,),
             )
         if env_dropped:
-            return Attribution(
-                "env-dropped",
+            why = (
                 f"The job's connection went through this relay, but the .env no longer lists it (it lists "
-                f"{listed}): the next apply and restart drops it.",
-                CHECKS["env-dropped"],
-                job,
-                (line,),
+                f"{listed}): the next apply and restart drops it."
+            )
+            return Attribution(
+                "env-dropped", why, CHECKS["env-dropped"], job, (why, line), "but the .env no longer lists this relay"
             )
         return Attribution(
             "proven", "The relay carried the job's own connection (its pairing below).", pairing=job, lines=(line,)
@@ -201,32 +206,31 @@ def attribute(
         + "."
     )
     if env_dropped:
+        why = f"Not through this relay: the .env no longer lists it (it lists {listed})."
         return Attribution(
-            "env-dropped",
-            f"Not through this relay: the .env no longer lists it (it lists {listed}).",
-            CHECKS["env-dropped"],
-            lines=(seen,),
+            "env-dropped", why, CHECKS["env-dropped"], None, (why, seen), "not through this relay (.env dropped it)"
         )
     if older:
+        why = (
+            "Only older jobs re-paired through the relay since the job was created (keys it knew before), "
+            "not the job's own connection."
+        )
         return Attribution(
             "older-only",
-            "Only older jobs re-paired through the relay since the job was created (keys it knew before), "
-            "not the job's own connection.",
+            why,
             CHECKS["older-only"],
-            lines=(seen,),
+            None,
+            (why, seen),
+            "not through this relay (only older jobs re-paired)",
         )
     if probe:
+        why = "The relay carried only the wizard's probe since the job was created, not the job's connection."
         return Attribution(
-            "probe-only",
-            "The relay carried only the wizard's probe since the job was created, not the job's connection.",
-            CHECKS["probe-only"],
-            lines=(seen,),
+            "probe-only", why, CHECKS["probe-only"], None, (why, seen), "not through this relay (only the probe paired)"
         )
+    why = "Not through this relay: it saw no pairing since the job was created."
     return Attribution(
-        "not-relayed",
-        "Not through this relay: it saw no pairing since the job was created.",
-        CHECKS["not-relayed"],
-        lines=(seen,),
+        "not-relayed", why, CHECKS["not-relayed"], None, (why, seen), "not through this relay (no pairing)"
     )
 
 

@@ -88,7 +88,10 @@ class VerifyVerdict:
 
     @property
     def lines(self) -> tuple[str, ...]:
-        return self.attribution.lines if self.attribution is not None else ()
+        """The evidence under the verdict (what the status line says already is not said again)."""
+        if self.attribution is None:
+            return ()
+        return tuple(line for line in self.attribution.lines if line not in self.message)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -166,6 +169,8 @@ class VerifyState:
     last_list_at: float | None = None
     #: --job ID: judge this job only
     job_id: str | None = None
+    #: every id a list showed so far (a job is dated by the first list that shows it)
+    known: list[str] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -174,6 +179,7 @@ class VerifyState:
             "created_at": self.created_at,
             "last_list_at": self.last_list_at,
             "job_id": self.job_id,
+            "known": list(self.known)[-1000:],
         }
 
     @classmethod
@@ -193,6 +199,7 @@ class VerifyState:
             created_at=num(data.get("created_at")),
             last_list_at=num(data.get("last_list_at")),
             job_id=data.get("job_id") if isinstance(data.get("job_id"), str) else None,
+            known=[str(i) for i in data["known"] if isinstance(i, str)] if isinstance(data.get("known"), list) else [],
         )
 
 
@@ -269,13 +276,17 @@ class VerifySession:
                 return
             if self.state.baseline is None:
                 self.state.baseline = [] if self.state.job_id is not None else self._older(listing.jobs)
+            known = set(self.state.known)
             for j in listing.jobs:
-                if j.id not in self.state.since and j.id not in (self.state.baseline or ()):
+                if self.state.last_list_at is None:
+                    break  # the first list: what it shows was there before (or dated by _older / the list)
+                if j.id not in known and j.id not in self.state.since:
                     # first seen now: created after the last list that did not show it began
-                    bound = self.state.last_list_at if self.state.last_list_at is not None else started
+                    bound = self.state.last_list_at
                     if self.state.created_at is not None:
                         bound = max(bound, self.state.created_at)
                     self.state.since[j.id] = bound
+            self.state.known = sorted(known | {j.id for j in listing.jobs})[-1000:]
             self.state.last_list_at = started
             watch = self._watch()
             jobs = listing.jobs if self.state.job_id is None else [j for j in listing.jobs if j.id == self.state.job_id]
@@ -320,7 +331,8 @@ class VerifySession:
             return VerifyVerdict("waiting", seen.message, "info")
         since = self._job_since(job)
         restart = self._restart()
-        if since is not None and restart is not None and restart > since:
+        made = self.state.since.get(job.id, job.created.timestamp() if job.created is not None else None)
+        if made is not None and restart is not None and restart > made:
             return VerifyVerdict(
                 "stale",
                 f"The worker restarted at {clock(restart)}, after job {job.id} was created: it is an older "
@@ -377,7 +389,8 @@ class VerifySession:
         if since is None:
             return None, None
         opened = max(since, restart) if restart is not None else since
-        window = Window(opened, since, self.inputs.relay_key, self.inputs.probe_keys())
+        # keys first seen before the restart are older jobs' (the job was made after it, or it is stale)
+        window = Window(opened, opened, self.inputs.relay_key, self.inputs.probe_keys())
         url = self.inputs.metrics_url()
         record: PairingRecord | MetricsError | None = None
         if url:

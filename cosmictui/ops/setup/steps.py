@@ -71,6 +71,7 @@ async def gather_checks(
     results = await run_checks(settings, runner, ping_timeout=3.0 if relay_runs else 0.5)
     if unreachable is not None:
         results.append(unreachable)
+    results = [_port_choosable(r) for r in results]
     if not relay_runs:
         results = [
             CheckResult(r.name, "warn", "not yet: the relay is not running (step 2 starts it and checks this)", "")
@@ -79,6 +80,20 @@ async def gather_checks(
             for r in results
         ]
     return results
+
+
+def _port_choosable(r: CheckResult) -> CheckResult:
+    """A UDP port another process holds (often another relay) is no dead end in step 1: step 2 has
+    the port field. So it warns, naming the holder, instead of refusing Next."""
+    if not r.name.startswith("UDP port ") or r.status != "fail" or "already in use" not in r.detail:
+        return r
+    return CheckResult(
+        r.name,
+        "warn",
+        r.detail,
+        "choose another port in step 2 (UDP port; [relay] port in the config) and open it in the firewall, "
+        "or stop that process",
+    )
 
 
 async def relay_reach_checks(settings: Settings, runner: Runner, runtime: RelayRuntime) -> list[CheckResult]:
