@@ -63,7 +63,7 @@ from relay.service.limits import (
     LimitCounters,
     Limits,
 )
-from relay.service.memory import CONTROL_REORDER_BYTES, MemoryBudget, MemoryWatch
+from relay.service.memory import CONTROL_REORDER_BYTES, MemoryBudget, MemoryWatch, held_bytes
 from relay.service.metrics import MetricsError, MetricsServer, build_registry, render_metrics
 from relay.service.pairings import PairingLog, PairingRecord, Sighting
 from relay.service.pauses import RELAY_RECEIVE_BUFFER, Pauses
@@ -411,7 +411,7 @@ class RelayApp:
         # at --max-sessions, or with the memory budget reached, an idle or never-paired session
         # goes (the heaviest address's), never one relaying traffic; with none to spare the
         # newcomer is refused at once
-        full = self.blind.memory_full = self.memory.check(now, self.blind.session_count)
+        full = self.blind.memory_full = self._memory_full(now, fresh=True)
         room = self.blind.room_for_session(now)
         self._pump()
         if not room:
@@ -447,7 +447,7 @@ class RelayApp:
             now = self._now()
             # a pair request may add a pending token or a pair: at most READ_EVERY-old RSS says
             # whether the budget lets it in
-            self.blind.memory_full = self.memory.check(now, self.blind.session_count, fresh=False)
+            self.blind.memory_full = self._memory_full(now, fresh=False)
             try:
                 s.session.receive_message(ev.data, now)
             except BlindRelayError as e:
@@ -529,6 +529,11 @@ class RelayApp:
                 "peers": [self._peer(x.session) for x in ev.links],
             },
         )
+
+    def _memory_full(self, now: float, *, fresh: bool) -> bool:
+        b = self.blind
+        held = held_bytes(b.session_count, b.stats.pairings_active, b.stats.pairings_pending)
+        return self.memory.check(now, b.session_count, held, fresh=fresh)
 
     def _held(self) -> None:
         """Tell the memory watch how much the relay holds (it trims after a large fall)."""

@@ -69,10 +69,13 @@ RSS_PER_TRACED_BYTE = 1.25
 RSS_PER_BUFFER_BYTE = 1.1
 #: share of the budget the caps may plan for; the rest absorbs what no count sees
 CAPS_SHARE = 0.95
-#: headroom the admission check keeps beyond the held objects' own growth (handshakes in flight,
-#: a /stats document, a collection's timing): this share of the budget, at least MARGIN_MIN
-MARGIN_SHARE = 0.02
-MARGIN_MIN = 2 * MB
+#: headroom the admission check keeps beyond the held objects' own growth: under a sustained
+#: churn at a full relay (newcomers taking shed holders' places) RSS overshot the admission
+#: limit by 15-28 MB at 64 and 100 MB budgets (what was shed waits for a
+#: collection before its memory can be reused, and the allocator's pools fragment), so: this
+#: share of the budget, at least MARGIN_MIN
+MARGIN_SHARE = 0.12
+MARGIN_MIN = 24 * MB
 #: the caps are rounded down to a multiple of this many relayed connections
 CAPS_STEP = 256
 #: the pending cap is twice the pair cap (each relayed connection pairs once from each side), at most
@@ -196,6 +199,17 @@ TRIM_MIN_SESSIONS = 256
 TRIM_DELAY = 2.0
 #: RSS readings for the admission verdict are at most this old while messages flow
 READ_EVERY = 0.05
+#: while full, RSS growing by this much lowers the mark to what the relay holds then
+MARK_GROWTH = 1 * MB
+#: while full, garbage is collected at most this often (and at most a tenth of the time)
+COLLECT_EVERY = 0.2
+#: the "budget reached" warning at most this often
+SAY_EVERY = 60.0
+
+
+def held_bytes(sessions: int, pairs: int, pending: int) -> float:
+    """The objects' share of RSS the relay holds (the budget's per-object figures)."""
+    return (sessions * SESSION_BYTES + pairs * PAIR_BYTES + pending * PENDING_BYTES) * RSS_PER_TRACED_BYTE
 
 
 class MemoryWatch:
@@ -219,28 +233,63 @@ class MemoryWatch:
         self.trimmed_bytes = 0
         self.last_trim: dict[str, Any] | None = None
         self._trim_handle: Any = None
+        self.mark: float | None = None
+        self.mark_rss = 0
+        self.last_collect = float("-inf")
+        self.collect_every = COLLECT_EVERY
+        self.collections = 0
+        self.collected = 0
+        self.last_said = float("-inf")
 
-    def check(self, now: float, sessions: int, *, fresh: bool = True) -> bool:
-        """Read RSS (unless `fresh` is False and the last reading is younger than READ_EVERY)
-        and return whether the relay is full with `sessions` sessions held."""
+    def check(self, now: float, sessions: int, held: float = 0.0, *, fresh: bool = True) -> bool:
+        """Whether the relay is full, holding `sessions` sessions and objects estimated at
+        `held` bytes (`held_bytes`). Reads RSS unless `fresh` is False and the last reading is
+        younger than READ_EVERY.
+
+        RSS over the admission limit is not enough: memory freed inside the process (shed or
+        closed sessions) is reused by newcomers without the RSS growing, and the allocator
+        rarely hands it back. So when RSS first passes the limit the relay marks what it held;
+        while RSS stays over it, it is full only when it holds at least that much again, and the
+        mark comes down to what it holds whenever RSS grows further. While full, cyclic garbage
+        (what was shed) is collected, at most once every `collect_every` seconds, so its memory
+        is free for reuse before it is relied on."""
+        if self.mark is not None and now - self.last_collect >= self.collect_every:
+            self._collect(now)
+            fresh = True
         if fresh or now - self.last_read >= READ_EVERY:
             self.last_rss = self.rss()
             self.last_read = now
             if self.last_rss > self.peak_rss:
                 self.peak_rss = self.last_rss
-        full = self.budget.full(self.last_rss, sessions)
-        if full and not self.full:
-            self.times_full += 1
-            self.full_since = now
-            log.warning(
-                "memory budget reached: refusing newcomers that nothing idle can make room for",
-                extra={"rss": self.last_rss, "budget": self.budget.budget, "sessions": sessions},
-            )
-        elif not full and self.full:
+        if not self.budget.full(self.last_rss, sessions):
+            self.mark = None
             self.full_since = None
-            log.info("memory below the budget again", extra={"rss": self.last_rss, "sessions": sessions})
+            full = False
+        else:
+            if self.mark is None:  # a new episode: RSS passed the admission limit
+                self.times_full += 1
+                self.full_since = now
+                if self.times_full == 1 or now - self.last_said >= SAY_EVERY:
+                    self.last_said = now
+                    log.warning(
+                        "memory budget reached: newcomers only in place of idle holders, else refused",
+                        extra={"rss": self.last_rss, "budget": self.budget.budget, "sessions": sessions},
+                    )
+            if self.mark is None or self.last_rss > self.mark_rss + MARK_GROWTH:
+                self.mark = held if self.mark is None else min(self.mark, held)
+                self.mark_rss = self.last_rss
+            full = held >= self.mark
         self.full = full
         return full
+
+    def _collect(self, now: float) -> None:
+        t0 = time.perf_counter()
+        self.collected += gc.collect()
+        took = time.perf_counter() - t0
+        self.collections += 1
+        self.last_collect = now
+        # at most a tenth of the time in collections, however many objects are left
+        self.collect_every = max(COLLECT_EVERY, 10 * took)
 
     def held(self, sessions: int, schedule: Callable[[float, Callable[[], None]], Any]) -> None:
         """What the relay holds now (sessions); after a large fall from the high-water mark a
@@ -295,10 +344,12 @@ class MemoryWatch:
             "budget_bytes": self.budget.budget,
             "admission_limit_bytes": self.budget.limit(sessions),
             "full": self.full,
+            "over_limit": self.mark is not None,
             "times_full": self.times_full,
             "refused_sessions": self.refused_sessions,
             "refused_pairings": self.refused_pairings,
             "trims": self.trims,
             "trimmed_bytes": self.trimmed_bytes,
+            "collections_while_full": self.collections,
             "last_trim": self.last_trim,
         }

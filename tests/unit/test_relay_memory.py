@@ -156,3 +156,19 @@ def test_full_is_said_once_per_episode_and_counted() -> None:
     snap = watch.snapshot(100)
     assert snap["full"] is True and snap["budget_bytes"] == 200 * MB
     assert snap["admission_limit_bytes"] == MemoryBudget(200 * MB).limit(100)
+
+
+def test_over_the_limit_newcomers_reuse_what_was_freed_until_rss_grows_again() -> None:
+    """RSS rarely falls once the allocator holds memory: past the limit the relay marks what it
+    held; holding less (sessions shed or gone), it admits again into the freed memory, and as
+    soon as RSS grows past the mark's reading it is full at what it holds then."""
+    b = MemoryBudget(200 * MB)
+    over = b.limit(100) + 1
+    levels = iter([over, over, over + 2 * MB, over + 2 * MB])
+    watch = MemoryWatch(b, rss=lambda: next(levels))
+    assert watch.check(0.0, 100, held=1000.0) is True  # the mark: 1,000
+    assert watch.check(0.1, 100, held=500.0) is False  # half of it gone: room inside
+    assert watch.check(0.2, 100, held=600.0) is True  # RSS grew anyway: the mark comes down to 600
+    assert watch.check(0.3, 100, held=599.0) is False
+    assert watch.times_full == 1 and watch.collections >= 1  # one episode, garbage collected in it
+    watch.close()
