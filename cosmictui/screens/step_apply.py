@@ -83,6 +83,21 @@ class ApplyStep(Step):
         )
         if not self.done and not self.busy:
             self.status.set("Press r to run both commands.", "info")
+        if not self.busy:
+            self.check_env()
+
+    @work(exclusive=True, group="apply-env", exit_on_error=False)
+    async def check_env(self) -> None:
+        """What the worker would get is what the .env lists now: read again on every visit, so a
+        .env changed outside the wizard unticks step 3 and is said here, naming both keys."""
+        keys = await self.ctx.read_env_relays()
+        self.post_message(self.Changed(self))
+        if self.busy:
+            return
+        if warning := env_mismatch(keys, self.ctx.relay_key):
+            self.status.set(
+                f"{warning} Step 3 (b) puts its key back; r asks before applying the .env as it is.", "warn"
+            )
 
     def action_run(self) -> None:
         if not self.busy:

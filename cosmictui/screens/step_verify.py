@@ -127,7 +127,8 @@ class VerifyStep(Step):
             self.session = self.ctx.verify_session()
             self._session_for = for_now
             self.verdict = None
-        if self.verdict is None and (proved := self.ctx.verified_summary()) is not None:
+        proved = self.ctx.verified_summary() if "verify" in self.ctx.ticks() else None
+        if self.verdict is None and proved is not None:
             message, lines = proved  # a resume: what was proven, until the watch judges again
             self.status.set(f"Proven earlier: {message}", "ok")
             self.query_one("#verify-evidence", Static).update("\n".join(lines))

@@ -133,3 +133,43 @@ def test_the_unproven_mark_is_kept_in_the_progress_file_for_that_key(
     rerun.relay_key = KEY
     rerun.relay_unproven = None  # a probe passed: saved at once
     assert WizardContext(settings, relay_check=lambda storage, key: None).unproven() == frozenset()
+
+
+def test_a_restart_begun_is_recorded_at_once_so_a_quit_halfway_knows_when(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Quitting while the restart ran left the earlier restart's time on step 5 ('restarted at
+    09:29:39' when it was 09:35:12): the time is saved as the restart begins, and it is not a
+    finished restart until it exited 0."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    (tmp_path / "deploy").mkdir()
+    settings = Settings(deployment=str(tmp_path / "deploy"))
+    clock = [1000.0]
+    ctx = WizardContext(settings, relay_check=lambda storage, key: None, clock=lambda: clock[0])
+    ctx.relay_key = KEY
+    ctx.restart_began((KEY,))
+    ctx.restart_ended()
+    clock[0] = 2000.0
+    ctx.restart_began((KEY,))  # ... and the wizard quits while it runs
+    rerun = WizardContext(settings, relay_check=lambda storage, key: None)
+    assert rerun.restarted_at == 2000.0 and not rerun.facts().restart_finished
+    assert "did not finish" in (why_not("apply", facts(restart_finished=False)) or "")
+
+
+def test_jobs_made_after_an_earlier_restart_that_applied_the_key_have_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    (tmp_path / "deploy").mkdir()
+    clock = [1000.0]
+    ctx = WizardContext(Settings(deployment=str(tmp_path / "deploy")), save=False, clock=lambda: clock[0])
+    ctx.relay_key = KEY
+    for at, keys in ((1000.0, ("o" * 52,)), (2000.0, (KEY,)), (3000.0, (KEY, "o" * 52))):
+        clock[0] = at
+        ctx.restart_began(keys)
+        ctx.restart_ended()
+    assert ctx.key_since() == 2000.0 and ctx.restarted_at == 3000.0  # not "no key" for a job made at 2500
+    clock[0] = 4000.0
+    ctx.restart_began(("o" * 52,))  # the .env dropped it: from now on new jobs do not get it
+    ctx.restart_ended()
+    assert ctx.key_since() == 4000.0
