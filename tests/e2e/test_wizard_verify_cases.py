@@ -252,7 +252,9 @@ async def test_a_resume_after_the_env_changed_shows_what_next_accepts(sandbox: S
     set_env(sandbox, "yry" * 17 + "o")  # changed while the wizard was closed
     app = wizard(sandbox)
     async with app.run_test(size=size) as pilot:
-        await wait_until(pilot, lambda: app.screen.index == 4 and step(app, "verify").polls >= 3, "resumed, two verdicts")
+        await wait_until(
+            pilot, lambda: app.screen.index == 4 and step(app, "verify").polls >= 3, "resumed, two verdicts"
+        )
         assert status_kind(app, "verify") != "ok" and "the relay works" not in status(app, "verify")
         assert not ticked(app, 4) and not ticked(app, 2)
         await pilot.press("n")
