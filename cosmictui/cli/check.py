@@ -72,7 +72,8 @@ def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
             for runner in opened:
                 await runner.close()
 
-    from cosmictui.ops.metrics.probe import ProbeUsageError, parse_relay_key, probe_check, run_probe
+    from cosmictui.ops.metrics.probe import PROBE_TIMEOUT, ProbeUsageError, parse_relay_key
+    from cosmictui.ops.setup.relayup import prove_relay
 
     if args.relay_key:
         try:
@@ -88,8 +89,9 @@ def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
         key = args.relay_key or (rt.key if rt is not None else None)
         if not key or args.no_probe:
             return []
-        try:
-            return [probe_check(await run_probe(key, list(settings.relay_bootstrap) or None, 20.0))]
+        try:  # step 2's proof (ops.setup.relayup), from this machine, with its timeout
+            local, _ = await prove_relay(settings, key, None, PROBE_TIMEOUT)
+            return [local]
         except ProbeUsageError as e:
             raise UsageError(f"--relay-key: {e}", f"--relay-key KEY with {KEY_FIX}") from None
 

@@ -2,17 +2,21 @@
 
 Grouped by use case; the foundations at the top level are shared by all of them:
 
-  config, runner, progress, relayproc, wording   foundations (settings, where commands run, the
-                                                 wizard's saved progress, the local relay process,
-                                                 how messages are worded)
-  setup/    checks, steps (the wizard's decisions), envfile + envapply (the `.env` editor),
-            leaving (what keeps running when the wizard quits)
-  jobs/     model (parsing), listing, recover, evidence (did new jobs go through the relay)
-  metrics/  client (scrape /metrics and /stats), probe + probewatch (a relay known by its key)
+  config, runner, progress, relayproc,           foundations (settings, where commands run, the
+  wording, vocabulary                            wizard's saved progress and this machine's probe
+                                                 keys, the local relay process, how messages are
+                                                 worded, CheckResult and the job status sets)
+  setup/    checks, steps, relayup (step 2: start/attach, reach, probe), envfile + envapply (the
+            `.env` editor, step 3), apply (step 4: apply and restart)
+  jobs/     model (parsing), listing, recover, evidence (the verdict rule: the job's own pairing),
+            verify (step 5: the test job, its watch and its verdict)
+  metrics/  client (/metrics and /stats), pairings (/pairings), probe + probewatch (a relay by key)
   demo/     sandbox, dht, worker (the built-in demo deployment)
+  session   the wizard's session (progress, ticks) over the use cases, shared with the CLI
 
-Imports point down only: foundations import no use case, use cases import no screen, and there
-are no import cycles (tests/unit/test_layering.py enforces it).
+The steps' use cases yield events and a result; screens and `cosmictui` commands only show them.
+Imports point down only: foundations import no use case, ops imports no screen, widget or cli,
+widgets import no screen, and there are no import cycles (tests/unit/test_layering.py).
 
 Public API (signatures are stable; screens and CLI import from the submodules):
 
@@ -84,8 +88,18 @@ setup.leaving left_running(settings, storage, external=, demo=, resume_at=) -> L
             body, stop, unit) | None: the relay a quit leaves running here and how to stop it.
 setup.envapply async apply_plan(runner, path, plan, var, key) -> AppliedPlan(path, backup, keys, key,
             .key_present, .problem()): write_plan plus the read-back (wizard step 3, env set-relay).
-jobs.evidence counters(scrape); async relay_evidence(metrics_url, baseline, restart_at) ->
-            RelayEvidence(reachable, since, sessions_opened, pairings_matched, relayed_bytes);
-            name_case(left_creating, evidence) -> (kind, message).
+jobs.evidence Window(opened_at, job_since, relay_key, probe_keys); attribute(record, window, env_keys)
+            -> Attribution(kind proven | cannot-tell | not-relayed | probe-only | older-only |
+            env-dropped, reason, check, pairing, lines, short).
+jobs.verify VerifySession(VerifyInputs, VerifyState): create_test_job(), poll(), run(interval,
+            timeout, until_settled, wake) -> events JobsListed, TestJobCreated, TestJobFailed,
+            Judged(VerifyVerdict(kind, message, level, job, attribution, check)).
+setup.relayup plan_relay(settings, storage, port, want, env_keys, previous_storage, others) ->
+            RelayPlan; bring_up(settings, plan, connect, timeout) -> events Stage, Note,
+            LocalCommand, RelayRunning, RelayOutcome; prove_relay; attach_by_key.
+setup.apply env_mismatch(env_keys, relay_key); apply_and_restart(run, settings, restart_began,
+            restart_ended) -> events CommandBegan, CommandOutput, CommandEnded, ApplyDone.
+metrics.pairings read_pairings(url, timeout) -> PairingRecord (hostile values are None);
+            parse_pairings(body); NoPairingRecord (404: a relay that keeps none).
 metrics.client  fetch + parse /metrics and /stats; metrics.probe: prove a relay carries a connection.
 """

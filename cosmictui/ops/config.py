@@ -58,7 +58,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from cosmictui.ops.jobs.model import DONE_STATUSES, FAILED_STATUSES, STUCK_STATUSES, StatusSets
+from cosmictui.ops.vocabulary import DONE_STATUSES, FAILED_STATUSES, STUCK_STATUSES, StatusSets
 
 ENV_VAR = "K8S_COMMON_CONFIG__interconnect__relays"
 APPLY_COMMAND = "task apply-wrk-server-k8s-nvidia-common-config"

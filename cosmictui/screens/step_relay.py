@@ -18,7 +18,6 @@ from textual.widgets import Input, Static
 
 from cosmictui.ops import relayproc
 from cosmictui.ops.relayproc import RelayRuntime
-from cosmictui.ops.setup.checks import CheckResult
 from cosmictui.ops.setup.envfile import normalize_key
 from cosmictui.ops.setup.relayup import (
     RelayEvent,
@@ -28,6 +27,7 @@ from cosmictui.ops.setup.relayup import (
     blocking,
     other_flags,
 )
+from cosmictui.ops.vocabulary import CheckResult
 from cosmictui.ops.wording import sentences
 from cosmictui.screens.confirm import ConfirmScreen
 from cosmictui.screens.step import Step

@@ -6,7 +6,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import Static
 
-from cosmictui.ops.setup.checks import CheckResult
+from cosmictui.ops.vocabulary import CheckResult
 
 _MARK = {"ok": "✔ ok", "warn": "! warn", "fail": "✘ FAIL"}
 

@@ -133,3 +133,71 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
     """The checker itself: a two-module cycle and a self-contained chain."""
     assert cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
     assert cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+#: The foundations of cosmictui.ops: every use case may import them; they import no use case.
+FOUNDATIONS = {
+    "cosmictui.ops",
+    "cosmictui.ops.config",
+    "cosmictui.ops.runner",
+    "cosmictui.ops.progress",
+    "cosmictui.ops.relayproc",
+    "cosmictui.ops.wording",
+    "cosmictui.ops.vocabulary",
+}
+
+
+def _cosmictui_imports(package: str) -> dict[str, set[str]]:
+    """Module -> the cosmictui modules it imports (a `from m import name` counts as m)."""
+    graph = dependency_graph("cosmictui")
+    return {m: deps for m, deps in graph.items() if m == package or m.startswith(package + ".")}
+
+
+def test_ops_foundations_import_no_use_case() -> None:
+    """config needed the job status sets from jobs/model.py (a use case): they are in vocabulary now."""
+    offenders = sorted(
+        f"{m} imports {d}"
+        for m, deps in _cosmictui_imports("cosmictui.ops").items()
+        if m in FOUNDATIONS
+        for d in deps
+        if d.startswith("cosmictui.ops.") and d not in FOUNDATIONS
+    )
+    assert offenders == []
+
+
+def test_ops_imports_no_screen_widget_or_cli() -> None:
+    offenders = [
+        f"{m} imports {d}"
+        for m, deps in _cosmictui_imports("cosmictui.ops").items()
+        for d in deps
+        if d.split(".")[1:2] in (["screens"], ["widgets"], ["cli"], ["app"], ["monitor_app"])
+    ]
+    assert offenders == []
+
+
+def test_widgets_import_no_screen() -> None:
+    offenders = [
+        f"{m} imports {d}"
+        for m, deps in _cosmictui_imports("cosmictui.widgets").items()
+        for d in deps
+        if d.startswith("cosmictui.screens") or d in ("cosmictui.app", "cosmictui.monitor_app")
+    ]
+    assert offenders == []
+
+
+def test_one_stats_fetcher() -> None:
+    """/stats is read by metrics.client alone (checks had a urllib fetcher of its own beside it)."""
+    users = sorted(
+        module
+        for module, names in imports("cosmictui/ops").items()
+        if "urllib.request" in names or any(n.startswith("urllib.request.") for n in names)
+    )
+    assert users == []
+
+
+def test_the_rules_see_a_breach() -> None:
+    """The checks themselves: a foundation importing a use case is found."""
+    graph = {"cosmictui.ops.config": {"cosmictui.ops.jobs.model"}}
+    assert [d for m, deps in graph.items() if m in FOUNDATIONS for d in deps if d not in FOUNDATIONS] == [
+        "cosmictui.ops.jobs.model"
+    ]

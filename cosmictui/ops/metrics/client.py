@@ -574,6 +574,18 @@ async def scrape(base_url: str, timeout: float = 2.0) -> Scrape:
     return Scrape(at=time.monotonic(), wall=time.time(), values=values, stats=stats)
 
 
+async def read_stats(base_url: str, timeout: float = 3.0) -> dict[str, Any] | None:
+    """`/stats` alone, as the checks read it: the one /stats fetcher (bounded, one deadline, parsed
+    as `scrape` parses it). None when it cannot be read: a check says "not known yet" then."""
+    try:
+        base = normalize_url(base_url)
+        async with asyncio.timeout(timeout):
+            body = await _get(base + "/stats", MAX_STATS_BYTES)
+        return parse_stats(body)
+    except (MetricsError, OSError, TimeoutError, UnicodeError, ValueError):
+        return None
+
+
 def fetch(base_url: str, timeout: float = 2.0) -> Scrape:
     """Blocking `scrape` for scripts and the CLI (not for code already inside an event loop)."""
     return asyncio.run(scrape(base_url, timeout))

@@ -442,7 +442,7 @@ _FIXES = {
 
 def probe_check(res: ProbeResult) -> Any:
     """The probe as one `CheckResult` row (wizard step 2, `cosmictui check`)."""
-    from cosmictui.ops.setup.checks import CheckResult
+    from cosmictui.ops.vocabulary import CheckResult
 
     if res.ok:
         return CheckResult(
@@ -474,7 +474,7 @@ async def probe_from_host(
     """The same probe run on the deployment host, where the jobs are, when cosmictui is
     installed there (`cosmictui relay probe KEY --json`); None when it is not."""
     from cosmictui.ops.runner import RunnerError
-    from cosmictui.ops.setup.checks import CheckResult
+    from cosmictui.ops.vocabulary import CheckResult
 
     name = f"Relay carries a connection from {runner.label} (probe)"
     cmd = f"cosmictui relay probe {shlex.quote(relay_key)} --json --timeout {timeout:g}"

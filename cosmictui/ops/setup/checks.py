@@ -17,32 +17,18 @@ import shlex
 import socket
 import tempfile
 import time
-import urllib.request
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any
 
 import psutil
 
 from cosmictui.ops.config import Settings
 from cosmictui.ops.relayproc import STORAGE_FIX, RelayRuntime, attach, storage_problem
 from cosmictui.ops.runner import Runner, RunnerError
+from cosmictui.ops.vocabulary import CheckResult, Status
 from relay.dht.messages import BOOTSTRAP_NODES
 
-Status = Literal["ok", "warn", "fail"]
 MIN_FREE_RAM = 200 * 1024 * 1024
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    name: str
-    status: Status
-    detail: str
-    fix: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.status != "fail"
 
 
 def _worst(statuses: list[Status]) -> Status:
@@ -248,17 +234,10 @@ def check_dht(stats: dict[str, Any] | None, running: RelayRuntime | None = None)
 
 
 async def fetch_stats(metrics_url: str, timeout: float = 3.0) -> dict[str, Any] | None:
-    """GET `<metrics_url>/stats` as JSON; None when the relay does not answer."""
+    """The relay's `/stats`, None when it does not answer (`metrics.client.read_stats`: one fetcher)."""
+    from cosmictui.ops.metrics.client import read_stats
 
-    def get() -> dict[str, Any] | None:
-        try:
-            with urllib.request.urlopen(metrics_url.rstrip("/") + "/stats", timeout=timeout) as r:
-                data = json.loads(r.read())
-        except (OSError, ValueError):
-            return None
-        return data if isinstance(data, dict) else None
-
-    return await asyncio.to_thread(get)
+    return await read_stats(metrics_url, timeout)
 
 
 async def check_deployment_host(runner: Runner) -> CheckResult:

@@ -22,8 +22,9 @@ from cosmictui.ops import relayproc
 from cosmictui.ops.config import Settings
 from cosmictui.ops.relayproc import RelayProcError, RelayRuntime
 from cosmictui.ops.runner import Runner, RunnerError
-from cosmictui.ops.setup.checks import CheckResult, check_udp_port
+from cosmictui.ops.setup.checks import check_udp_port
 from cosmictui.ops.setup.steps import RELAY_REACH_PREFIX, relay_reach_checks
+from cosmictui.ops.vocabulary import CheckResult
 from cosmictui.ops.wording import sentences
 
 #: The whole of step 2 (start, reach checks, both probes) by default.
