@@ -96,33 +96,25 @@ def cmd_jobs(args: argparse.Namespace, out: TextIO) -> int:
         return cmd_jobs_recover(args, out)
     settings = settings_from(args)
     require_deployment(args, settings, f"run `{settings.list_command}`")
-    from cosmictui.ops.jobs.evidence import name_case, new_job_left_creating, new_jobs, relay_evidence
     from cosmictui.ops.jobs.listing import list_jobs
-    from cosmictui.ops.progress import load_progress
-    from cosmictui.ops.relayproc import attach
+    from cosmictui.ops.jobs.verify import one_list_verdict
     from cosmictui.ops.runner import RunnerError
+    from cosmictui.ops.session import WizardContext
 
     interval = args.interval or settings.poll_interval
-    restart_at = worker_restart_time(settings.deployment)
-    baseline = load_progress(settings.deployment).data.get("relay_at_restart")
-    runtime = attach(settings.relay_storage)
-    metrics = runtime.metrics if runtime is not None and runtime.metrics else settings.metrics_url
-    if metrics and "://" not in metrics:
-        metrics = f"http://{metrics}"
+    session = WizardContext(settings)  # what the wizard (or apply, relay start) recorded for it
+    key_since = session.key_since()
+    restart_at = datetime.fromtimestamp(key_since, UTC) if key_since is not None else None
 
     async def once(runner: Any) -> tuple[int, Any]:
-        # The same use case (and error wording) as the wizard's steps 5 and 6.
+        # The same use cases (and wording) as the wizard's steps 5 and 6.
         listing = await list_jobs(runner.run, settings, datetime.now(UTC), restart_at)
         if not listing.ok:
             return FAILED, error_doc(listing.error or "", listing.fix, FAILED, output=listing.raw or "")
-        evidence = await relay_evidence(metrics, baseline if isinstance(baseline, dict) else None, restart_at)
-        if restart_at is None:
-            kind = "unknown"
-            case = "No worker restart is recorded (the wizard's step 4 records it): which jobs are new is not known."
-        else:
-            left = new_job_left_creating(listing.views, restart_at, settings.statuses)
-            kind, case = name_case(left, evidence, new_job=bool(new_jobs(listing.views, restart_at)))
-        return OK, (listing.views, evidence, kind, case)
+        inputs = session.verify_session().inputs
+        inputs.run = runner.run
+        kind, case, attribution = await one_list_verdict(inputs, listing.jobs)
+        return OK, (listing.views, attribution, kind, case)
 
     def show(rc: int, res: Any) -> None:
         if rc != OK:
@@ -133,7 +125,7 @@ def cmd_jobs(args: argparse.Namespace, out: TextIO) -> int:
                 raw = f"\n{res['output']}" if res["output"] else ""
                 print(f"cosmictui jobs: {res['error']}{fix}{raw}", file=sys.stderr)
             return
-        views, evidence, kind, case = res
+        views, attribution, kind, case = res
         if args.json:
             payload = [
                 {
@@ -150,13 +142,17 @@ def cmd_jobs(args: argparse.Namespace, out: TextIO) -> int:
                 }
                 for v in views
             ]
-            doc = {"at": datetime.now(UTC), "jobs": payload, "relay": evidence.as_json(), "case": kind, "verdict": case}
+            relay = attribution.as_json() if attribution is not None else None
+            doc = {"at": datetime.now(UTC), "jobs": payload, "relay": relay, "case": kind, "verdict": case}
             dump(doc, out, stream=args.watch)
         else:
             if args.watch:
                 out.write(f"-- {datetime.now().strftime('%H:%M:%S')} --\n")
             out.write(_jobs_table(views))
-            out.write(f"{evidence.line()}\n{case}\n")
+            out.write(f"{case}\n")
+            for line in attribution.lines if attribution is not None else ():
+                if line not in case:
+                    out.write(f"  {line}\n")
         out.flush()
 
     async def go() -> int:

@@ -163,8 +163,8 @@ def test_jobs_lists_marks_stuck_and_prints_json(deploy: Path, tmp_path: Path) ->
     rc, out = run("--config", str(cfg), "--deployment", str(deploy), "jobs", "--json")
     doc = json.loads(out)
     jobs = {j["id"]: j for j in doc["jobs"]}
-    # The relay's evidence rides along (no relay runs here: said, not guessed).
-    assert doc["relay"]["reachable"] is False and doc["case"] == "unknown"
+    # No restart is recorded: which jobs are new is not known, said, not guessed.
+    assert doc["relay"] is None and doc["case"] == "unknown" and "No worker restart is recorded" in doc["verdict"]
     assert rc == 0 and set(jobs) == {"job-old", "job-ok"}
     assert jobs["job-old"]["stuck"] and jobs["job-ok"]["status"] == "Running" and not jobs["job-ok"]["stuck"]
 
@@ -265,4 +265,6 @@ def test_jobs_watch_json_on_stdout_is_ndjson_and_before_restart_comes_from_the_w
         doc = json.loads(line)
         by_id = {j["id"]: j for j in doc["jobs"]}
         assert by_id["job-old"]["before_restart"] is True and by_id["job-new"]["before_restart"] is False
-        assert by_id["job-new"]["status_class"] == "done" and doc["case"] == "unknown"  # no relay to ask
+        # a new job left Creating; no relay set up to ask whether it carried it: cannot tell, never proven
+        assert by_id["job-new"]["status_class"] == "done" and doc["case"] == "cannot-tell"
+        assert doc["verdict"].startswith("Job job-new is Running. Cannot tell")

@@ -191,3 +191,25 @@ async def test_a_named_job_already_listed_opens_its_window_a_minute_before_its_p
     async for _ in s.run(until_settled=True, timeout=30):
         pass
     assert s.verdict is not None and s.verdict.proven and s.verdict.window_opened_at == t0 - 50
+
+
+async def test_one_list_names_the_newest_job_that_left_creating_and_its_pairing() -> None:
+    """`cosmictui jobs`: one list, no watch; proven only with the job's own pairing in the record."""
+    from cosmictui.ops.jobs.model import parse_jobs
+    from cosmictui.ops.jobs.verify import one_list_verdict
+
+    t0 = time.time()
+    clock = [t0]
+    log = PairingLog(RELAY, clock=lambda: t0 - 100)
+    dep = Deployment(clock)
+    dep.jobs["job-new"] = ["Running"]
+    dep.created["job-new"] = t0 - 5
+    s = session(dep, log, clock, restart=t0 - 50)
+    jobs = parse_jobs((await dep.run("cosmicac jobs list")).output)
+    kind, text, _ = await one_list_verdict(s.inputs, jobs)
+    assert kind == "not-relayed" and text.startswith("Job job-new is Running, not through this relay")
+    pairing(log, [t0 - 4], "agent1", "worker1")
+    kind, text, a = await one_list_verdict(s.inputs, jobs)
+    assert kind == "proven" and a is not None and a.pairing is not None and "verify --job job-new" in text
+    s.inputs.restarted_at = lambda: None
+    assert (await one_list_verdict(s.inputs, jobs))[0] == "unknown"

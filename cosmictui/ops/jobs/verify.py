@@ -433,3 +433,36 @@ class VerifySession:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(wake.wait(), pause)
                 wake.clear()
+
+
+async def one_list_verdict(inputs: VerifyInputs, jobs: list[Job]) -> tuple[str, str, Attribution | None]:
+    """What one jobs list can say (`cosmictui jobs`): of the jobs listed as made after the last
+    restart, the newest one that left Creating, and whether the relay's record holds its own
+    pairing (its window: a minute before its printed time, never before the restart). One list
+    cannot tell whether its status keeps updating: `verify --job ID` watches it."""
+    restart = inputs.restarted_at()
+    if restart is None:
+        return (
+            "unknown",
+            "No worker restart is recorded (the wizard's step 4 or `cosmictui apply` records it): which jobs "
+            "are new is not known.",
+            None,
+        )
+    new = [j for j in jobs if j.created is not None and j.created.timestamp() > restart]
+    if not new:
+        return "waiting", "No job created after the restart yet: create one (or `cosmictui verify`).", None
+    left = [j for j in new if inputs.settings.statuses.classify(j.status) == "done"]
+    if not left:
+        newest = max(new, key=lambda j: j.created or datetime.min.replace(tzinfo=UTC))
+        return "creating", f"Job {newest.id} ({newest.status.strip() or 'no status'}) has not left Creating yet.", None
+    job = max(left, key=lambda j: j.created or datetime.min.replace(tzinfo=UTC))
+    session = VerifySession(inputs, VerifyState(job_id=job.id))
+    assert job.created is not None
+    a, _opened = await session._attribute(job, job.created.timestamp() - LISTED_TIME_SLACK, restart)
+    assert a is not None
+    watch = f"`cosmictui verify --job {job.id}` watches that its status keeps updating."
+    if a.proven:
+        return "proven", f"Job {job.id} is {job.status}, and the relay carried its own connection. {watch}", a
+    if a.kind == "cannot-tell":
+        return a.kind, f"Job {job.id} is {job.status}. {a.reason}", a
+    return a.kind, f"Job {job.id} is {job.status}, {a.short}. {watch}", a
