@@ -145,5 +145,6 @@ async def run_relay_start(ctx: Any, args: argparse.Namespace, out: TextIO, doc: 
             else:
                 rc = OK
                 say("result   ✔ the relay runs and two peers met through it")
-                say(f"next     cosmictui env set-relay {ev.key} (the wizard's step 3)")
+                if not getattr(args, "in_setup", False):
+                    say(f"next     cosmictui env set-relay {ev.key} (the wizard's step 3)")
     return rc

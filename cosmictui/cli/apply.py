@@ -112,7 +112,9 @@ async def run_apply(ctx: Any, args: argparse.Namespace, out: TextIO, doc: dict[s
             if ev.ok:
                 rc = OK
                 doc |= {"ok": True, "restarted_at": ctx.restarted_at}
-                say(f"{ev.message}\nnext: cosmictui verify (a new job must leave Creating through the relay)\n")
+                say(f"{ev.message}\n")
+                if not getattr(args, "in_setup", False):
+                    say("next: cosmictui verify (a new job must leave Creating through the relay)\n")
             else:
                 doc |= {"error": ev.message, "fix": ev.fix or None, "restarted_at": ctx.restarted_at}
                 print(f"cosmictui apply: {ev.message}", file=sys.stderr)

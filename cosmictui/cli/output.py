@@ -19,13 +19,13 @@ OK, FAILED, USAGE, NOT_CONFIRMED = 0, 1, 2, 3
 
 EXIT_CODES = """\
 exit codes:
-  0  ok (checks passed, relay up, .env written or already right, jobs listed)
+  0  ok (checks passed, relay up, .env written or already right, jobs listed, verify proven)
   1  a check failed, the relay is down, not running or not on the DHT yet, a command on the
-     deployment failed
+     deployment failed, verify not proven
   2  usage or configuration error (bad flag, unreadable config, invalid key, missing deployment
      directory or .env, .env not editable; jobs recover: no known create command and no
      --delete-only, or a --create-command with {fields} the jobs list does not fill)
-  3  jobs recover without --yes: the plan was printed, nothing was saved or deleted"""
+  3  jobs recover, relay start or setup without --yes: the plan was printed, nothing was done"""
 
 
 #: How to give a relay key, for every error about one.

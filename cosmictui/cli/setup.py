@@ -110,7 +110,8 @@ def _plan(args: argparse.Namespace, out: TextIO, settings: Any) -> int:
 
 
 def _sub(args: argparse.Namespace, **kw: Any) -> argparse.Namespace:
-    return argparse.Namespace(**{**vars(args), **kw})
+    """The step command's flags as setup runs it (no "next:" hints: setup runs the next step)."""
+    return argparse.Namespace(**{**vars(args), "in_setup": True, **kw})
 
 
 async def _check(ctx: Any, args: argparse.Namespace, out: TextIO, doc: dict[str, Any]) -> int:
