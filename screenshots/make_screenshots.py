@@ -132,10 +132,14 @@ async def wizard_shots() -> Any:
                     await until(pilot, lambda s=step: not s.busy, f"{sid} after {key}")
                 if sid == "verify":  # the new job must leave Creating: the step says so when it did
                     await until(pilot, lambda s=step: s.validate_step() is None, "a new job to leave Creating")
-                # the step's own workers (a jobs list on a slow host) have finished: no half-loaded list
-                await until(
-                    pilot, lambda s=step: not any(w.is_running for w in app.workers if w.node is s), f"{sid}'s work"
-                )
+                # the step's own workers (a jobs list on a slow host) have finished: no half-loaded list;
+                # Verify's watch runs as long as the step is shown: it is between two lists
+                def idle(s: Any = step) -> bool:
+                    watching = getattr(s, "session", None)
+                    busy = [w for w in app.workers if w.node is s and w.is_running and w.group != "verify-poll"]
+                    return not busy and not (watching is not None and watching.polling)
+
+                await until(pilot, idle, f"{sid}'s work")
                 await pilot.pause(0.3)
                 await save_settled(pilot, f"wizard-{i + 1}-{sid}")
                 if i < len(screen.steps) - 1 and not await next_step(pilot, screen, i):

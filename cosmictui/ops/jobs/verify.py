@@ -215,6 +215,11 @@ class VerifySession:
         self.listing: JobListing | None = None
         self._poll_lock = asyncio.Lock()
 
+    @property
+    def polling(self) -> bool:
+        """A list (and its verdict) is under way now; between polls the watch only waits."""
+        return self._poll_lock.locked()
+
     # -- the test job -----------------------------------------------------------------------
 
     async def create_test_job(self) -> AsyncIterator[VerifyEvent]:
