@@ -40,7 +40,7 @@ class CommandRow(Horizontal):
         self.state = "pending"
 
     def compose(self) -> ComposeResult:
-        yield Static("", classes="command-mark", markup=False)
+        yield Static(_MARK[self.state], classes="command-mark", markup=False)
         yield Static(self.cmd, classes="command-text", markup=False)
 
     def on_mount(self) -> None:
@@ -94,9 +94,12 @@ class ApplyStep(Step):
         self.post_message(self.Changed(self))
         if self.busy:
             return
-        if warning := env_mismatch(keys, self.ctx.relay_key):
-            self.status.set(
-                f"{warning} Step 3 (b) puts its key back; r asks before applying the .env as it is.", "warn"
+        if env_mismatch(keys, self.ctx.relay_key) and self.ctx.relay_key is not None:
+            listed = ", ".join(k[:12] + "…" for k in keys or ()) or "no relay"
+            self.status.set(  # short, each key by its start: r's question names them whole
+                f"The .env lists {listed}, not step 2's relay {self.ctx.relay_key[:12]}…: step 3 (b) puts it "
+                "back; r asks before applying the .env as it is.",
+                "warn",
             )
 
     def action_run(self) -> None:

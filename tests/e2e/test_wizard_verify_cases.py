@@ -213,8 +213,8 @@ async def test_d_env_changed_outside_the_wizard_unticks_3_and_step_4_names_both_
         await wait_until(pilot, lambda: app.screen.index == 3, "back at step 4")
         await wait_until(pilot, lambda: not ticked(app, 2), "step 3 unticked", timeout=30)
         await wait_until(pilot, lambda: status_kind(app, "apply") == "warn", "step 4's warning", timeout=30)
-        text = status(app, "apply")
-        assert other in text and key in text, text
+        text = status(app, "apply")  # short at 60 columns: each key by its start (the question has them whole)
+        assert other[:12] in text and key[:12] in text, text
         await pilot.press("r")  # applying now asks first, with both keys
         await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the question")
         body = app.screen.body  # type: ignore[attr-defined]
