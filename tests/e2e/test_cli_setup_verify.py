@@ -125,3 +125,25 @@ def test_verify_fails_when_only_an_older_job_re_paired_and_the_new_job_went_dire
     new = next(j for j in sandbox_state(demo)["jobs"] if j["id"] == doc["job"]["id"])
     assert new["direct"] and "directly" in new["message"]
     assert older["id"] != new["id"]
+
+
+def test_without_yes_setup_and_a_key_changing_relay_start_print_the_plan_and_do_nothing(
+    demo: Sandbox, tmp_path: Path
+) -> None:
+    rc, out = cosmictui(demo, "setup")
+    assert rc == 3 and "not confirmed: nothing ran" in out and "relay    start the relay" in out
+    from cosmictui.ops import progress as progress_mod
+
+    # last time the relay used another storage: starting on this one makes a NEW key
+    p = progress_mod.WizardProgress(deployment=demo.settings.deployment, relay_storage=str(tmp_path / "elsewhere"))
+    (tmp_path / "elsewhere").mkdir()
+    progress_mod.save_progress(p)
+    try:
+        rc, out = cosmictui(demo, "relay", "start", "--storage", str(demo.relay_storage), "--json")
+        doc = json.loads(out[out.index("{") :])
+        assert rc == 3 and doc["exit_code"] == 3 and "NEW key" in doc["key_warning"], doc
+        assert doc["fix"] == "run again with --yes to do it"
+        assert relayproc.attach(str(demo.relay_storage)) is None  # nothing started
+    finally:
+        for storage in (demo.relay_storage, tmp_path / "elsewhere"):
+            asyncio.run(relayproc.stop_relay(str(storage)))
