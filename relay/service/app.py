@@ -63,7 +63,7 @@ from relay.service.limits import (
     LimitCounters,
     Limits,
 )
-from relay.service.memory import CONTROL_REORDER_BYTES, MemoryBudget, MemoryWatch, held_bytes
+from relay.service.memory import CONTROL_REORDER_BYTES, MemoryBudget, MemoryWatch, caps_beyond, held_bytes
 from relay.service.metrics import MetricsError, MetricsServer, build_registry, render_metrics
 from relay.service.pairings import PairingLog, PairingRecord, Sighting
 from relay.service.pauses import RELAY_RECEIVE_BUFFER, Pauses
@@ -203,7 +203,10 @@ class RelayApp:
             max_sessions=lim.max_sessions,
         )
         self.handshakes = HandshakeGate(lim)
-        self.memory = MemoryWatch(MemoryBudget(lim.memory_budget, lim.max_control_frame))
+        beyond = caps_beyond(
+            lim.memory_budget, lim.max_sessions, lim.max_active_pairs, lim.max_pending_total, lim.max_control_frame
+        )
+        self.memory = MemoryWatch(MemoryBudget(lim.memory_budget, lim.max_control_frame, caps_beyond_budget=beyond))
         """The memory budget: RSS read at admission, full or not, trims after a burst."""
         self.pairings = PairingLog(self.key)
         """Who paired through this relay and what each side sent (`GET /pairings`)."""
@@ -535,6 +538,16 @@ class RelayApp:
         held = held_bytes(b.session_count, b.stats.pairings_active, b.stats.pairings_pending)
         return self.memory.check(now, b.session_count, held, fresh=fresh)
 
+    def _memory_snapshot(self, rss: int) -> dict[str, Any]:
+        """`/stats` `memory`, its verdict read now (the last admission may be long past)."""
+        with contextlib.suppress(RuntimeError):  # outside a running loop: the last verdict
+            self.blind.memory_full = self._memory_full(self._now(), fresh=True)
+        b = self.blind
+        return self.memory.snapshot(b.session_count) | {
+            "rss_bytes": rss,
+            "refused_pairings": b.stats.pairings_refused_memory,
+        }
+
     def _held(self) -> None:
         """Tell the memory watch how much the relay holds (it trims after a large fall)."""
         self.memory.held(self.blind.session_count, (self.loop or asyncio.get_running_loop()).call_later)
@@ -721,7 +734,7 @@ class RelayApp:
                 "kernel_packets": traffic.kernel_packets,
                 "kernel_bytes": traffic.kernel_bytes,
             },
-            "memory": self.memory.snapshot(self.blind.session_count) | {"rss_bytes": mem},
+            "memory": self._memory_snapshot(mem),
             "cpu_seconds": round(cpu.user + cpu.system, 3),
             "dropped": dropped,
             "handshakes": self._handshake_stats(),

@@ -36,8 +36,8 @@ log = logging.getLogger("relay")
 MB = 2**20
 #: the operator page's figure
 DEFAULT_BUDGET = 200 * MB
-#: below this an idle relay and a handful of connections do not fit
-MIN_BUDGET = 64 * MB
+#: below this an idle relay (~45 MB), the admission margin and a few connections do not fit
+MIN_BUDGET = 80 * MB
 
 #: Out-of-order bytes a session's control stream may hold (payload + 128 B per packet). Its
 #: blind-relay messages are ~40-byte frames, so 1 KiB still parks ~6 of them behind a lost
@@ -69,7 +69,12 @@ RSS_PER_TRACED_BYTE = 1.25
 RSS_PER_BUFFER_BYTE = 1.1
 #: share of the budget the caps may plan for; the rest absorbs what no count sees
 CAPS_SHARE = 0.95
-#: headroom the admission check keeps beyond the held objects' own growth: under a sustained
+#: headroom the admission check keeps beyond the held objects' own growth while the caps derive
+#: from the budget (they already keep the modelled worst case within CAPS_SHARE of it): this
+#: share of the budget, at least BASE_MARGIN_MIN
+BASE_MARGIN_SHARE = 0.02
+BASE_MARGIN_MIN = 4 * MB
+#: ... and while a cap is set above what the budget derives, so RSS alone holds it: under a sustained
 #: churn at a full relay (newcomers taking shed holders' places) RSS overshot the admission
 #: limit by 15-28 MB at 64 and 100 MB budgets (what was shed waits for a
 #: collection before its memory can be reused, and the allocator's pools fragment), so: this
@@ -124,6 +129,13 @@ def caps_for_budget(budget: int, max_control_frame: int = 1024) -> Caps:
     return Caps(2 * pairs, pairs, min(MAX_PENDING_CAP, 2 * pairs))
 
 
+def caps_beyond(budget: int, max_sessions: int, max_active_pairs: int, max_pending_total: int, frame: int) -> bool:
+    """Whether any cap lets the relay hold more than the budget's own caps would."""
+    c = caps_for_budget(budget, frame)
+    given = (max_sessions, max_active_pairs, max_pending_total)
+    return any(g > d for g, d in zip(given, (c.max_sessions, c.max_active_pairs, c.max_pending_total), strict=True))
+
+
 def smallest_budget_for(pairs: int, max_control_frame: int = 1024) -> int:
     """The budget in MB whose caps reach `pairs` relayed connections (for an error message)."""
     per = connection_bytes(max_control_frame) + 2 * PENDING_BYTES * RSS_PER_TRACED_BYTE
@@ -131,12 +143,16 @@ def smallest_budget_for(pairs: int, max_control_frame: int = 1024) -> int:
 
 
 class MemoryBudget:
-    """Whether the relay is full at a given RSS: sans-IO, numbers in and a verdict out."""
+    """Whether the relay is full at a given RSS: sans-IO, numbers in and a verdict out.
+    `caps_beyond_budget`: a cap was set above what the budget derives, so the wider margin."""
 
-    def __init__(self, budget: int, max_control_frame: int = 1024) -> None:
+    def __init__(self, budget: int, max_control_frame: int = 1024, *, caps_beyond_budget: bool = False) -> None:
         self.budget = budget
         self.per_session = session_buffer_bytes(max_control_frame)
-        self.margin = max(MARGIN_MIN, MARGIN_SHARE * budget)
+        if caps_beyond_budget:
+            self.margin = max(MARGIN_MIN, MARGIN_SHARE * budget)
+        else:
+            self.margin = max(BASE_MARGIN_MIN, BASE_MARGIN_SHARE * budget)
         self.early = early_bytes()
 
     def reserve(self, sessions: int) -> float:
@@ -226,7 +242,6 @@ class MemoryWatch:
         self.full_since: float | None = None
         self.times_full = 0
         self.refused_sessions = 0
-        self.refused_pairings = 0
         self.peak_rss = 0
         self.high_sessions = 0
         self.trims = 0
@@ -347,7 +362,6 @@ class MemoryWatch:
             "over_limit": self.mark is not None,
             "times_full": self.times_full,
             "refused_sessions": self.refused_sessions,
-            "refused_pairings": self.refused_pairings,
             "trims": self.trims,
             "trimmed_bytes": self.trimmed_bytes,
             "collections_while_full": self.collections,

@@ -172,3 +172,13 @@ def test_over_the_limit_newcomers_reuse_what_was_freed_until_rss_grows_again() -
     assert watch.check(0.3, 100, held=599.0) is False
     assert watch.times_full == 1 and watch.collections >= 1  # one episode, garbage collected in it
     watch.close()
+
+
+def test_caps_set_beyond_the_budget_get_the_wider_margin() -> None:
+    """With the caps the budget derives, their modelled worst case already fits it and RSS is the
+    backstop; with a cap above them, RSS alone holds the budget and keeps room for churn."""
+    from relay.service.memory import caps_beyond
+
+    assert not caps_beyond(DEFAULT_BUDGET, 8192, 4096, 8192, 1024)
+    assert caps_beyond(100 * MB, 8192, 4096, 8192, 1024) and caps_beyond(DEFAULT_BUDGET, 8193, 4096, 8192, 1024)
+    assert MemoryBudget(100 * MB, caps_beyond_budget=True).limit(0) < MemoryBudget(100 * MB).limit(0)
