@@ -465,6 +465,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     scraper_flags = _scraper_flags(args)
     limits = _limits(args)
+    try:
+        allow = build_allow_list(args.allow, args.allow_file)
+    except AllowListError as e:
+        return _fail(str(e))
     try:  # every address checked, the metrics one bound, before the storage is touched
         metrics, metrics_socket = _bind_metrics(args)
         _check_udp(args.host, args.port)
@@ -474,7 +478,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     storage = Path(args.storage or "./corestore").resolve()
     print(f"Using corestore storage at {storage}", flush=True)
     try:
-        allow = build_allow_list(args.allow, args.allow_file)
         primary = load_primary_key(storage, new_key=args.new_key)
         check_writable(storage)
         lock = StorageLock(storage)

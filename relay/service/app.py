@@ -550,7 +550,8 @@ class RelayApp:
 
     def _held(self) -> None:
         """Tell the memory watch how much the relay holds (it trims after a large fall)."""
-        self.memory.held(self.blind.session_count, (self.loop or asyncio.get_running_loop()).call_later)
+        loop = self.loop or asyncio.get_running_loop()
+        self.memory.held(self.blind.session_count, lambda delay, fn: loop.call_at(loop.time() + delay, fn))
 
     def _side(self, session: BlindRelaySession, stream: UDXStream) -> tuple[Sighting, UDXStream]:
         s = self._sessions.get(session)
