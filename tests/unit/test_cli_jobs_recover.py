@@ -245,7 +245,7 @@ def test_help_documents_the_command_and_its_exit_code(capsys: pytest.CaptureFixt
     text = capsys.readouterr().out
     for word in ("JOB_ID", "--create-command", "--delete-only", "--yes", "--json", "BEFORE any delete"):
         assert word in text
-    assert "3  jobs recover without --yes" in cli.EXIT_CODES
+    assert "3  jobs recover, relay start or setup without --yes" in cli.EXIT_CODES
 
 
 def test_no_record_on_disk_means_no_delete(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
