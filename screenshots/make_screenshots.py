@@ -132,6 +132,7 @@ async def wizard_shots() -> Any:
                     await until(pilot, lambda s=step: not s.busy, f"{sid} after {key}")
                 if sid == "verify":  # the new job must leave Creating: the step says so when it did
                     await until(pilot, lambda s=step: s.validate_step() is None, "a new job to leave Creating")
+
                 # the step's own workers (a jobs list on a slow host) have finished: no half-loaded list;
                 # Verify's watch runs as long as the step is shown: it is between two lists
                 def idle(s: Any = step) -> bool:
