@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from cosmictui.ops.config import Settings
 from cosmictui.ops.jobs.model import Job, view_jobs
@@ -104,3 +105,23 @@ def test_env_problem_message_reads_as_sentences() -> None:
         "Cannot edit /d/.env line 3: the relay key is malformed. "
         "Fix: use the printed key (52 z-base-32 characters). Nothing was changed."
     )
+
+
+async def test_step_2s_reach_checks_never_call_a_running_relay_not_running(tmp_path: Path) -> None:
+    """The relay runs but its metrics do not answer (a closed port here): step 2's DHT row says it runs,
+    with its pid and port, and why its DHT view is unknown — not 'the relay is not running'."""
+    import socket
+
+    from cosmictui.ops.relayproc import RelayRuntime
+    from cosmictui.ops.runner import LocalRunner
+    from cosmictui.ops.setup.steps import relay_reach_checks
+
+    with socket.socket() as s:  # a loopback TCP port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    rt = RelayRuntime(4242, "k" * 52, "127.0.0.1", 49737, f"http://127.0.0.1:{port}", 0.0, "0.1.0", str(tmp_path))
+    settings = Settings(deployment=str(tmp_path), relay_address="127.0.0.1")
+    results = await relay_reach_checks(settings, LocalRunner(str(tmp_path)), rt)
+    dht = results[0]
+    assert "not running" not in dht.detail, dht.detail
+    assert "pid 4242" in dht.detail and "UDP port 49737" in dht.detail, dht.detail

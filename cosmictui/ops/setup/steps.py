@@ -100,7 +100,7 @@ async def relay_reach_checks(settings: Settings, runner: Runner, runtime: RelayR
     """Once the relay runs: does it see the DHT, and does its UDP port answer from the deployment host."""
     url = runtime.metrics or settings.metrics_url
     stats = await fetch_stats(url) if url else None
-    results = [check_dht(stats)]
+    results = [check_dht(stats, runtime)]
     address = relay_address(settings, runner, stats)
     if address is None:
         results.append(
