@@ -13,7 +13,13 @@ class JobPicker(SelectionList[str]):
 
     The stock toggle draws the same `▐X▌` both ways and tells them apart by colour only, which
     a monochrome terminal, a screen reader's text or a colour-blind operator cannot see.
+
+    Space toggles at once: the stock list toggles through a message queued behind the keys
+    already typed, so a `d` typed right after it read the selection from before the space.
     """
+
+    def action_select(self) -> None:
+        self._toggle_highlighted_selection()
 
     def render_line(self, y: int) -> Strip:
         line = super().render_line(y)

@@ -214,3 +214,28 @@ async def test_the_verdict_after_recreating_two_jobs_names_each(tmp_path: Path, 
         await pilot.press("y")
         text = await wait_status(pilot, app, "recover", ("ok", "error"), timeout=30)
         assert "Job job-100 left Creating (Running)" in text and "Job job-101 left Creating (Running)" in text, text
+
+
+@pytest.mark.parametrize("size", [(80, 24), (60, 20)])
+async def test_keys_typed_in_one_burst_select_before_d_reads_the_selection(
+    tmp_path: Path, size: tuple[int, int]
+) -> None:
+    """Space then d arriving together (a fast typist, a paste, tmux send-keys): d asks about every job
+    the list shows ticked. Space used to toggle through a message queued behind the d, so d asked
+    about the jobs ticked before it, while the list went on to show both ticked."""
+    from textual import events
+
+    d, settings = _deploy(tmp_path, create_command="cosmicac jobs create --name {name} --gpu {gpu}")
+    now = time.time()
+    stuck = {"gpu": "a100", "created": now - 3600, "updated": now - 3600, "script": ["Creating"]}
+    seed_jobs(d, [{"id": "job-001", "name": "llama train"} | stuck, {"id": "job-002", "name": "eval"} | stuck])
+    app = make_app(settings)
+    async with app.run_test(size=size) as pilot:
+        await wait_status(pilot, app, "recover", ("info",))
+        await pilot.press("space", "down")
+        for key, char in (("space", " "), ("d", "d")):  # posted together, as a terminal delivers a burst
+            app.post_message(events.Key(key, char))
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the delete confirmation")
+        shown = "\n".join(app.screen.commands)
+        assert "job-001" in shown and "job-002" in shown, shown
+        await pilot.press("escape")
