@@ -187,15 +187,27 @@ class LocalRunner(Runner):
                 self.label,
                 "missing-directory",
             )
-        proc = await asyncio.create_subprocess_shell(
-            cmd,
-            cwd=where,
-            env={**os.environ, **self.env},
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            start_new_session=True,
+        spawn = asyncio.ensure_future(
+            asyncio.create_subprocess_shell(
+                cmd,
+                cwd=where,
+                env={**os.environ, **self.env},
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+            )
         )
+        try:
+            proc = await asyncio.shield(spawn)
+        except asyncio.CancelledError:
+            # cancelled while the process was being made: it may exist already, with no one to reap
+            # it; finish the spawn, take the command down and reap it before the cancellation ends
+            with contextlib.suppress(BaseException):
+                late = await spawn
+                _kill_group(late.pid)
+                await late.wait()
+            raise
         lines: list[str] = []
 
         async def pump() -> int:

@@ -84,6 +84,33 @@ async def test_local_cancel_kills_and_reaps_the_command(tmp_path: Path, monkeypa
     assert procs and procs[0].returncode is not None  # reaped, not just signalled
 
 
+async def test_local_cancel_while_spawning_still_kills_and_reaps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Cancelled while the process is being made (a step left before its first command began): the
+    # process exists by the time the spawn finishes, so it must be killed and reaped too.
+    procs: list[asyncio.subprocess.Process] = []
+    spawning, release = asyncio.Event(), asyncio.Event()
+    real = asyncio.create_subprocess_shell
+
+    async def slow_spy(*args: object, **kwargs: object) -> asyncio.subprocess.Process:
+        proc = await real(*args, **kwargs)  # type: ignore[arg-type]
+        procs.append(proc)
+        spawning.set()
+        await release.wait()  # the cancellation lands here: the process runs, the caller never got it
+        return proc
+
+    monkeypatch.setattr(asyncio, "create_subprocess_shell", slow_spy)
+    task = asyncio.ensure_future(LocalRunner(str(tmp_path)).run("sleep 60"))
+    await asyncio.wait_for(spawning.wait(), 30)
+    task.cancel()
+    await asyncio.sleep(0)
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert procs and procs[0].returncode is not None  # the late process was killed and reaped
+
+
 async def test_local_atomic_write_keeps_mode_and_makes_backup(tmp_path: Path) -> None:
     env = tmp_path / ".env"
     env.write_bytes(b"A=1\r\n")
