@@ -49,6 +49,7 @@ from relay.service.memory import (  # noqa: E402
     MB,
     RSS_PER_BUFFER_BYTE,
     RSS_PER_TRACED_BYTE,
+    EmbeddedResidentSet,
 )
 from relay.service.pairings import PairingLog  # noqa: E402
 from relay.udx.runtime import EARLY_BYTES_TOTAL  # noqa: E402
@@ -93,7 +94,10 @@ class Relay:
     def __init__(self, storage: Path) -> None:
         # no memory budget here: the process measuring is not a relay (its RSS is the test's)
         limits = Limits(memory_budget=1 << 50)
-        self.app = RelayApp(RelayConfig(storage=storage, key_pair=key_pair(), metrics=None, limits=limits))
+        self.app = RelayApp(
+            RelayConfig(storage=storage, key_pair=key_pair(), metrics=None, limits=limits),
+            rss=EmbeddedResidentSet(),  # this process holds more than the relay
+        )
         self.n = 0
         self.socket: Any = None
 

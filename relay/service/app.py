@@ -27,6 +27,7 @@ import os
 import socket
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -174,7 +175,15 @@ class _RelayLeg:
 class RelayApp:
     """Start, run and stop one relay; `snapshot()` is the truth behind the metrics."""
 
-    def __init__(self, config: RelayConfig, *, bootstrap_timeout: float = BOOTSTRAP_TIMEOUT) -> None:
+    def __init__(
+        self,
+        config: RelayConfig,
+        *,
+        bootstrap_timeout: float = BOOTSTRAP_TIMEOUT,
+        rss: Callable[[], int] | None = None,
+    ) -> None:
+        """`rss`: how the memory budget reads the relay's resident set (default: the whole
+        process's, as `blind-relay` runs; `EmbeddedResidentSet` for a relay inside another program)."""
         self.config = config
         self.key = encode_id(config.key_pair.public_key)
         self.bootstrap_timeout = bootstrap_timeout
@@ -206,7 +215,9 @@ class RelayApp:
         beyond = caps_beyond(
             lim.memory_budget, lim.max_sessions, lim.max_active_pairs, lim.max_pending_total, lim.max_control_frame
         )
-        self.memory = MemoryWatch(MemoryBudget(lim.memory_budget, lim.max_control_frame, caps_beyond_budget=beyond))
+        self.memory = MemoryWatch(
+            MemoryBudget(lim.memory_budget, lim.max_control_frame, caps_beyond_budget=beyond), rss=rss
+        )
         """The memory budget: RSS read at admission, full or not, trims after a burst."""
         self.pairings = PairingLog(self.key)
         """Who paired through this relay and what each side sent (`GET /pairings`)."""

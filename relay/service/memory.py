@@ -192,6 +192,19 @@ class ResidentSet:
             self._fd = None
 
 
+class EmbeddedResidentSet(ResidentSet):
+    """For a relay made inside a process that holds other things (a test run, a benchmark): what the
+    process grew by since the relay was made, on top of an idle relay's resident set. The
+    `blind-relay` process itself counts its whole RSS, which is what the operator's budget is."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._start = super().__call__()
+
+    def __call__(self) -> int:
+        return IDLE_RSS + max(0, super().__call__() - self._start)
+
+
 def _malloc_trim() -> Callable[[int], int] | None:
     """glibc's malloc_trim, or None (another libc: freed pages go back as that allocator decides)."""
     name = ctypes.util.find_library("c")

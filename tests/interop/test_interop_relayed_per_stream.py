@@ -15,6 +15,7 @@ import pytest
 
 from relay.keys import key_pair
 from relay.service.app import RelayApp, RelayConfig
+from relay.service.memory import EmbeddedResidentSet
 from relay.udx import UDXStream
 from tests.interop._relay_net import Testnet, run_peers
 
@@ -43,7 +44,8 @@ async def test_interop_relayed_bytes_of_real_hyperdht_pairs_show_per_stream(
             bootstrap=testnet.bootstrap.split(","),
             metrics=None,
             kernel_forwarding=kernel,
-        )
+        ),
+        rss=EmbeddedResidentSet(),  # the test process holds more than the relay
     )
     streams: list[UDXStream] = []
     link = app._link

@@ -16,8 +16,10 @@ from relay.blindrelay import BlindRelayServer
 from relay.service.limits import Limits
 from relay.service.memory import (
     DEFAULT_BUDGET,
+    IDLE_RSS,
     MB,
     MIN_BUDGET,
+    EmbeddedResidentSet,
     MemoryBudget,
     MemoryWatch,
     ResidentSet,
@@ -182,3 +184,19 @@ def test_caps_set_beyond_the_budget_get_the_wider_margin() -> None:
     assert not caps_beyond(DEFAULT_BUDGET, 8192, 4096, 8192, 1024)
     assert caps_beyond(100 * MB, 8192, 4096, 8192, 1024) and caps_beyond(DEFAULT_BUDGET, 8193, 4096, 8192, 1024)
     assert MemoryBudget(100 * MB, caps_beyond_budget=True).limit(0) < MemoryBudget(100 * MB).limit(0)
+
+
+def test_a_relay_inside_a_bigger_process_counts_only_what_it_grew_by() -> None:
+    """A test run or a benchmark that embeds a relay may already hold more than the relay's budget;
+    the embedded reading starts at an idle relay's RSS and adds what the process grew by since."""
+    ballast = bytearray(64 * MB)
+    ballast[::4096] = b"\1" * len(ballast[::4096])  # touch every page: resident
+    whole, embedded = ResidentSet(), EmbeddedResidentSet()
+    assert whole() > 64 * MB
+    assert embedded() < IDLE_RSS + 8 * MB
+    more = bytearray(32 * MB)
+    more[::4096] = b"\1" * len(more[::4096])
+    assert embedded() >= IDLE_RSS + 28 * MB
+    del ballast, more
+    whole.close()
+    embedded.close()

@@ -16,6 +16,7 @@ from benchmarks.relay_costs import Client, Relay
 from relay.keys import key_pair
 from relay.service.app import RelayApp, RelayConfig
 from relay.service.limits import Limits
+from relay.service.memory import EmbeddedResidentSet
 
 
 class _Timer:
@@ -64,7 +65,9 @@ LIMITS = Limits(session_idle_timeout=30.0, pending_timeout=12.5, silent_pair_tim
 
 def _relay(tmp_path: Path, clock: VirtualClock, limits: Limits = LIMITS) -> Relay:
     relay = Relay(tmp_path)
-    relay.app = RelayApp(RelayConfig(storage=tmp_path, key_pair=key_pair(), metrics=None, limits=limits))
+    relay.app = RelayApp(
+        RelayConfig(storage=tmp_path, key_pair=key_pair(), metrics=None, limits=limits), rss=EmbeddedResidentSet()
+    )
     relay.app.loop = clock  # type: ignore[assignment]
     return relay
 
