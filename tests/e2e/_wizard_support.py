@@ -113,6 +113,20 @@ async def wait_until(pilot: Pilot[object], cond: Callable[[], bool], what: str, 
         await pilot.pause(0.02)
 
 
+async def still(pilot: Pilot[object], tries: int = 20) -> str:
+    """The screen once it stands still: two screenshots in a row alike (a table sizes its columns,
+    a dialog its scroll area, a blur redraws, each on a later refresh; seen in CI under load),
+    else the test fails. Returns the last screenshot."""
+    last = ""
+    for _ in range(tries):
+        await pilot.pause()
+        now = pilot.app.export_screenshot()
+        if now == last:
+            return now
+        last = now
+    raise AssertionError("the screen never stood still")
+
+
 async def wait_status(
     pilot: Pilot[object], app: WizardApp, step_id: str, kinds: tuple[str, ...], timeout: float = 20.0
 ) -> str:

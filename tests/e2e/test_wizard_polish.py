@@ -10,7 +10,7 @@ import pytest
 
 from cosmictui.ops import relayproc
 from cosmictui.ops.config import Settings
-from tests.e2e._wizard_support import make_app, make_bin, path_with, wait_until
+from tests.e2e._wizard_support import make_app, make_bin, path_with, still, wait_until
 
 SIZES = [(80, 24), (60, 20)]
 
@@ -187,16 +187,7 @@ async def test_every_tab_stop_on_step6_shows_its_focus(tmp_path: Path, size: tup
         await pilot.pause()
 
         async def shot() -> str:
-            """The screen once it is still (a blur or focus may take more than one refresh to
-            draw; seen once in CI): two shots in a row alike, else the test fails."""
-            last = ""
-            for _ in range(20):
-                await pilot.pause()
-                now = app.export_screenshot()
-                if now == last:
-                    return now
-                last = now
-            raise AssertionError("the screen never stood still")
+            return await still(pilot)
 
         app.set_focus(None)
         unfocused = await shot()

@@ -31,6 +31,7 @@ from tests.e2e._wizard_support import (
     relay_running,
     resume_at,
     step,
+    still,
     wait_status,
     wait_until,
 )
@@ -82,7 +83,7 @@ async def _ready(pilot: Pilot[object], resumed: bool = True) -> None:
         app.clear_notifications()
         await wait_until(pilot, lambda: not app.screen.query("Toast"), "the toast to go")
     app.screen.query_one("#next").focus()  # no blinking cursor in the picture
-    await pilot.pause()
+    await still(pilot)
 
 
 def test_wizard_snapshot_step1_prerequisites(root: Path, snap_compare, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
@@ -164,5 +165,6 @@ def test_wizard_snapshot_step6_recover_confirm(root: Path, snap_compare) -> None
         # At 80 columns each of these short commands is one line of the dialog, under its own $.
         rows = list(app.screen.query(".confirm-command-text"))
         assert len(rows) == 2 and all(r.size.height == 1 for r in rows)
+        await still(pilot)
 
     assert snap_compare(_app(root, "recover", command_env=_cosmicac(root)), terminal_size=SIZE, run_before=run_before)
