@@ -83,7 +83,6 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from relay.core import drain_events
 from relay.encoding import DecodeError, Reader, Writer
 from relay.protomux import (
     ChannelClosed,
@@ -330,6 +329,14 @@ class _PendingPair:
     links: list[_Link | None] = field(default_factory=lambda: [None, None])  # [non-initiator, initiator]
 
 
+def _drain(mux: Mux) -> list[Event]:
+    """Every event the mux has now, in order."""
+    out: list[Event] = []
+    while (ev := mux.next_event()) is not None:
+        out.append(ev)
+    return out
+
+
 class BlindRelaySession:
     """The blind-relay channel on one connection; made by `BlindRelayServer.accept`."""
 
@@ -423,7 +430,7 @@ class BlindRelaySession:
         if not self.channel.closed:
             self.channel.close()
             self._server._dirty[self] = None
-            self._process(drain_events(self.mux), 0.0)
+            self._process(_drain(self.mux), 0.0)
 
     # ---------------------------------------------------------------- internals
 
@@ -547,7 +554,7 @@ class BlindRelayServer:
         self._owner(owner).sessions[session] = None
         self.stats.sessions_accepted += 1
         self._dirty[session] = None
-        session._process(drain_events(session.mux), 0.0)
+        session._process(_drain(session.mux), 0.0)
         return session
 
     def sessions_of(self, owner: object) -> int:

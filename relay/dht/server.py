@@ -24,6 +24,7 @@ from typing import Any
 
 import psutil
 
+from relay.core import Driver
 from relay.keys import KeyPair
 from relay.udx import UDXSocket
 
@@ -31,7 +32,14 @@ from .announcer import Announcer
 from .backlog import HandshakeBacklog
 from .client import RELAY_TIMEOUT, RelayPairing, pair_through_relay, sample_nat
 from .connection import KEEP_ALIVE, Connection, responder_secret_stream, start_secret_stream
-from .handshake import PASSIVE_CONNECT_TIMEOUT, Attempt, HandshakeResponder, address_token, seal_payload
+from .handshake import (
+    PASSIVE_CONNECT_TIMEOUT,
+    Attempt,
+    AttemptTimedOut,
+    HandshakeResponder,
+    address_token,
+    seal_payload,
+)
 from .holepunch import HOLEPUNCH, PROBE_INTERVAL, NatAnalyzer, PunchState
 from .messages import (
     Address,
@@ -147,7 +155,8 @@ class HyperDHTServer:
         self.admit = admit
         self.backlog: HandshakeBacklog[_Queued] = HandshakeBacklog()
         self._drain_handle: asyncio.Handle | None = None
-        self._release_handle: asyncio.TimerHandle | None = None
+        #: the backlog's one timer: when a held handshake is due, the drain runs
+        self._release: Driver[None] = Driver(self.backlog, transmit=self._released)
         self._loop: asyncio.AbstractEventLoop | None = None
         self.announcer = Announcer(node, key_pair, self.target) if announce else None
         self.listening = False
@@ -156,7 +165,10 @@ class HyperDHTServer:
         self.connections: set[Connection] = set()
         self.stats = {"handshakes": 0, "connections": 0, "holepunches": 0, "timeouts": 0}
         self._streams: dict[bytes, Any] = {}  # attempt key -> UDX stream
-        self._timer: asyncio.TimerHandle | None = None
+        #: the attempts' deadlines, batched: one scan every TIMER_GRANULARITY at most
+        self._deadlines: Driver[AttemptTimedOut] = Driver(
+            self.responder, on_event=self._on_attempt_timed_out, granularity=TIMER_GRANULARITY
+        )
         self._tasks: set[asyncio.Task[Any]] = set()
         self._punchers = 0
 
@@ -177,7 +189,7 @@ class HyperDHTServer:
         if self.node.udx is None:
             raise DHTError("the node needs a relay.udx.UDX to open streams", "NO_UDX")
         await self.node.bind()
-        self._loop = asyncio.get_running_loop()
+        self._loop = self._release.loop = self._deadlines.loop = asyncio.get_running_loop()
         self.node.register_server(self.target, self)
         self.listening = True
         if self.announcer is not None:
@@ -202,12 +214,10 @@ class HyperDHTServer:
             return
         self.closed = True
         self.node.unregister_server(self.target)
-        if self._timer:
-            self._timer.cancel()
+        self._deadlines.close()
         if self._drain_handle is not None:
             self._drain_handle.cancel()
-        if self._release_handle is not None:
-            self._release_handle.cancel()
+        self._release.close()
         self.backlog.clear()
         for t in list(self._tasks):
             t.cancel()
@@ -250,7 +260,7 @@ class HyperDHTServer:
         if not self.backlog.push(hs.noise, client[0], _Queued(inc, hs), self.node._now(), wait):
             return
         if wait > 0.0:
-            self._schedule_release()
+            self._release.arm()
         else:
             self._schedule_drain()
 
@@ -258,20 +268,8 @@ class HyperDHTServer:
         if self._drain_handle is None and not self.closed and self._loop is not None:
             self._drain_handle = self._loop.call_soon(self._drain)
 
-    def _schedule_release(self) -> None:
-        """Wake the drain when the backlog's next held handshake is due (one timer)."""
-        due = self.backlog.get_timer()
-        if due is None or self.closed or self._loop is None:
-            return
-        if self._release_handle is not None:
-            if self._release_handle.when() <= due:
-                return
-            self._release_handle.cancel()
-        self._release_handle = self._loop.call_at(due, self._on_release)
-
-    def _on_release(self) -> None:
-        self._release_handle = None
-        self.backlog.handle_timer(self.node._now())
+    def _released(self, now: float) -> None:
+        """The backlog's timer ran: what it released is answered by the drain."""
         self._schedule_drain()
 
     def _drain(self) -> None:
@@ -292,7 +290,7 @@ class HyperDHTServer:
         if self.backlog.ready(self.node._now()):
             self._schedule_drain()
         else:
-            self._schedule_release()
+            self._release.arm()
 
     def _handshake(self, q: _Queued) -> None:
         """The expensive part: Noise, the UDX stream, the reply to every copy."""
@@ -317,7 +315,7 @@ class HyperDHTServer:
             punch = a.extra.get("punch")
             sock = punch.name if punch is not None and not isinstance(route, Respond) else None
             self.node.apply_route(inc, route, sock, for_others=False)
-        self._arm_timer(a.deadline if a.deadline is not None else a.clear_at)
+        self._deadlines.arm()
 
     def _reply_first(self, a: Attempt, inc: IncomingRequest) -> None:
         stream = None
@@ -580,33 +578,15 @@ class HyperDHTServer:
 
     # ------------------------------------------------------------------ timers
 
-    def _arm_timer(self, due: float | None = None) -> None:
-        """Arm the one timer for the attempts' deadlines. `due`: the only deadline that may have
-        moved; when the armed timer fires no later, nothing to do (scanning every attempt per
-        reply cost O(attempts) per handshake under a flood). Expiries are batched: the timer
-        fires at most every TIMER_GRANULARITY, so one scan serves many attempts."""
-        if due is not None and self._timer is not None and self._timer.when() <= due:
-            return
-        loop = asyncio.get_running_loop()
-        at = self.responder.get_timer()
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if at is not None and not self.closed:
-            self._timer = loop.call_at(max(at, loop.time() + TIMER_GRANULARITY), self._on_timer)
-
-    def _on_timer(self) -> None:
-        self._timer = None
-        self.responder.handle_timer(self.node._now())
-        while (ev := self.responder.next_event()) is not None:
-            a = ev.attempt
-            s = self._streams.pop(a.key, None)
-            if s is not None and not a.connected:
-                self.stats["timeouts"] += 1
-                s.destroy()
-            if not a.connected:
-                self._destroy_puncher(a)
-        self._arm_timer()
+    def _on_attempt_timed_out(self, ev: AttemptTimedOut) -> None:
+        """An attempt's deadline passed: its unconnected stream and its puncher go."""
+        a = ev.attempt
+        s = self._streams.pop(a.key, None)
+        if s is not None and not a.connected:
+            self.stats["timeouts"] += 1
+            s.destroy()
+        if not a.connected:
+            self._destroy_puncher(a)
 
 
 __all__ = ["SERVER", "HyperDHTServer", "local_addresses"]

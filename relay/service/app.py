@@ -42,9 +42,11 @@ from relay.blindrelay import (
     BlindRelaySession,
     DestroyStream,
     PairingMatched,
+    RelayEvent,
     SessionClosed,
     SessionOpened,
 )
+from relay.core import Driver, Loop
 from relay.dht import Connection, DHTError, DHTNode, HyperDHTServer
 from relay.dht.connection import KEEP_ALIVE
 from relay.dhtprom import ScraperConfig
@@ -223,10 +225,8 @@ class RelayApp:
         """Who paired through this relay and what each side sent (`GET /pairings`)."""
         self._sessions: dict[BlindRelaySession, _Session] = {}
         self._streams: dict[int, UDXStream] = {}
-        self.loop: asyncio.AbstractEventLoop | None = None
-        """The loop whose clock (`loop.time()`) feeds every core; the running loop unless set."""
-        self._expiry: asyncio.TimerHandle | None = None
-        self._expiry_due = 0.0
+        #: runs the blind-relay core: its events, its replies, its one timer (relay.core)
+        self.driver: Driver[RelayEvent] = Driver(self.blind, on_event=self._on_blind_event, transmit=self._send_replies)
         self._closed = False
         self.pauses = Pauses()
 
@@ -306,7 +306,7 @@ class RelayApp:
             await asyncio.wait_for(self.server.listen(), self.bootstrap_timeout)
         except (TimeoutError, DHTError) as e:
             raise RelayStartError(f"cannot announce the relay key on the DHT: {e or 'timed out'}") from e
-        self._arm_expiry()
+        self.driver.arm()
         if cfg.scraper is not None:
             registry = self.metrics.registry if self.metrics is not None else build_registry(self.snapshot)
             self.scraper = ScraperLink(self.node, cfg.scraper, lambda: render_metrics(registry))
@@ -354,9 +354,7 @@ class RelayApp:
         if targets or self._sessions:
             n = len(self._sessions)
             log.info("closing: resetting relayed peers, ending sessions", extra={"peers": len(targets), "sessions": n})
-        if self._expiry is not None:
-            self._expiry.cancel()
-            self._expiry = None
+        self.driver.close()
         with contextlib.suppress(Exception):
             await send_resets(targets, rounds=1)  # first: the peers' data is what must not wait
         self.blind.close()
@@ -483,24 +481,29 @@ class RelayApp:
         self._pump()
 
     def _pump(self) -> None:
-        """Carry out what the blind-relay core asked for: make/destroy streams, send replies."""
-        blind = self.blind
-        while (ev := blind.next_event()) is not None:
-            if isinstance(ev, PairingMatched):
-                self._link(ev)
-            elif isinstance(ev, DestroyStream):
-                log.debug("relay stream destroyed", extra={"stream": ev.stream_id, "reason": ev.reason})
-                stream = self._streams.pop(ev.stream_id, None)
-                if stream is not None:
-                    stream.destroy()
-            elif isinstance(ev, SessionOpened):
-                log.debug("session opened", extra={"peer": self._peer(ev.session)})
-            elif isinstance(ev, SessionClosed):
-                log.debug("session closed", extra={"peer": self._peer(ev.session)})
-                s = self._sessions.pop(ev.session, None)
-                if s is not None and not s.conn.secret_stream.stream.closed:
-                    s.conn.close()
-        for session, msgs in blind.data_to_send():
+        """After input to the blind-relay core: its events, its replies, its timer (the driver
+        drains iteratively: a relay stream closing inside a pump reports back without recursing)."""
+        self.driver.pump()
+
+    def _on_blind_event(self, ev: RelayEvent) -> None:
+        """Carry out what the blind-relay core asked for: make/destroy streams, end sessions."""
+        if isinstance(ev, PairingMatched):
+            self._link(ev)
+        elif isinstance(ev, DestroyStream):
+            log.debug("relay stream destroyed", extra={"stream": ev.stream_id, "reason": ev.reason})
+            stream = self._streams.pop(ev.stream_id, None)
+            if stream is not None:
+                stream.destroy()
+        elif isinstance(ev, SessionOpened):
+            log.debug("session opened", extra={"peer": self._peer(ev.session)})
+        elif isinstance(ev, SessionClosed):
+            log.debug("session closed", extra={"peer": self._peer(ev.session)})
+            s = self._sessions.pop(ev.session, None)
+            if s is not None and not s.conn.secret_stream.stream.closed:
+                s.conn.close()
+
+    def _send_replies(self, now: float) -> None:
+        for session, msgs in self.blind.data_to_send():
             s = self._sessions.get(session)
             if s is None:
                 continue
@@ -509,7 +512,6 @@ class RelayApp:
                     s.conn.secret_stream.send(m)
             except SecretStreamError:
                 pass
-        self._arm_expiry()
 
     def _peer(self, session: BlindRelaySession) -> str:
         s = self._sessions.get(session)
@@ -582,30 +584,18 @@ class RelayApp:
         self._pump()
         self._held()
 
+    @property
+    def loop(self) -> Loop:
+        """The loop whose clock (`loop.time()`) feeds every core; the running loop unless set."""
+        return self.driver.loop
+
+    @loop.setter
+    def loop(self, loop: Loop) -> None:
+        self.driver.loop = loop
+
     def _now(self) -> float:
         """The loop's clock: the one time every core here is fed (relay.core)."""
-        return (self.loop or asyncio.get_running_loop()).time()
-
-    def _arm_expiry(self) -> None:
-        """One timer at the blind-relay core's own next deadline (a pairing's timeout, a silent
-        pair, an idle session), re-read after every input. A timer armed earlier than needed
-        stays: it fires, finds less to do, and re-arms (no cancel per message)."""
-        due = self.blind.get_timer()
-        if due is None or self._closed:
-            return
-        if self._expiry is not None:
-            if self._expiry_due <= due:
-                return
-            self._expiry.cancel()
-        self._expiry_due = due
-        self._expiry = (self.loop or asyncio.get_running_loop()).call_at(due, self._on_expiry)
-
-    def _on_expiry(self) -> None:
-        """Run what is due. The loop may fire a timer up to its granularity (uvloop: 1 ms) early;
-        it is due by the loop's own contract, so the core is told the time it was armed for."""
-        self._expiry = None
-        self.blind.handle_timer(max(self._now(), self._expiry_due))
-        self._pump()
+        return self.driver.now()
 
     # -- stats -----------------------------------------------------------------------------
 
