@@ -32,6 +32,7 @@ has and another lacks), and `handle_timer` gets the later of the loop's time and
 from __future__ import annotations
 
 import asyncio
+import heapq
 from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -97,9 +98,9 @@ class Driver(Generic[E]):
         "_closed",
         "_core",
         "_due",
+        "_evented",
         "_granularity",
         "_loop",
-        "_next_event",
         "_now",
         "_on_event",
         "_pumping",
@@ -118,7 +119,7 @@ class Driver(Generic[E]):
     ) -> None:
         self._core = core
         #: a core with no events (a backlog that only releases at its time) has no next_event
-        self._next_event: Callable[[], E | None] | None = getattr(core, "next_event", None)
+        self._evented = hasattr(core, "next_event")
         self._loop = loop
         self._on_event = on_event
         self._transmit = transmit
@@ -150,9 +151,10 @@ class Driver(Generic[E]):
             self._now = t
         return self._now
 
-    def feed(self, method: Callable[..., R], *args: Any) -> R:
-        """Input: `method(*args, now)` (a core's input method, `now` last), then `pump()`."""
-        out = method(*args, self.now())
+    def feed(self, method: Callable[..., R], *args: Any, **options: Any) -> R:
+        """Input: `method(*args, now, **options)` (a core's input method: `now` is the last
+        positional argument), then `pump()`."""
+        out = method(*args, self.now(), **options)
         self.pump()
         return out
 
@@ -164,15 +166,15 @@ class Driver(Generic[E]):
             self._again = True
             return
         self._pumping = True
-        next_event = self._next_event
+        core: Any = self._core
         try:
             while True:
                 self._again = False
-                if next_event is not None:
-                    ev = next_event()
+                if self._evented:
+                    ev = core.next_event()
                     while ev is not None:
                         self.handle_event(ev)
-                        ev = next_event()
+                        ev = core.next_event()
                 self.transmit(self._now)
                 if not self._again:
                     break
@@ -213,10 +215,6 @@ class Driver(Generic[E]):
         self._closed = True
         self.disarm()
 
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
     # --- what a subclass may override -------------------------------------------------------
 
     def handle_event(self, event: E) -> None:
@@ -240,6 +238,43 @@ class Driver(Generic[E]):
             now = self._now = self._due
         self._core.handle_timer(now)
         self.pump()
+
+
+class Deadlines:
+    """A sans-IO core of one-shot deadlines: `add(when, action)`; `handle_timer(now)` makes every
+    action due by `now` an event (in time order), for a `Driver` whose `on_event` runs it. For
+    the glue's own waits (a passive connect's timeout, a late destroy): they too go through a
+    driver's one timer."""
+
+    __slots__ = ("_heap", "_ready", "_seq")
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, Callable[[], object]]] = []
+        self._seq = 0
+        self._ready: list[Callable[[], object]] = []
+
+    def add(self, when: float, action: Callable[[], object]) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (when, self._seq, action))
+
+    def get_timer(self) -> float | None:
+        return self._heap[0][0] if self._heap else None
+
+    def handle_timer(self, now: float) -> None:
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            self._ready.append(heapq.heappop(heap)[2])
+
+    def next_event(self) -> Callable[[], object] | None:
+        return self._ready.pop(0) if self._ready else None
+
+    def __len__(self) -> int:
+        return len(self._heap) + len(self._ready)
+
+
+def run_action(action: Callable[[], object]) -> None:
+    """`Deadlines`' events are actions: a driver's `on_event` for it."""
+    action()
 
 
 def drain_events(core: EventSource[E_co]) -> list[E_co]:

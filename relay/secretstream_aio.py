@@ -4,8 +4,9 @@
 `loop.create_server`, or attach it to any transport-like object that offers `write`,
 `close` (and optionally `write_eof`, `abort`, `pause_reading`/`resume_reading`) and calls
 `connection_made`/`data_received`/`eof_received`/`connection_lost` — a UDX stream runtime
-can do exactly that. The clock is `loop.time()`; timers are one lazily re-armed
-`call_at` handle.
+can do exactly that. It is a `relay.core.Driver` of its `SecretStream`: input with the
+loop's time, events drained one at a time (a callback that sends does not re-enter delivery),
+output written, one timer at the core's deadline (keep-alive, idle timeout).
 
 Public API (stable):
 
@@ -33,6 +34,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from relay.core import Driver
 from relay.secretstream import Closed, Ended, Event, Message, Opened, SecretStream, SecretStreamError
 
 __all__ = ["SecretStreamProtocol", "connect", "serve"]
@@ -40,20 +42,16 @@ __all__ = ["SecretStreamProtocol", "connect", "serve"]
 _HIGH_WATER = 4 << 20  # queued received bytes before we stop reading the transport
 
 
-class SecretStreamProtocol(asyncio.Protocol):
+class SecretStreamProtocol(Driver[Event], asyncio.Protocol):
     """Runs one `SecretStream` over one asyncio transport."""
 
     # slots and a read queue made on first use: a relay holds one per session
     __slots__ = (
-        "_dispatching",
         "_drain_waiters",
         "_ended",
-        "_loop",
         "_queue",
         "_queued_bytes",
         "_reading_paused",
-        "_timer",
-        "_timer_at",
         "_transport_closed",
         "_waiter",
         "_write_paused",
@@ -68,9 +66,10 @@ class SecretStreamProtocol(asyncio.Protocol):
         self.stream = stream
         self.on_event = on_event
         self.transport: Any = None
-        self._loop = asyncio.get_running_loop()
-        self.opened: asyncio.Future[Opened] = self._loop.create_future()
-        self.closed: asyncio.Future[SecretStreamError | None] = self._loop.create_future()
+        loop = asyncio.get_running_loop()
+        Driver.__init__(self, stream, loop)
+        self.opened: asyncio.Future[Opened] = loop.create_future()
+        self.closed: asyncio.Future[SecretStreamError | None] = loop.create_future()
         self._queue: deque[bytes] | None = None  # recv()'s queue, made when on_event is not set
         self._queued_bytes = 0
         self._reading_paused = False
@@ -78,32 +77,26 @@ class SecretStreamProtocol(asyncio.Protocol):
         self._waiter: asyncio.Future[None] | None = None
         self._write_paused = False
         self._drain_waiters: list[asyncio.Future[None]] = []
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at: float | None = None
         self._transport_closed = False
-        self._dispatching = False
 
     # --- asyncio.Protocol ---------------------------------------------------------------------
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
-        self.stream.start(self._loop.time())
-        self._flush()
+        self.feed(self.stream.start)
 
     def data_received(self, data: bytes) -> None:
-        self.stream.receive_data(data, self._loop.time())
-        self._flush()
+        self.feed(self.stream.receive_data, data)
 
     def eof_received(self) -> bool:
-        self.stream.receive_eof(self._loop.time())
-        self._flush()
+        self.feed(self.stream.receive_eof)
         return not self.stream.closed  # keep the write side open for our own end()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport_closed = True
         self.stream.connection_lost(exc)
-        self._flush()
-        self._cancel_timer()
+        self.pump()
+        self.disarm()
         for w in self._drain_waiters:
             if not w.done():
                 w.set_result(None)
@@ -123,13 +116,12 @@ class SecretStreamProtocol(asyncio.Protocol):
 
     def send(self, message: bytes | bytearray | memoryview) -> None:
         """Send one message (raises `SecretStreamError` if the stream is dead)."""
-        self.stream.send(message, self._loop.time())
-        self._flush()
+        self.feed(self.stream.send, message)
 
     async def drain(self) -> None:
         """Wait while the transport's write buffer is above its high-water mark."""
         if self._write_paused and not self._transport_closed:
-            fut = self._loop.create_future()
+            fut = asyncio.get_running_loop().create_future()
             self._drain_waiters.append(fut)
             await fut
         if self.stream.closed and self.stream.error is not None:
@@ -139,11 +131,11 @@ class SecretStreamProtocol(asyncio.Protocol):
         """Finish writing; the raw stream is half-closed after queued messages."""
         if not self.stream.closed:
             self.stream.end()
-            self._flush()
+            self.pump()
 
     def destroy(self, error: SecretStreamError | str | None = None) -> None:
         self.stream.destroy(error)
-        self._flush()
+        self.pump()
 
     async def wait_closed(self) -> SecretStreamError | None:
         return await asyncio.shield(self.closed)
@@ -163,7 +155,7 @@ class SecretStreamProtocol(asyncio.Protocol):
                 raise self.stream.error
             if self._ended or self.stream.closed:
                 return None
-            self._waiter = self._loop.create_future()
+            self._waiter = asyncio.get_running_loop().create_future()
             try:
                 await self._waiter
             finally:
@@ -178,38 +170,34 @@ class SecretStreamProtocol(asyncio.Protocol):
 
     # --- plumbing -----------------------------------------------------------------------------
 
-    def _flush(self) -> None:
-        stream = self.stream
+    # --- the driver's hooks ------------------------------------------------------------------
+
+    def transmit(self, now: float) -> None:
+        """What the core has for the transport (and its EOF), in order."""
         transport = self.transport
         if transport is not None and not self._transport_closed:
+            stream = self.stream
             data = stream.data_to_send()
             if data:
                 transport.write(data)
             if stream.take_eof():
                 self._write_eof(transport)
-        if not self._dispatching:  # a callback that sends must not re-enter event delivery
-            self._dispatching = True
-            try:
-                for ev in stream.events():
-                    self._dispatch(ev)
-            finally:
-                self._dispatching = False
-            if transport is not None and not self._transport_closed:
-                data = stream.data_to_send()  # written by callbacks during dispatch
-                if data:
-                    transport.write(data)
-                if stream.take_eof():
-                    self._write_eof(transport)
-        if stream.closed:
-            self._cancel_timer()
-            if transport is not None and not self._transport_closed:
-                self._transport_closed = True
-                if stream.error is not None and hasattr(transport, "abort"):
-                    transport.abort()
-                else:
-                    transport.close()
-        else:
-            self._arm_timer()
+
+    def arm(self) -> None:
+        """After a pump: a closed stream closes its transport (aborts it after an error);
+        an open one re-arms its timer."""
+        stream = self.stream
+        if not stream.closed:
+            super().arm()
+            return
+        self.disarm()
+        transport = self.transport
+        if transport is not None and not self._transport_closed:
+            self._transport_closed = True
+            if stream.error is not None and hasattr(transport, "abort"):
+                transport.abort()
+            else:
+                transport.close()
 
     @staticmethod
     def _write_eof(transport: Any) -> None:
@@ -218,7 +206,7 @@ class SecretStreamProtocol(asyncio.Protocol):
         else:
             transport.close()
 
-    def _dispatch(self, ev: Event) -> None:
+    def handle_event(self, ev: Event) -> None:
         if isinstance(ev, Message):
             if self.on_event is not None:
                 self.on_event(ev)
@@ -252,28 +240,6 @@ class SecretStreamProtocol(asyncio.Protocol):
     def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
-
-    def _arm_timer(self) -> None:
-        deadline = self.stream.get_timer()
-        if deadline is None:
-            return
-        if self._timer_at is not None and self._timer_at <= deadline:
-            return  # the armed timer fires first; it re-arms itself
-        self._cancel_timer()
-        self._timer_at = deadline
-        self._timer = self._loop.call_at(deadline, self._on_timer)
-
-    def _cancel_timer(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = None
-        self._timer_at = None
-
-    def _on_timer(self) -> None:
-        self._timer = None
-        self._timer_at = None
-        self.stream.handle_timer(self._loop.time())
-        self._flush()
 
 
 async def connect(host: str, port: int, *, initiator: bool = True, **stream_options: Any) -> SecretStreamProtocol:

@@ -45,7 +45,6 @@ import copy
 import ipaddress
 import logging
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -105,12 +104,16 @@ __all__ = [
 class ConnectTrace:
     """When each step of one connect finished, in seconds since it started (for the probe)."""
 
-    started: float = field(default_factory=time.monotonic)
+    #: the loop time the connect started (set by `connect` unless the caller set it)
+    started: float | None = None
     stages: dict[str, float] = field(default_factory=dict)
     stage: str = "find"  # what we are waiting for now (named in timeout errors)
 
-    def mark(self, name: str, next_stage: str | None = None) -> None:
-        self.stages.setdefault(name, round(time.monotonic() - self.started, 4))
+    def mark(self, name: str, now: float, next_stage: str | None = None) -> None:
+        """Step `name` finished at loop time `now`."""
+        if self.started is None:
+            self.started = now
+        self.stages.setdefault(name, round(now - self.started, 4))
         if next_stage is not None:
             self.stage = next_stage
 
@@ -187,6 +190,8 @@ async def connect(
     await node.bind()
     c = _Connector(node, remote_public_key, key_pair or key_pair_default(), relay_through, punch, keep_alive)
     c.trace = trace or ConnectTrace()
+    if c.trace.started is None:
+        c.trace.started = node._now()
     try:
         return await asyncio.wait_for(c.run(relay_addresses or []), timeout)
     except TimeoutError:
@@ -293,7 +298,7 @@ class _Connector:
             except DHTError:
                 return  # a garbage record is that node's problem
             if rec.public_key == self.remote_public_key:
-                self.trace.mark("found", "handshake")
+                self.trace.mark("found", self.node._now(), "handshake")
                 queue.put_nowait(reply.peer.address)
 
         async def walk() -> None:
@@ -377,8 +382,9 @@ class _Connector:
         self.client_address = reply.to
         relayed = hs.peer_address is not None
         server_address = hs.peer_address or addr
-        self.trace.mark("found")
-        self.trace.mark("handshake", "connect")
+        now = self.node._now()
+        self.trace.mark("found", now)
+        self.trace.mark("handshake", now, "connect")
         use_relay = self.relay_through is not None or payload.relay_through is not None
         if use_relay:
             self.trace.stage = "relay"
@@ -402,7 +408,7 @@ class _Connector:
             self._connect_raw(sock, addr)
         elif path == "passive":
             # we said we are reachable: the server connects to us, our firewall hook takes it
-            self._loop.call_later(PASSIVE_CONNECT_TIMEOUT, self._passive_timeout)
+            self.node.after(PASSIVE_CONNECT_TIMEOUT, self._passive_timeout)
         elif path == "holepunch":
             self.trace.stage = "holepunch"
             self._spawn(self._holepunch(addr, server_address, use_relay))
@@ -618,7 +624,7 @@ class _Connector:
         if not self.proto.opened.done():
             err = self.proto.stream.error
             raise DHTError(f"the secret stream closed before it opened: {err or 'peer went away'}", "SECRET_STREAM")
-        self.trace.mark("opened", "done")
+        self.trace.mark("opened", self.node._now(), "done")
         self.done = True
         conn = Connection(
             remote_public_key=self.remote_public_key,
@@ -740,7 +746,8 @@ class RelayPairing:
     """A matched pairing: the connection to the relay (kept open while the pair lives) and
     where our raw stream must send (`socket`, `relay_address`, `remote_id`)."""
 
-    def __init__(self, relay_key: bytes, conn: Connection, remote_id: int) -> None:
+    def __init__(self, relay_key: bytes, conn: Connection, remote_id: int, node: DHTNode) -> None:
+        self.node = node
         self.relay_key = relay_key
         self.conn = conn
         self.remote_id = remote_id
@@ -780,7 +787,7 @@ class RelayPairing:
         stream = self.conn.stream
         if not stream.closed:
             # end() flushes our close; destroy soon after in case the relay never answers
-            asyncio.get_running_loop().call_later(2.0, lambda: None if stream.closed else stream.destroy())
+            self.node.after(2.0, lambda: None if stream.closed else stream.destroy())
 
 
 async def pair_through_relay(
@@ -802,7 +809,7 @@ async def pair_through_relay(
     except DHTError as e:
         raise DHTError(f"cannot reach relay {name}: {e}", "RELAY_ABORTED") from None
     if trace is not None:
-        trace.mark("relay_connected", "pairing")
+        trace.mark("relay_connected", node._now(), "pairing")
     client = BlindRelayClient(id=(key_pair.public_key if key_pair else conn.handshake.public_key))
     proto = conn.secret_stream
 
@@ -836,7 +843,7 @@ async def pair_through_relay(
             raise
         raise DHTError(f"relay {name} broke the pairing: {e}", "RELAY_ABORTED") from None
     if trace is not None:
-        trace.mark("paired", "secret stream")
-    pairing = RelayPairing(relay_key, conn, remote_id)
+        trace.mark("paired", node._now(), "secret stream")
+    pairing = RelayPairing(relay_key, conn, remote_id, node)
     pairing._keep_reading(client)
     return pairing

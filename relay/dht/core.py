@@ -1,13 +1,15 @@
 """The dht-rpc node's state and decisions as a sans-IO core (`dht-rpc/index.js` minus its IO).
 
-Sans-IO: bytes and `now` in (`receive`, `handle_timer`, `tick`), datagrams, a deadline and
-events out (`datagrams_to_send`, `get_timer`, `next_event`). It owns the `RPC` transaction
-layer, the routing table and its upkeep (who is pinged, evicted or swapped in on a full row),
-the tick (refresh, reachability re-checks, rejoining when every node is gone, network
-changes), our own address (`OwnAddress`), the answers to every command (PING, PING_NAT,
-FIND_NODE, DOWN_HINT, DELAYED_PING, hyperdht storage when persistent) and the routing of
-PEER_HANDSHAKE / PEER_HOLEPUNCH. Client and server code share it through `DHTNode`, which
-keeps only the sockets, the futures of awaited requests and the one clock.
+Sans-IO: bytes and `now` in (`receive(data, addr, socket, now)`, `handle_timer(now)`),
+datagrams, a deadline and events out (`datagrams_to_send`, `get_timer`, `next_event`). It owns
+the `RPC` transaction layer, the routing table and its upkeep (who is pinged, evicted or swapped
+in on a full row), the 5 s tick (a deadline in `get_timer` like any other, from `start(now)`:
+refresh, reachability re-checks, rejoining when every node is gone, network changes, for which
+it asks the runtime for this host's addresses with `InterfacesDue`), our own address
+(`OwnAddress`), the answers to every command (PING, PING_NAT, FIND_NODE, DOWN_HINT,
+DELAYED_PING, hyperdht storage when persistent) and the routing of PEER_HANDSHAKE /
+PEER_HOLEPUNCH. Client and server code share it through `DHTNode`, which keeps only the sockets,
+the futures of awaited requests and the one clock.
 
 Work that is a sequence of awaited round trips (a walk, the PING_NAT reachability check) is
 asked for with an event (`RefreshDue`, `RejoinDue`, `NetworkCheckDue`) and run by the
@@ -106,6 +108,11 @@ class NetworkCheckDue:
 
 
 @dataclass(slots=True)
+class InterfacesDue:
+    """The tick wants this host's addresses: answer with `network_interfaces(addresses)`."""
+
+
+@dataclass(slots=True)
 class ServersRefreshDue:
     """Listening servers should announce again: the network changed, or we rejoined."""
 
@@ -170,6 +177,7 @@ CoreEvent = (
     RefreshDue
     | RejoinDue
     | NetworkCheckDue
+    | InterfacesDue
     | ServersRefreshDue
     | PeerHandshakeReceived
     | PeerHolepunchReceived
@@ -293,6 +301,8 @@ class DHTCore:
         self.stats_relayed = 0  # handshake messages we routed for others (either direction)
         self.probe: set[str] | None = None  # hosts that reached the server port during a PING_NAT check
         self._last_tick: float | None = None
+        #: when the next tick is due (None until `start`)
+        self.next_tick: float | None = None
         self.silent_ticks = 0
         self._seen_responses = 0
         self._seen_timeouts = 0
@@ -319,13 +329,17 @@ class DHTCore:
 
     # ------------------------------------------------------------------ outputs
 
-    def datagrams_to_send(self) -> list[tuple[str, bytes, Address]]:
+    def datagrams_to_send(self, now: float = 0.0) -> list[tuple[str, bytes, Address]]:
+        """(socket, datagram, destination) to send now (the DHT paces nothing: `now` is unused)."""
         return self.rpc.datagrams_to_send()
 
     def get_timer(self) -> float | None:
         at = self.rpc.get_timer()
         if self._delayed and (at is None or self._delayed[0].at < at):
-            return self._delayed[0].at
+            at = self._delayed[0].at
+        t = self.next_tick
+        if t is not None and (at is None or t < at):
+            return t
         return at
 
     def next_event(self) -> CoreEvent | None:
@@ -333,7 +347,12 @@ class DHTCore:
 
     # ------------------------------------------------------------------ inputs
 
-    def receive(self, socket: str, data: bytes, addr: Address, now: float) -> None:
+    def start(self, now: float) -> None:
+        """The node is bound: its tick runs every TICK_INTERVAL from here (`get_timer`)."""
+        if self.next_tick is None:
+            self.next_tick = now + TICK_INTERVAL
+
+    def receive(self, data: bytes, addr: Address, socket: str, now: float) -> None:
         """One dht-rpc datagram from `addr` on `socket`; anything malformed is dropped."""
         self._now = now
         if socket == "server" and self.probe is not None:
@@ -347,6 +366,9 @@ class DHTCore:
         while self._delayed and self._delayed[0].at <= now:
             d = heapq.heappop(self._delayed)
             self.rpc.reply(d.incoming, token=False, closer_nodes=False)
+        if self.next_tick is not None and now >= self.next_tick:
+            self.next_tick = now + TICK_INTERVAL
+            self.tick(now)
         self._process()
 
     def request(self, to: Address, command: int, now: float, **options: Unpack[SendOptions]) -> PendingRequest:
@@ -354,8 +376,8 @@ class DHTCore:
         self._now = now
         return self.rpc.request(to, command, now, **options)
 
-    def tick(self, now: float, interfaces: frozenset[str] | None = None) -> None:
-        """The 5 s tick (dht-rpc `_ontick`); `interfaces`: this host's addresses, for network changes."""
+    def tick(self, now: float) -> None:
+        """The 5 s tick (dht-rpc `_ontick`), run by `handle_timer` when `next_tick` is due."""
         self._now = now
         if self._last_tick is not None and now - self._last_tick > SLEEPING_INTERVAL:
             # we slept (laptop lid, stopped VM): everything is old now, ping and refresh soon
@@ -371,11 +393,7 @@ class DHTCore:
         if not self.joined and not self.rejoining and self.ticks >= self.rejoin_tick:
             self.rejoining = True
             self._events.append(RejoinDue())
-        if interfaces is not None and interfaces != self.interfaces:
-            changed = self.interfaces is not None
-            self.interfaces = interfaces
-            if changed:  # hyperdht re-announces every server on a network change
-                self._events.append(ServersRefreshDue("network interfaces changed"))
+        self._events.append(InterfacesDue())  # a network change is seen from the host's addresses
         if self.persistent is not None:
             self.persistent.tick(now)
         if (self.adaptive and self.rpc.ephemeral) or (self.detect_firewall and self.firewalled):
@@ -392,6 +410,14 @@ class DHTCore:
             self.refresh()
         self.down_hints_sent = 0
         self._process()
+
+    def network_interfaces(self, interfaces: frozenset[str]) -> None:
+        """This host's addresses, as the tick asked (`InterfacesDue`): a change re-announces."""
+        if interfaces != self.interfaces:
+            changed = self.interfaces is not None
+            self.interfaces = interfaces
+            if changed:  # hyperdht re-announces every server on a network change
+                self._events.append(ServersRefreshDue("network interfaces changed"))
 
     # ------------------------------------------------------------------ joining
 

@@ -2,8 +2,9 @@
 
 Every decision lives in the sans-IO `DHTCore` (`relay/dht/core.py`): routing-table upkeep,
 the tick, reachability, our own address, the command handlers, handshake routing. This
-module feeds it datagrams, timer expiries and ticks with `loop.time()`, sends what it
-returns, resolves the futures of awaited requests, and runs what the core asks for that is
+module feeds it datagrams through its `relay.core.Driver` (which adds `loop.time()`, sends what
+the core returns and runs its one timer: retransmissions, delayed pings and the 5 s tick),
+resolves the futures of awaited requests, and runs what the core asks for that is
 a sequence of round trips (walks, the bootstrap join, the PING_NAT reachability check). It
 stays *ephemeral* by default: it never sends its id, so other nodes do not route storage
 traffic to it (docs/wire/dht.md §1).
@@ -22,11 +23,14 @@ from typing import Any, Protocol, Unpack, cast
 
 import psutil
 
+from relay.core import Deadlines, Driver, run_action
+
 from .address import OwnAddress
 from .core import (
     MORE_STABLE_TICKS,
-    TICK_INTERVAL,
+    CoreEvent,
     DHTCore,
+    InterfacesDue,
     NetworkCheckDue,
     PeerHandshakeReceived,
     PeerHolepunchReceived,
@@ -192,9 +196,11 @@ class DHTNode:
         self._extra_sockets: dict[str, tuple[Any, Callable[[bytes, Address], None] | None]] = {}
         self.on_datagram: Callable[[str, bytes, Address], None] | None = None
         self._resolved_bootstrap: list[Address] | None = None
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at: float | None = None
-        self._tick_handle: asyncio.TimerHandle | None = None
+        #: runs the core: its events, its datagrams, its one timer (relay.core)
+        self.driver: Driver[CoreEvent] = Driver(self.core, on_event=self._on_event, transmit=self._transmit)
+        #: the glue's own one-shot waits (`after`), on a driver's timer too
+        self._later = Deadlines()
+        self._later_driver: Driver[Callable[[], object]] = Driver(self._later, on_event=run_action)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._walks: dict[Walk, tuple[asyncio.Future[Query], Callable[[Reply], None] | None]] = {}
         self._bootstrapping: asyncio.Task[None] | None = None
@@ -296,7 +302,8 @@ class DHTNode:
     async def bind(self) -> None:
         if self._loop is not None:
             return
-        self._loop = asyncio.get_running_loop()
+        self._loop = self.driver.loop = self._later_driver.loop = asyncio.get_running_loop()
+        # announce records carry wall-clock bumps (hyperdht's Date.now()): the offset, read once
         self.core.wall_offset = time.time() - self._loop.time()
         if self.server_socket is None:
             try:
@@ -307,7 +314,8 @@ class DHTNode:
             self.client_socket = await self._bind_socket(self.server_socket.address[0], 0)
         self.server_socket.on_datagram = lambda data, addr: self._on_datagram(SERVER, data, addr)
         self.client_socket.on_datagram = lambda data, addr: self._on_datagram(CLIENT, data, addr)
-        self._tick_handle = self._loop.call_later(TICK_INTERVAL, self._ontick)
+        self.core.start(self._now())
+        self.driver.arm()
 
     async def _bind_socket(self, host: str, port: int) -> Any:
         if self.udx is not None:
@@ -399,7 +407,7 @@ class DHTNode:
         finally:
             joined = core.joined
             core.join_walk_done(answered)
-            self._dispatch()
+            self._flush()
         if core.joined and not joined:
             log.info(
                 "dht %s: %d nodes, firewalled=%s, public=%s",
@@ -446,11 +454,9 @@ class DHTNode:
         for t in list(self._tasks):
             t.cancel()
         self.core.destroy()
-        self._dispatch()
-        if self._timer:
-            self._timer.cancel()
-        if self._tick_handle:
-            self._tick_handle.cancel()
+        self._later_driver.close()
+        self.driver.close()
+        self.driver.pump()
         for ep in self._owned:
             res = ep.close()
             if asyncio.iscoroutine(res):
@@ -460,7 +466,7 @@ class DHTNode:
 
     def _now(self) -> float:
         assert self._loop is not None
-        return self._loop.time()
+        return self.driver.now()
 
     def _on_datagram(self, socket: str, data: bytes, addr: Address) -> None:
         if self.destroyed:
@@ -475,12 +481,16 @@ class DHTNode:
                 self._count_dropped(socket, "garbage")
             return
         try:
-            self.core.receive(socket, data, addr, self._now())
-            self._dispatch()
+            self.driver.feed(self.core.receive, data, addr, socket)
         except Exception:  # the loop must survive anything a peer sends
             self.internal_errors += 1
             log.exception("dropping datagram from %s after an internal error", addr)
-        self._flush()
+            self.driver.pump()
+
+    def after(self, delay: float, action: Callable[[], object]) -> None:
+        """Run `action` `delay` seconds of loop time from now (a one-shot wait of the glue)."""
+        self._later.add(self._now() + delay, action)
+        self._later_driver.arm()
 
     def _count_dropped(self, socket: str, cause: str) -> None:
         """Count a datagram the node dropped on the socket it came in on (`/stats` `dropped`)."""
@@ -491,88 +501,68 @@ class DHTNode:
         if callable(count):
             count(cause)
 
-    def _flush(self) -> None:
-        for sock, data, addr in self.core.datagrams_to_send():
+    def _transmit(self, now: float) -> None:
+        for sock, data, addr in self.core.datagrams_to_send(now):
             try:
                 self.socket_for(sock).send(data, addr)
             except (OSError, KeyError) as e:  # KeyError: a puncher socket removed meanwhile
                 log.debug("send to %s failed: %r", addr, e)
-        at = self.core.get_timer()
-        if at != self._timer_at and self._loop is not None:
-            if self._timer is not None:
-                self._timer.cancel()
-            self._timer = self._loop.call_at(at, self._on_timer) if at is not None else None
-            self._timer_at = at
 
-    def _on_timer(self) -> None:
-        self._timer = None
-        self._timer_at = None
-        if self.destroyed:
-            return
-        self.core.handle_timer(self._now())
-        self._dispatch()
-        self._flush()
+    def _flush(self) -> None:
+        """After the core was asked for something outside `feed`: send, dispatch, re-arm."""
+        self.driver.pump()
 
-    def _ontick(self) -> None:
-        if self.destroyed or self._loop is None:
-            return
-        self._tick_handle = self._loop.call_later(TICK_INTERVAL, self._ontick)
-        self.core.tick(self._now(), self.interfaces() if self.core.ready else None)
-        self._dispatch()
-        self._flush()
-
-    def _dispatch(self) -> None:
+    def _on_event(self, ev: CoreEvent) -> None:
         """Carry out what the core asked for (walks, checks, server calls, futures)."""
-        while (ev := self.core.next_event()) is not None:
-            if isinstance(ev, ReplyReceived):
-                ctx = ev.reply.pending.context
-                if ctx is not None:
-                    ctx.on_reply(ev.reply)
-            elif isinstance(ev, RequestRetried):
-                if ev.pending.context is not None:
-                    ev.pending.context.on_retrying()
-            elif isinstance(ev, RequestGaveUp):
-                if ev.pending.context is not None:
-                    ev.pending.context.on_failed(ev.error)
-            elif isinstance(ev, PeerHandshakeReceived):
-                server = self.servers.get(ev.incoming.request.target or b"")
-                if server is not None:
-                    server.on_peer_handshake(ev.incoming, ev.handshake)
-            elif isinstance(ev, PeerHolepunchReceived):
-                server = self.servers.get(ev.incoming.request.target or b"")
-                if server is not None:
-                    server.on_peer_holepunch(ev.incoming, ev.holepunch)
-            elif isinstance(ev, RequestUnhandled):
-                if self.on_request is None or not self.on_request(ev.incoming):
-                    self.core.reply_unknown(ev.incoming)
-            elif isinstance(ev, WalkReplied):
-                entry = self._walks.get(ev.walk)
-                if entry is not None and entry[1] is not None:
-                    entry[1](ev.reply)
-            elif isinstance(ev, WalkFinished):
-                entry = self._walks.get(ev.walk)
-                if entry is not None and not entry[0].done():
-                    entry[0].set_result(ev.walk.query)
-            elif isinstance(ev, RefreshDue):
-                self._spawn(self._background_query(ev.target))
-            elif isinstance(ev, RejoinDue):
-                self._spawn(self._rejoin())
-            elif isinstance(ev, NetworkCheckDue):
-                self._spawn(self._update_network_state(only_firewall=ev.only_firewall))
-            elif isinstance(ev, ServersRefreshDue):
-                if self.servers:
-                    log.info("%s: re-announcing", ev.reason)
-                for server in list(self.servers.values()):
-                    server.refresh()
+        if isinstance(ev, ReplyReceived):
+            ctx = ev.reply.pending.context
+            if ctx is not None:
+                ctx.on_reply(ev.reply)
+        elif isinstance(ev, RequestRetried):
+            if ev.pending.context is not None:
+                ev.pending.context.on_retrying()
+        elif isinstance(ev, RequestGaveUp):
+            if ev.pending.context is not None:
+                ev.pending.context.on_failed(ev.error)
+        elif isinstance(ev, PeerHandshakeReceived):
+            server = self.servers.get(ev.incoming.request.target or b"")
+            if server is not None:
+                server.on_peer_handshake(ev.incoming, ev.handshake)
+        elif isinstance(ev, PeerHolepunchReceived):
+            server = self.servers.get(ev.incoming.request.target or b"")
+            if server is not None:
+                server.on_peer_holepunch(ev.incoming, ev.holepunch)
+        elif isinstance(ev, RequestUnhandled):
+            if self.on_request is None or not self.on_request(ev.incoming):
+                self.core.reply_unknown(ev.incoming)
+        elif isinstance(ev, WalkReplied):
+            entry = self._walks.get(ev.walk)
+            if entry is not None and entry[1] is not None:
+                entry[1](ev.reply)
+        elif isinstance(ev, WalkFinished):
+            entry = self._walks.get(ev.walk)
+            if entry is not None and not entry[0].done():
+                entry[0].set_result(ev.walk.query)
+        elif isinstance(ev, RefreshDue):
+            self._spawn(self._background_query(ev.target))
+        elif isinstance(ev, RejoinDue):
+            self._spawn(self._rejoin())
+        elif isinstance(ev, NetworkCheckDue):
+            self._spawn(self._update_network_state(only_firewall=ev.only_firewall))
+        elif isinstance(ev, InterfacesDue):
+            self.core.network_interfaces(self.interfaces())
+        elif isinstance(ev, ServersRefreshDue):
+            if self.servers:
+                log.info("%s: re-announcing", ev.reason)
+            for server in list(self.servers.values()):
+                server.refresh()
 
     # ------------------------------------------------------------------ requests
 
     def _send(self, to: Address, command: int, **options: Unpack[SendOptions]) -> PendingRequest:
         if self._loop is None:
             raise DHTError("node is not bound", "NOT_BOUND")
-        p = self.core.request(to, command, self._now(), **options)
-        self._flush()
-        return p
+        return self.driver.feed(self.core.request, to, command, **options)
 
     def _request_cb(
         self,
@@ -642,7 +632,6 @@ class DHTNode:
             full_concurrency=self.concurrency,
         )
         self._walks[walk] = (fut, on_data)
-        self._dispatch()
         self._flush()
         try:
             return await fut
@@ -731,11 +720,11 @@ class DHTNode:
 
     def _become_persistent(self, id_: bytes) -> None:
         self.core.become_persistent(id_)
-        self._dispatch()
+        self._flush()
 
     @staticmethod
     def interfaces() -> frozenset[str]:
-        """This host's IPv4 addresses (udx watchNetworkInterfaces, polled on the 5 s tick)."""
+        """This host's IPv4 addresses (udx watchNetworkInterfaces, read when the 5 s tick asks)."""
         try:
             return frozenset(
                 a.address for addrs in psutil.net_if_addrs().values() for a in addrs if a.family == socketlib.AF_INET

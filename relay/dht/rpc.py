@@ -3,7 +3,7 @@
 The core owns transaction ids, retransmission deadlines, the congestion window and the
 round-trip token secrets. It never touches a socket or a clock: the runtime feeds it
 datagrams with `receive(data, addr, socket, now)` and timer expiries with
-`handle_timer(now)`, then collects `datagrams_to_send()` and `next_event()`.
+`handle_timer(now)`, then collects `datagrams_to_send(now)` and `next_event()`.
 
 Sockets are named, not owned: "server" (the well-known port, shared with UDX) and "client"
 (a random port used while we may be firewalled, so a PING_NAT reply to the server port
@@ -230,7 +230,7 @@ class RPC:
 
     # ------------------------------------------------------------------ outputs
 
-    def datagrams_to_send(self) -> list[tuple[str, bytes, Address]]:
+    def datagrams_to_send(self, now: float = 0.0) -> list[tuple[str, bytes, Address]]:
         out, self._out = self._out, []
         return out
 

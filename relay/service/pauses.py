@@ -15,10 +15,11 @@ they later become cyclic garbage, so per-connection state must never be frozen.
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import time
 from typing import Any
+
+from relay.core import Driver, Loop
 
 #: how often the stall watch expects to run; a stall is how late it ran
 STALL_TICK = 0.05
@@ -55,26 +56,27 @@ class Pauses:
         self.stall_longest = 0.0
         self.stalls_over_1s = 0
         self._gc_started = 0.0
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._timer: asyncio.TimerHandle | None = None
-        self._due = 0.0
+        #: when the stall watch is due next (None: not watching); run by a `Driver`
+        self._due: float | None = None
+        self._driver: Driver[None] | None = None
 
-    def start(self, loop: asyncio.AbstractEventLoop) -> None:
-        if self._loop is not None:
+    def start(self, loop: Loop) -> None:
+        if self._driver is not None:
             return
-        self._loop = loop
         gc.callbacks.append(self._on_gc)
+        self._driver = Driver(self, loop)
         self._due = loop.time() + STALL_TICK
-        self._timer = loop.call_at(self._due, self._tick)
+        self._driver.arm()
 
     def stop(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        if self._driver is not None:
+            self._driver.close()
         if self._on_gc in gc.callbacks:
             gc.callbacks.remove(self._on_gc)
 
     def _on_gc(self, phase: str, info: dict[str, Any]) -> None:
+        # a pause inside one callback, often under a millisecond: finer than the loop's clock
+        # (uvloop's counts whole milliseconds), and only a metric
         if phase == "start":
             self._gc_started = time.perf_counter()
             return
@@ -85,16 +87,20 @@ class Pauses:
         if took > self.gc_longest[gen]:
             self.gc_longest[gen] = took
 
-    def _tick(self) -> None:
-        assert self._loop is not None
-        now = self._loop.time()
+    # the stall watch, a core of one deadline: how late the loop runs it is the stall
+
+    def get_timer(self) -> float | None:
+        return self._due
+
+    def handle_timer(self, now: float) -> None:
+        if self._due is None or now < self._due:
+            return
         late = now - self._due
         if late > self.stall_longest:
             self.stall_longest = late
         if late >= 1.0:
             self.stalls_over_1s += 1
         self._due = now + STALL_TICK
-        self._timer = self._loop.call_at(self._due, self._tick)
 
     def snapshot(self) -> dict[str, Any]:
         """`/stats` `pauses`."""

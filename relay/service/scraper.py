@@ -26,6 +26,7 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
+from relay.core import Driver
 from relay.dht import Connection, DHTError, DHTNode, HyperDHTServer
 from relay.dht.client import connect
 from relay.dht.messages import NoisePayload
@@ -76,8 +77,9 @@ class ScraperLink:
         self.request_timeout = request_timeout
         self._loop = asyncio.get_running_loop()
         self.schedule = RegistrationSchedule(self._loop.time())
+        #: runs the schedule: its StartAttempt events and its one timer (relay.core)
+        self.driver: Driver[StartAttempt] = Driver(self.schedule, self._loop, on_event=self._on_schedule_event)
         self.server: HyperDHTServer | None = None
-        self._timer: asyncio.TimerHandle | None = None
         self._attempt: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._registrar_conn: Connection | None = None
@@ -125,12 +127,11 @@ class ScraperLink:
             "registering with the dht-prometheus scraper",
             extra={"scraper": encode_id(self.config.public_key), "alias": self.config.alias, "target": self.target_key},
         )
-        self._arm()
+        self.driver.pump()
 
     async def close(self) -> None:
         self._closed = True
-        if self._timer is not None:
-            self._timer.cancel()
+        self.driver.close()
         for t in list(self._tasks):
             t.cancel()
         for c in [*self._scrapes, *([self._registrar_conn] if self._registrar_conn else [])]:
@@ -142,21 +143,8 @@ class ScraperLink:
 
     # -- schedule ----------------------------------------------------------------------------
 
-    def _arm(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        due = self.schedule.get_timer()
-        if due is not None and not self._closed:
-            self._timer = self._loop.call_at(due, self._on_timer)
-
-    def _on_timer(self) -> None:
-        self._timer = None
-        self.schedule.handle_timer(self._loop.time())
-        while (ev := self.schedule.next_event()) is not None:
-            if isinstance(ev, StartAttempt):
-                self._attempt = self._spawn(self._register())
-        self._arm()
+    def _on_schedule_event(self, ev: StartAttempt) -> None:
+        self._attempt = self._spawn(self._register())
 
     def _spawn(self, coro: Any) -> asyncio.Task[Any]:
         t = asyncio.ensure_future(coro)
@@ -184,48 +172,35 @@ class ScraperLink:
             return
         conn.secret_stream.stream.max_frame = MAX_FRAME
         reg = AliasRegistrar(request, timeout=self.request_timeout, now=self._loop.time())
-
-        def flush() -> None:
-            try:
-                for m in reg.data_to_send():
-                    conn.secret_stream.send(m)
-            except SecretStreamError:
-                pass
-            while (ev := reg.next_event()) is not None:
-                self._on_registrar_event(ev, conn)
-
-        def on_timer() -> None:
-            reg.handle_timer(self._loop.time())
-            flush()
-
-        deadline = reg.get_timer()
-        timer = self._loop.call_at(deadline, on_timer) if deadline is not None else None
-        flush()
+        driver: Driver[Any] = Driver(
+            reg,
+            self._loop,
+            on_event=lambda ev: self._on_registrar_event(ev, conn),
+            transmit=lambda now: send(conn, reg),
+        )
+        driver.pump()
         # read with recv(), not on_event: the scraper opens its channel at once, and a message
         # that arrived before a callback was set would only be in recv()'s queue
         try:
             async for message in conn.secret_stream:
-                reg.receive(message, self._loop.time())
-                flush()
+                driver.feed(reg.receive, message)
         except ScraperProtocolError:
             conn.destroy()
         except SecretStreamError:
             pass
         finally:
-            if timer is not None:
-                timer.cancel()
+            driver.close()
             reg.connection_closed()
-            flush()
+            driver.pump()
             if not conn.secret_stream.stream.closed:
                 conn.destroy()
 
     def _on_registrar_event(self, ev: Any, conn: Connection) -> None:
-        now = self._loop.time()
         if isinstance(ev, Registered):
             old, self._registrar_conn = self._registrar_conn, conn
             if old is not None and old is not conn:
                 old.destroy()  # a refresh replaced it; its close is not a scraper restart
-            self.schedule.succeeded(now)
+            self.driver.feed(self.schedule.succeeded)
             self.stats["registered"] = True
             self.stats["registrations"] += 1
             self.stats["last_error"] = None
@@ -245,12 +220,11 @@ class ScraperLink:
                 return
             self._registrar_conn = None
             self.stats["registered"] = False
-            self.schedule.scraper_left(now)
+            self.driver.feed(self.schedule.scraper_left)
             log.debug("the scraper's connection closed; registering again")
-        self._arm()
 
     def _failed(self, reason: str) -> None:
-        wait = self.schedule.failed(self._loop.time())
+        wait = self.driver.feed(self.schedule.failed)
         self.stats["registered"] = False
         self.stats["registration_failures"] += 1
         self.stats["last_error"] = reason
@@ -262,7 +236,6 @@ class ScraperLink:
             )
         else:
             log.debug("scraper registration failed again: %s (next in %gs)", reason, wait)
-        self._arm()
 
     # -- serving the scraper -----------------------------------------------------------------
 
@@ -282,23 +255,21 @@ class ScraperLink:
         conn.secret_stream.stream.max_frame = MAX_FRAME
         responder = MetricsResponder(self.render, self._loop.time())
 
-        def flush() -> None:
-            try:
-                for m in responder.data_to_send():
-                    conn.secret_stream.send(m)
-            except SecretStreamError:
-                pass
-            while (ev := responder.next_event()) is not None:
-                if isinstance(ev, MetricsServed):
-                    self.stats["metrics_served"] += 1
-                elif isinstance(ev, MetricsRefused):
-                    self.stats["metrics_refused"] += 1
-                    log.debug("metrics request refused: %s", ev.reason)
+        def on_responder_event(ev: Any) -> None:
+            if isinstance(ev, MetricsServed):
+                self.stats["metrics_served"] += 1
+            elif isinstance(ev, MetricsRefused):
+                self.stats["metrics_refused"] += 1
+                log.debug("metrics request refused: %s", ev.reason)
+
+        driver: Driver[Any] = Driver(
+            responder, self._loop, on_event=on_responder_event, transmit=lambda now: send(conn, responder)
+        )
 
         def on_event(ev: Any) -> None:
             if isinstance(ev, Message):
                 try:
-                    responder.receive(ev.data, self._loop.time())
+                    driver.feed(responder.receive, ev.data)
                 except ScraperProtocolError as e:
                     log.debug("the scraper broke protomux: %s", e)
                     conn.destroy()
@@ -306,10 +277,20 @@ class ScraperLink:
                 with contextlib.suppress(Exception):
                     conn.close()
             elif isinstance(ev, Closed):
+                driver.close()
                 responder.connection_closed()
                 with contextlib.suppress(ValueError):
                     self._scrapes.remove(conn)
-            flush()
+            driver.pump()
 
         conn.secret_stream.on_event = on_event
-        flush()
+        driver.pump()
+
+
+def send(conn: Connection, core: Any) -> None:
+    """A core's protomux frames to the connection's secret stream (nothing if it closed)."""
+    try:
+        for m in core.data_to_send():
+            conn.secret_stream.send(m)
+    except SecretStreamError:
+        pass

@@ -22,13 +22,15 @@ set of rules, sets and counters per IP family the socket receives (IPv4, and IPv
 dual-stack socket; the IPv6 ones end in `6`). It is made with `flags owner`: the kernel deletes
 it with the relay's netlink socket, so a relay that exits or is killed leaves nothing forwarded.
 
-`KernelTable` is the sans-IO part (nft commands and counters in, nothing run);
-`KernelForwarder` runs it for one socket: one nft transaction per loop turn, the totals read
-once a second into the socket's stats. Each direction's set element counts its packets too: when
-the totals moved, those counters are read (one netlink dump per set, no libnftables) and each
-delta goes to the relay stream whose peer sent the packets (`UDXStream.relayed_bytes`); a
-direction leaving the kernel has its element read once more first, so a closing stream has its
-last counts before its close is reported.
+`KernelTable` is the sans-IO part (nft commands and counters in, nothing run; while directions
+are in the kernel its `get_timer` says when the counters are read next, once a second, and
+`handle_timer` asks for it with `CountersDue`); `KernelForwarder` runs it for one socket through
+a `relay.core.Driver`: one nft transaction per loop turn, the totals read into the socket's
+stats. Each direction's set element counts its packets too: when the totals moved, those
+counters are read (one netlink dump per set, no libnftables) and each delta goes to the relay
+stream whose peer sent the packets (`UDXStream.relayed_bytes`); a direction leaving the kernel
+has its element read once more first, so a closing stream has its last counts before its close
+is reported.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from relay.core import Driver
 
 from .forwarding import RelaySocket as UDXSocket
 from .forwarding import RelayStream as UDXStream
@@ -133,6 +137,11 @@ def _delivery_elem(k: tuple[str, str, int]) -> str:
 
 
 @dataclass(slots=True)
+class CountersDue:
+    """Read the counters now (`KernelTable.handle_timer` at the poll's time)."""
+
+
+@dataclass(slots=True)
 class Change:
     """One offer or withdrawal as nft commands; a failed offer is forgotten (its pair stays in Python)."""
 
@@ -167,6 +176,30 @@ class KernelTable:
         self._totals: dict[str, tuple[int, int]] = {}
         #: remote packets forwarded but not (yet) seen delivered, since the last per-pair listing
         self.missing = 0
+        #: when the counters are read next (None while no direction is in the kernel)
+        self.poll_at: float | None = None
+        self._due: list[CountersDue] = []
+
+    # -- the poll, a deadline ------------------------------------------------------------------
+
+    def watch(self, now: float) -> None:
+        """After a change or a reading: the next reading POLL_INTERVAL from `now` while any
+        direction is in the kernel, none once the last has left."""
+        if not self.directions:
+            self.poll_at = None
+        elif self.poll_at is None:
+            self.poll_at = now + POLL_INTERVAL
+
+    def get_timer(self) -> float | None:
+        return self.poll_at
+
+    def handle_timer(self, now: float) -> None:
+        if self.poll_at is not None and now >= self.poll_at:
+            self.poll_at = None
+            self._due.append(CountersDue())
+
+    def next_event(self) -> CountersDue | None:
+        return self._due.pop() if self._due else None
 
     def setup_script(self) -> str:
         """The table: per family, lookups by (source, port, stream id) and the rules that rewrite headers."""
@@ -445,7 +478,8 @@ class KernelForwarder:
         #: stream id -> the relay stream it forwards to (whose direction is the pair's other way)
         self._partner: dict[int, int] = {}
         self._flush_handle: asyncio.Handle | None = None
-        self._poll_handle: asyncio.TimerHandle | None = None
+        #: runs the table's poll deadline (relay.core)
+        self.driver: Driver[CountersDue] = Driver(self.table, self.loop, on_event=self._poll)
         self._via: dict[str, tuple[str, bool]] = {}
         self._scan_backoff = POLL_INTERVAL
         self._next_scan = 0.0
@@ -537,9 +571,9 @@ class KernelForwarder:
         with contextlib.suppress(NftError):
             self._read_totals(every_direction=True)
         self.closed = True
-        for h in (self._flush_handle, self._poll_handle):
-            if h is not None:
-                h.cancel()
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+        self.driver.close()
         with contextlib.suppress(NftError):
             self.nft.run(f"delete table inet {self.table.name}")
 
@@ -577,21 +611,20 @@ class KernelForwarder:
                         self.table.forget(c)
                         self._by_stream.pop(c.direction.stream_id, None)
                         self._counted.pop(_element_of(c.direction), None)
-        if self.table.directions and self._poll_handle is None:
-            self._poll_handle = self.loop.call_later(POLL_INTERVAL, self._poll)
+        self.table.watch(self.driver.now())
+        self.driver.arm()
 
-    def _poll(self) -> None:
+    def _poll(self, _due: CountersDue) -> None:
         """Once a second while pairs are in the kernel: the totals, and when they say packets
         went missing, which pairs lost them (that listing is per pair: backed off while it finds
         none, up to SCAN_BACKOFF_MAX)."""
-        self._poll_handle = None
         if self.closed:
             return
         try:
             self._read_totals()
             if self.table.missing < UNDELIVERED_MIN:
                 self._scan_backoff = POLL_INTERVAL
-            elif self.loop.time() >= self._next_scan:
+            elif self.driver.now() >= self._next_scan:
                 t = self.table.name
                 pairs: dict[str, Any] = {"nftables": []}
                 delivered: dict[str, Any] = {"nftables": []}
@@ -609,11 +642,10 @@ class KernelForwarder:
                     self._flush()
                 else:
                     self._scan_backoff = min(SCAN_BACKOFF_MAX, 2 * self._scan_backoff)
-                self._next_scan = self.loop.time() + self._scan_backoff
+                self._next_scan = self.driver.now() + self._scan_backoff
         except NftError as e:
             self._error("reading counters", e)
-        if self.table.directions and self._poll_handle is None:
-            self._poll_handle = self.loop.call_later(POLL_INTERVAL, self._poll)
+        self.table.watch(self.driver.now())
 
     def _fall_back(self, lost: list[Direction]) -> None:
         """Both ways of each pair with a lost direction go back to Python: the other way crosses

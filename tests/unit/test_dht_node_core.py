@@ -18,6 +18,7 @@ from relay.dht.core import (
     REJOIN_MAX_TICKS,
     TICK_INTERVAL,
     DHTCore,
+    InterfacesDue,
     NetworkCheckDue,
     PeerHandshakeReceived,
     RefreshDue,
@@ -49,7 +50,7 @@ from relay.dht.table import NatSampler, Node
 class Net:
     """A virtual network of cores: each socket has an address; datagrams are delivered at once
     (or dropped when an address is cut off); `run(seconds)` advances virtual time through the
-    cores' timers and 5 s ticks."""
+    cores' timers (their 5 s ticks among them: a deadline in `get_timer` from `start`)."""
 
     def __init__(self) -> None:
         self.now = 1000.0
@@ -58,13 +59,13 @@ class Net:
         self.down: set[str] = set()  # hosts whose traffic is dropped
         self.log: list[tuple[Address, Address, bytes]] = []
         self.events: dict[int, list[object]] = {}
-        self.next_tick = self.now + TICK_INTERVAL
 
     def add(self, core: DHTCore, host: str, port: int) -> DHTCore:
         for name, p in (("server", port), ("client", port + 1)):
             self.cores[(host, p)] = (core, name)
             self.addrs[(id(core), name)] = (host, p)
         self.events[id(core)] = []
+        core.start(self.now)
         return core
 
     def addr(self, core: DHTCore, name: str = "server") -> Address:
@@ -86,7 +87,7 @@ class Net:
                     if src[0] in self.down or dest[0] in self.down or dest not in self.cores:
                         continue
                     target, name = self.cores[dest]
-                    target.receive(name, data, src, self.now)
+                    target.receive(data, src, name, self.now)
 
     def run(self, seconds: float) -> None:
         end = self.now + seconds
@@ -94,7 +95,7 @@ class Net:
         while True:
             self.pump()
             timers = [t for c in cores if (t := c.get_timer()) is not None]
-            at = min([*timers, self.next_tick])
+            at = min(timers)
             if at > end:
                 break
             self.now = max(self.now, at)
@@ -102,10 +103,6 @@ class Net:
                 t = c.get_timer()
                 if t is not None and t <= self.now:
                     c.handle_timer(self.now)
-            if self.next_tick <= self.now:
-                self.next_tick += TICK_INTERVAL
-                for c in cores:
-                    c.tick(self.now)
         self.now = end
 
     def of(self, core: DHTCore, kind: type) -> list[object]:
@@ -221,7 +218,7 @@ def test_random_datagrams_never_break_the_core(datagrams: list[tuple[bytes, int,
     core.register_target(hash32(b"k"), b"k" * 32)
     token = core.rpc.token("10.9.9.9", 1)
     for data, port, sock in datagrams:
-        core.receive(sock, data, ("10.9.9.9", port), 5.0)
+        core.receive(data, ("10.9.9.9", port), sock, 5.0)
         framed = Request(
             tid=port,
             to=("10.0.0.1", 4000),
@@ -231,15 +228,15 @@ def test_random_datagrams_never_break_the_core(datagrams: list[tuple[bytes, int,
             target=hash32(data),
             value=data,
         )
-        core.receive(sock, framed.encode(), ("10.9.9.9", port), 5.0)
+        core.receive(framed.encode(), ("10.9.9.9", port), sock, 5.0)
         core.handle_timer(20.0)
         while core.next_event() is not None:
             pass
         core.datagrams_to_send()
     core.receive(
-        "server",
         Request(tid=9, to=("10.0.0.1", 4000), command=Internal.PING, internal=True).encode(),
         ("10.8.8.8", 1),
+        "server",
         30.0,
     )
     (out,) = [d for _, d, to in core.datagrams_to_send() if to == ("10.8.8.8", 1)]
@@ -278,11 +275,34 @@ def test_default_core_never_asks_to_turn_persistent() -> None:
 
 def test_network_change_asks_servers_to_announce_again() -> None:
     core = ready_core(firewalled=False, detect_firewall=False)
-    core.tick(5, frozenset({"127.0.0.1", "10.0.0.5"}))  # first look: remember
-    core.tick(10, frozenset({"127.0.0.1", "10.0.0.5"}))
-    assert not [e for e in iter(core.next_event, None) if isinstance(e, ServersRefreshDue)]
-    core.tick(15, frozenset({"127.0.0.1", "10.0.0.6"}))  # DHCP gave us a new address
-    assert [e for e in iter(core.next_event, None) if isinstance(e, ServersRefreshDue)]
+
+    def tick(now: float, addresses: frozenset[str]) -> list[object]:
+        core.tick(now)
+        events = []
+        while (ev := core.next_event()) is not None:
+            events.append(ev)
+            if isinstance(ev, InterfacesDue):  # the runtime answers with the host's addresses
+                core.network_interfaces(addresses)
+        return events
+
+    assert any(isinstance(e, InterfacesDue) for e in tick(5, frozenset({"127.0.0.1", "10.0.0.5"})))  # remember
+    assert not [e for e in tick(10, frozenset({"127.0.0.1", "10.0.0.5"})) if isinstance(e, ServersRefreshDue)]
+    assert [e for e in tick(15, frozenset({"127.0.0.1", "10.0.0.6"})) if isinstance(e, ServersRefreshDue)]
+
+
+def test_the_tick_is_a_deadline_of_the_core_from_its_start() -> None:
+    """No fixed period outside the core: `get_timer` says when the next tick is due, and
+    `handle_timer` at that time runs it (and sets the next one)."""
+    core = ready_core(firewalled=False, detect_firewall=False)
+    assert core.get_timer() is None  # not started: nothing to time
+    core.start(100.0)
+    assert core.get_timer() == 100.0 + TICK_INTERVAL
+    ticks = core.ticks
+    core.handle_timer(104.0)
+    assert core.ticks == ticks and core.get_timer() == 105.0
+    core.handle_timer(105.0)
+    assert core.ticks == ticks + 1 and core.get_timer() == 105.0 + TICK_INTERVAL
+    assert any(isinstance(e, InterfacesDue) for e in iter(core.next_event, None))
 
 
 def test_waking_from_sleep_pings_and_refreshes_soon() -> None:
