@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from relay.blindrelay import PAIR_MESSAGE, PROTOCOL, UNPAIR_MESSAGE, Pair  # noqa: E402
+from relay.core import drain_events  # noqa: E402
 from relay.dht.connection import (  # noqa: E402
     Connection,
     UDXTransport,
@@ -52,8 +53,8 @@ from relay.service.memory import (  # noqa: E402
     EmbeddedResidentSet,
 )
 from relay.service.pairings import PairingLog  # noqa: E402
-from relay.udx.runtime import EARLY_BYTES_TOTAL  # noqa: E402
 from relay.udx.stream import REORDER_OVERHEAD  # noqa: E402
+from relay.udx.udxstream import EARLY_BYTES_TOTAL  # noqa: E402
 
 #: the figures the relay's budget uses (`relay.service.memory`): this script measures what they stand for
 RSS_BUDGET = DEFAULT_BUDGET
@@ -76,7 +77,8 @@ class Client:
         out = []
         for ev in self.stream.events():
             if isinstance(ev, Message):
-                out += [m.message for m in self.mux.receive_message(ev.data) if isinstance(m, MessageReceived)]
+                self.mux.receive(ev.data, 0.0)
+                out += [m.message for m in drain_events(self.mux) if isinstance(m, MessageReceived)]
         return out
 
     def pair(self, is_initiator: bool, token: bytes, stream_id: int) -> None:

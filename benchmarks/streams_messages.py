@@ -6,9 +6,9 @@ Two `SecretStream` ends are set up from a hand-over (as hyperdht does), then for
 1180 B (one UDX payload) and 64 KiB messages it times:
 
 - send: `send(m)` + `data_to_send()` per message (one frame out),
-- recv: `receive_data(frame)` + draining the `Message` event, one frame per chunk (what a
+- recv: `receive(frame, now)` + draining the `Message` event, one frame per chunk (what a
   socket read usually hands over),
-- recv×64: 64 frames per `receive_data` chunk (a busy stream's read).
+- recv×64: 64 frames per `receive` chunk (a busy stream's read).
 
 Times are this process's CPU time (`time.process_time`: other jobs on a shared box do not
 count), best of --repeat runs. With `--baseline REV`, `relay/secretstream.py` as of that git
@@ -64,8 +64,8 @@ def opened_pair(ss: ModuleType) -> tuple[object, object]:
     res = ss.SecretStream(False, handshake=ss.HandshakeResult(k2, k1, h, b.public_key, a.public_key))
     ini.start(0.0)
     res.start(0.0)
-    res.receive_data(ini.data_to_send(), 0.0)
-    ini.receive_data(res.data_to_send(), 0.0)
+    res.receive(ini.data_to_send(), 0.0)
+    ini.receive(res.data_to_send(), 0.0)
     list(ini.events())
     list(res.events())
     return ini, res
@@ -85,7 +85,7 @@ def run_once(ss: ModuleType, size: int, count: int) -> tuple[float, float, float
         frames[i] = take()
     t_send = time.process_time() - t0
 
-    receive, events = res.receive_data, res._events
+    receive, events = res.receive, res._events
     got = 0
     t0 = time.process_time()
     for f in frames:
@@ -102,7 +102,7 @@ def run_once(ss: ModuleType, size: int, count: int) -> tuple[float, float, float
     wire = ini.data_to_send()
     step = (3 + size + ss.ABYTES) * BATCH
     chunks = [wire[i : i + step] for i in range(0, len(wire), step)]
-    receive, events = res.receive_data, res._events
+    receive, events = res.receive, res._events
     got = 0
     t0 = time.process_time()
     for c in chunks:

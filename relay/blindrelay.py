@@ -22,7 +22,7 @@ Driving it (no I/O here):
 
     server = BlindRelayServer(allocate_stream_id=udx.next_stream_id)      # optional hook
     session = server.accept(id=conn.remote_public_key)                     # opens the channel
-    session.receive_message(msg, now)       # each secret-stream message; raises BlindRelayError
+    session.receive(msg, now)               # each secret-stream message; raises BlindRelayError
     while (ev := server.next_event()) is not None: ...  # PairingMatched -> create streams
                                             # first, DestroyStream -> destroy a raw stream
     for sess, msgs in server.data_to_send(): write msgs on sess's secret-stream
@@ -82,6 +82,7 @@ import random
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from relay.encoding import DecodeError, Reader, Writer
 from relay.protomux import (
@@ -345,6 +346,7 @@ class BlindRelaySession:
         "_ending",
         "_link_count",
         "_links",
+        "_others",
         "_pairing",
         "_server",
         "channel",
@@ -384,6 +386,7 @@ class BlindRelaySession:
         self._links: dict[bytes, list[_Link]] = {}
         self._link_count = 0
         self._carrying = 0  # links whose pair carried packets both ways: never shed for room
+        self._others: list[Event] | None = None  # protomux events of other channels, made on first use
 
     def __repr__(self) -> str:
         return (
@@ -400,21 +403,28 @@ class BlindRelaySession:
 
     # ---------------------------------------------------------------- runtime API
 
-    def receive_message(self, data: bytes | bytearray | memoryview, now: float = 0.0) -> list[Event]:
-        """Feed one secret-stream message; returns protomux events of other channels."""
+    def receive(self, data: bytes | bytearray | memoryview, now: float) -> None:
+        """Feed one secret-stream message (protomux events of other channels go to
+        `next_event`); the server's events and replies follow from it."""
         self._server._now = now
         try:
-            events = self.mux.receive_message(data)
+            self.mux.receive(data, now)
         except ProtomuxError as e:
             raise BlindRelayError(str(e)) from e
         finally:
             self._server._dirty[self] = None
-        return self._process(events, now)
+        self._process(_drain(self.mux), now)
 
-    def connection_closed(self) -> list[Event]:
+    def connection_closed(self) -> None:
         """The secret-stream closed: the channel closes and everything pending is cancelled."""
         self._server._dirty.pop(self, None)
-        return self._process(self.mux.stream_closed(), 0.0)
+        self.mux.connection_closed()
+        self._process(_drain(self.mux), self._server._now)
+
+    def next_event(self) -> Event | None:
+        """The oldest protomux event of another channel on this connection, or None."""
+        others = self._others
+        return others.pop(0) if others else None
 
     def data_to_send(self) -> list[bytes]:
         self._server._dirty.pop(self, None)
@@ -438,12 +448,13 @@ class BlindRelaySession:
         if self._ending and not self._pairing:
             self.destroy()
 
-    def _process(self, events: list[Event], now: float) -> list[Event]:
-        others: list[Event] = []
+    def _process(self, events: list[Event], now: float) -> None:
         for ev in events:
             chan = getattr(ev, "channel", None)
             if chan is not self.channel:
-                others.append(ev)
+                if self._others is None:
+                    self._others = []
+                self._others.append(ev)
             elif isinstance(ev, MessageReceived):
                 if ev.type == 0:
                     self._server._on_pair(self, ev.message, now)
@@ -456,7 +467,6 @@ class BlindRelaySession:
                 self._server._events.append(SessionOpened(self))
             elif isinstance(ev, ChannelClosed):
                 self._server._on_session_close(self)
-        return others
 
 
 class _Owner:
@@ -950,3 +960,13 @@ class BlindRelayServer:
             else:
                 self._active_refs[link.key] = refs - 1
         self.stats.streams_closed += 1
+
+
+if TYPE_CHECKING:
+    from relay.core import ByteStreamCore, DrivenCore
+
+    # mypy checks the core against relay.core's contract here (never run: the guard sees no asyncio)
+    def _conforms(
+        session: BlindRelaySession, server: BlindRelayServer
+    ) -> tuple[ByteStreamCore[Event], DrivenCore[RelayEvent]]:
+        return session, server

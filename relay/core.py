@@ -59,16 +59,20 @@ class DrivenCore(TimedCore, EventSource[E_co], Protocol[E_co]):
     """What `Driver` needs of a core: deadlines and events (input and output are the glue's)."""
 
 
-class ByteStreamCore(DrivenCore[E_co], Protocol[E_co]):
-    """A core over an ordered byte stream (secret-stream, protomux, a blind-relay session)."""
+class ByteStreamCore(EventSource[E_co], Protocol[E_co]):
+    """A core over an ordered byte stream or its messages (secret-stream, protomux, a
+    blind-relay session or client, the scraper's protomux-rpc)."""
+
+    def receive(self, data: bytes, now: float, /) -> object: ...
 
     def data_to_send(self) -> Any: ...
 
 
-class DatagramCore(DrivenCore[E_co], Protocol[E_co]):
-    """A core over datagrams (dht-rpc, the HyperDHT core, a UDX stream)."""
+class DatagramCore(EventSource[E_co], Protocol[E_co]):
+    """A core over datagrams (dht-rpc, the HyperDHT core, a UDX stream); its input is
+    `receive(data, ..., now)` with what the datagram's core needs of its source."""
 
-    def datagrams_to_send(self, now: float) -> Any: ...
+    def datagrams_to_send(self, now: float, /) -> Any: ...
 
 
 class Cancellable(Protocol):
@@ -81,6 +85,10 @@ class Loop(Protocol):
     def time(self) -> float: ...
 
     def call_at(self, when: float, callback: Callable[[], object], /) -> Cancellable: ...
+
+
+_DISPATCH = 1
+_PUMP = 2
 
 
 class Driver(Generic[E]):
@@ -117,7 +125,7 @@ class Driver(Generic[E]):
         transmit: Callable[[float], object] | None = None,
         granularity: float = 0.0,
     ) -> None:
-        self._core = core
+        self._core: Any = core
         #: a core with no events (a backlog that only releases at its time) has no next_event
         self._evented = hasattr(core, "next_event")
         self._loop = loop
@@ -127,7 +135,7 @@ class Driver(Generic[E]):
         self._timer: Cancellable | None = None
         self._due = 0.0
         self._now = 0.0
-        self._pumping = False
+        self._pumping = 0  # 0, _DISPATCH or _PUMP while one runs
         self._again = False
         self._closed = False
 
@@ -163,9 +171,21 @@ class Driver(Generic[E]):
         running pump (a callback fed the core, or something it closed reports back), it only
         makes that pump go round once more: no recursion, however long the chain."""
         if self._pumping:
+            self._pumping = _PUMP  # a `dispatch` running becomes a pump: output and timer too
             self._again = True
             return
-        self._pumping = True
+        self._run(_PUMP)
+
+    def dispatch(self) -> None:
+        """Only the events, iteratively (for glue that sends the output later, as a socket does
+        after a whole read); a `pump` asked for meanwhile still sends and re-arms."""
+        if self._pumping:
+            self._again = True
+            return
+        self._run(_DISPATCH)
+
+    def _run(self, mode: int) -> None:
+        self._pumping = mode
         core: Any = self._core
         try:
             while True:
@@ -175,12 +195,15 @@ class Driver(Generic[E]):
                     while ev is not None:
                         self.handle_event(ev)
                         ev = core.next_event()
-                self.transmit(self._now)
+                if self._pumping == _PUMP:
+                    self.transmit(self.now())
                 if not self._again:
                     break
+            mode = self._pumping
         finally:
-            self._pumping = False
-        self.arm()
+            self._pumping = 0
+        if mode == _PUMP:
+            self.arm()
 
     def arm(self) -> None:
         """The one timer at `get_timer()`. One armed earlier stays (it fires, finds less to do,
@@ -240,30 +263,49 @@ class Driver(Generic[E]):
         self.pump()
 
 
+class Deadline:
+    """One `Deadlines` entry: `cancel()` and its action never runs."""
+
+    __slots__ = ("action",)
+
+    def __init__(self, action: Callable[[], object]) -> None:
+        self.action: Callable[[], object] | None = action
+
+    def cancel(self) -> None:
+        self.action = None
+
+
 class Deadlines:
     """A sans-IO core of one-shot deadlines: `add(when, action)`; `handle_timer(now)` makes every
     action due by `now` an event (in time order), for a `Driver` whose `on_event` runs it. For
-    the glue's own waits (a passive connect's timeout, a late destroy): they too go through a
-    driver's one timer."""
+    the glue's own waits (a passive connect's timeout, a late destroy, a memory trim): they too
+    go through a driver's one timer."""
 
     __slots__ = ("_heap", "_ready", "_seq")
 
     def __init__(self) -> None:
-        self._heap: list[tuple[float, int, Callable[[], object]]] = []
+        self._heap: list[tuple[float, int, Deadline]] = []
         self._seq = 0
         self._ready: list[Callable[[], object]] = []
 
-    def add(self, when: float, action: Callable[[], object]) -> None:
+    def add(self, when: float, action: Callable[[], object]) -> Deadline:
         self._seq += 1
-        heapq.heappush(self._heap, (when, self._seq, action))
+        d = Deadline(action)
+        heapq.heappush(self._heap, (when, self._seq, d))
+        return d
 
     def get_timer(self) -> float | None:
-        return self._heap[0][0] if self._heap else None
+        heap = self._heap
+        while heap and heap[0][2].action is None:  # cancelled: no deadline
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
 
     def handle_timer(self, now: float) -> None:
         heap = self._heap
         while heap and heap[0][0] <= now:
-            self._ready.append(heapq.heappop(heap)[2])
+            action = heapq.heappop(heap)[2].action
+            if action is not None:
+                self._ready.append(action)
 
     def next_event(self) -> Callable[[], object] | None:
         return self._ready.pop(0) if self._ready else None

@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from relay.encoding import DecodeError, Reader, Writer
 from relay.protomux import (
@@ -262,11 +263,11 @@ class AliasRegistrar:
     def receive(self, data: bytes, now: float) -> None:
         """One secret-stream message from the scraper; raises ScraperProtocolError."""
         try:
-            events = self.mux.receive_message(data)
+            self.mux.receive(data, now)
         except ProtomuxError as e:
             self._fail(f"bad protomux message from the scraper: {e}")
             raise ScraperProtocolError(str(e)) from e
-        for ev in events:
+        while (ev := self.mux.next_event()) is not None:
             if isinstance(ev, MessageReceived) and ev.channel is self.channel and ev.type == 1:
                 self._on_response(ev.message)
             elif isinstance(ev, ChannelClosed) and ev.channel is self.channel:
@@ -357,10 +358,10 @@ class MetricsResponder:
     def receive(self, data: bytes, now: float) -> None:
         """One secret-stream message from the scraper; raises ScraperProtocolError."""
         try:
-            events = self.mux.receive_message(data)
+            self.mux.receive(data, now)
         except ProtomuxError as e:
             raise ScraperProtocolError(str(e)) from e
-        for ev in events:
+        while (ev := self.mux.next_event()) is not None:
             if isinstance(ev, MessageReceived) and ev.channel is self.channel and ev.type == 0:
                 self._on_request(ev.message, now)
             elif isinstance(ev, ChannelClosed) and ev.channel is self.channel:
@@ -401,7 +402,7 @@ class MetricsResponder:
             self.channel.send(1, response)
 
     def connection_closed(self) -> None:
-        self.mux.stream_closed()
+        self.mux.connection_closed()
         self.closed = True
 
 
@@ -465,3 +466,19 @@ class RegistrationSchedule:
         self.registered = False
         if not self.attempting:
             self._due = min(self._due if self._due is not None else now, now + self.backoff[0])
+
+
+if TYPE_CHECKING:
+    from relay.core import ByteStreamCore, DrivenCore
+
+    # mypy checks the core against relay.core's contract here (never run: the guard sees no asyncio)
+    _Conformance = tuple[
+        ByteStreamCore[RegistrarEvent],
+        DrivenCore[RegistrarEvent],
+        ByteStreamCore[ResponderEvent],
+        DrivenCore[ResponderEvent],
+        DrivenCore[StartAttempt],
+    ]
+
+    def _conforms(reg: AliasRegistrar, responder: MetricsResponder, schedule: RegistrationSchedule) -> _Conformance:
+        return reg, reg, responder, responder, schedule

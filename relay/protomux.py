@@ -13,9 +13,10 @@ it produces:
     chan.send(0, b"hi")
     for msg in mux.data_to_send():           # each item = one secret-stream write
         stream.write(msg)
-    for event in mux.receive_message(data):  # one secret-stream message in
+    mux.receive(data, now)                   # one secret-stream message in
+    while (event := mux.next_event()) is not None:
         ...                                  # ChannelOpened / MessageReceived / ChannelClosed ...
-    mux.stream_closed()                      # the secret-stream ended: every channel closes
+    mux.connection_closed()                  # the secret-stream ended: every channel closes
 
 Public API:
 
@@ -29,14 +30,14 @@ Public API:
   set). With one, a `ChannelRequested` event is queued instead and the app answers with
   `open_channel` (accept) or `reject(protocol, id)`; messages for it are buffered meanwhile.
   `id=None` matches every id of that protocol.
-* `Mux.receive_message(data) -> list[Event]` processes one incoming message (empty ones are
-  ignored, batches are unpacked) and returns every queued event; `Mux.next_event()` returns
-  events queued by API calls alone, one at a time (None when there are none). Bad input
-  raises `ProtomuxError`: the stream must then be destroyed (protomux destroys it too) and
-  `stream_closed()` called.
+* `Mux.receive(data, now)` processes one incoming message (empty ones are ignored, batches are
+  unpacked; a mux keeps no time, `now` is the contract's: `relay.core`); `Mux.next_event()`
+  returns every queued event, from input and API calls alike, one at a time (None when there
+  are none). Bad input raises `ProtomuxError`: the stream must then be destroyed (protomux
+  destroys it too) and `connection_closed()` called.
 * `Mux.data_to_send() -> list[bytes]`: messages to write, one secret-stream write each.
 * `Mux.cork()` / `Mux.uncork()`: nestable; while corked, sends collect into one batch message.
-* `Mux.stream_closed()`: closes every channel locally (`ChannelClosed(is_remote=True)`), as a
+* `Mux.connection_closed()`: closes every channel locally (`ChannelClosed(is_remote=True)`), as a
   closing stream does in protomux; nothing is sent.
 * `Channel.send(type, message) -> bool`, `Channel.close()`, `Channel.cork()/uncork()`; fields
   `protocol`, `id`, `local_id`, `remote_id`, `opened`, `closed`, `remote_handshake`,
@@ -63,7 +64,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from relay.encoding import DecodeError, Reader, Writer
 
@@ -391,8 +392,8 @@ class Mux:
             self._reject_remote(rid)
         self._gc(info)
 
-    def receive_message(self, data: bytes | bytearray | memoryview) -> list[Event]:
-        """Process one secret-stream message; returns all queued events. Raises `ProtomuxError`."""
+    def receive(self, data: bytes | bytearray | memoryview, now: float) -> None:
+        """Process one secret-stream message; its events go to `next_event`. Raises `ProtomuxError`."""
         if self.destroyed:
             raise ProtomuxError("the mux was destroyed by an earlier protocol error")
         n = len(data)
@@ -404,7 +405,7 @@ class Mux:
                 except ProtomuxError:
                     self.destroyed = True
                     raise
-                return self._take_events()
+                return
         if n:
             buf = bytes(data)
             try:
@@ -416,15 +417,10 @@ class Mux:
             except ProtomuxError:
                 self.destroyed = True
                 raise
-        return self._take_events()
 
     def next_event(self) -> Event | None:
-        """The oldest event queued by API calls (open, close, send), or None."""
+        """The oldest event queued (by input or by API calls: open, close, send), or None."""
         return self._events.pop(0) if self._events else None
-
-    def _take_events(self) -> list[Event]:
-        events, self._events = self._events, []
-        return events
 
     def data_to_send(self) -> list[bytes]:
         out, self._out = self._out, []
@@ -445,13 +441,12 @@ class Mux:
             self._send_batch(self._batch)
             self._batch = None
 
-    def stream_closed(self) -> list[Event]:
-        """The underlying stream is gone: close every channel locally; returns queued events."""
+    def connection_closed(self) -> None:
+        """The underlying stream is gone: close every channel locally (events to `next_event`)."""
         self.destroyed = True
         for chan in list(self._local):
             if chan is not None:
                 self._close_channel(chan, is_remote=True)
-        return self._take_events()
 
     @property
     def buffered(self) -> int:
@@ -691,3 +686,11 @@ class Mux:
             info.incoming.remove(remote_id)
             self._reject_remote(remote_id)
             self._gc(info)
+
+
+if TYPE_CHECKING:
+    from relay.core import ByteStreamCore
+
+    # mypy checks the core against relay.core's contract here (never run: the guard sees no asyncio)
+    def _conforms(core: Mux) -> ByteStreamCore[Event]:
+        return core

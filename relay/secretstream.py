@@ -17,7 +17,7 @@ Public API (stable):
     ran IK; then no Noise frames are sent and the header goes out on `start`.
   - `start(now)`: the raw stream is connected; the initiator sends Noise message 1 (or
     both sides send their header on the handed-over path).
-  - `receive_data(data, now)`, `receive_eof(now)`, `connection_lost(error=None)`: raw side in.
+  - `receive(data, now)`, `receive_eof(now)`, `connection_closed(error=None)`: raw side in.
   - `send(message, now=None)`: one message = one frame (buffered until our header is out).
   - `end()`: no more writes; once `take_eof()` returns True (once) the driver half-closes
     the raw stream after writing `data_to_send()`.
@@ -36,7 +36,7 @@ Public API (stable):
   once, `error` is a `SecretStreamError` or None for a clean close.
 - `SecretStreamError`: the single error type; a tampered frame, a bad header, a failed
   handshake or a timeout each produce one, carried by `Closed` (never raised from
-  `receive_data`). `send`/`end` on a dead stream raise it.
+  `receive`). `send`/`end` on a dead stream raise it.
 
 Keep-alive and timeout are seconds (hyperdht uses keep-alive 5 s). With keep-alive on,
 received empty messages are dropped, as in JS.
@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from nacl.bindings import (
     crypto_secretbox_easy,
@@ -315,7 +315,7 @@ class SecretStream:
             error = SecretStreamError(error)
         self._close(error)
 
-    def connection_lost(self, error: BaseException | None = None) -> None:
+    def connection_closed(self, error: BaseException | None = None) -> None:
         """The raw stream is gone (closed or errored)."""
         if self.closed:
             return
@@ -326,12 +326,11 @@ class SecretStream:
         else:  # as in JS: a raw close after setup destroys the stream without an error
             self._close(None)
 
-    def receive_eof(self, now: float | None = None) -> None:
+    def receive_eof(self, now: float) -> None:
         """The peer half-closed the raw stream: no more messages will come."""
         if self.closed or self.remote_ended:
             return
-        if now is not None:
-            self._now = now
+        self._now = now
         self.remote_ended = True
         if self._phase != _OPEN:
             self._fail("raw stream ended before the secret stream was set up")
@@ -390,7 +389,7 @@ class SecretStream:
 
     # --- input ------------------------------------------------------------------------------
 
-    def receive_data(self, data: bytes | bytearray | memoryview, now: float) -> None:
+    def receive(self, data: bytes | bytearray | memoryview, now: float) -> None:
         """Raw bytes from the peer, chunked any way; never raises for bad input."""
         if self.closed:
             return
@@ -651,3 +650,11 @@ class SecretStream:
     def _force_ephemeral(self, ephemeral: KeyPair) -> None:
         """Use a fixed Noise ephemeral key (the JS vectors inject one the same way)."""
         self._forced_ephemeral = ephemeral
+
+
+if TYPE_CHECKING:
+    from relay.core import ByteStreamCore, DrivenCore
+
+    # mypy checks the core against relay.core's contract here (never run: the guard sees no asyncio)
+    def _conforms(core: SecretStream) -> tuple[ByteStreamCore[Event], DrivenCore[Event]]:
+        return core, core

@@ -86,7 +86,7 @@ class SecretStreamProtocol(Driver[Event], asyncio.Protocol):
         self.feed(self.stream.start)
 
     def data_received(self, data: bytes) -> None:
-        self.feed(self.stream.receive_data, data)
+        self.feed(self.stream.receive, data)
 
     def eof_received(self) -> bool:
         self.feed(self.stream.receive_eof)
@@ -94,7 +94,7 @@ class SecretStreamProtocol(Driver[Event], asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport_closed = True
-        self.stream.connection_lost(exc)
+        self.stream.connection_closed(exc)
         self.pump()
         self.disarm()
         for w in self._drain_waiters:

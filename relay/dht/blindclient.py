@@ -11,8 +11,9 @@ address with that id. Both peers learn the token from the hyperdht handshake pay
     client = BlindRelayClient(id=my_public_key)
     client.pair(True, token, raw_stream.id)
     for msg in client.data_to_send(): secret_stream.send(msg)
-    for ev in client.receive_message(msg): ...   # Paired(token, remote_id) / RelayChannelClosed
-    client.stream_closed()                          # the relay connection went away
+    client.receive(msg, now)                        # one secret-stream message from the relay
+    while (ev := client.next_event()) is not None: ...  # Paired(token, remote_id) / RelayChannelClosed
+    client.connection_closed()                      # the relay connection went away
 
 A reply for a token we did not ask for, or with the wrong role, is ignored (as in JS); bad
 protomux input raises `BlindRelayError` (the caller drops the relay connection).
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from relay.blindrelay import PAIR_MESSAGE, PROTOCOL, UNPAIR_MESSAGE, BlindRelayError, Pair, Unpair
 from relay.protomux import ChannelClosed, ChannelOpened, MessageReceived, Mux, ProtomuxError
@@ -93,19 +95,19 @@ class BlindRelayClient:
     def data_to_send(self) -> list[bytes]:
         return self.mux.data_to_send()
 
-    def receive_message(self, data: bytes | bytearray | memoryview) -> list[ClientEvent]:
-        """One secret-stream message from the relay."""
+    def receive(self, data: bytes | bytearray | memoryview, now: float) -> None:
+        """One secret-stream message from the relay (its events: `next_event`)."""
         try:
-            events = self.mux.receive_message(data)
+            self.mux.receive(data, now)
         except ProtomuxError as e:
             raise BlindRelayError(str(e)) from e
-        return self._process(events)
 
-    def stream_closed(self) -> list[ClientEvent]:
-        return self._process(self.mux.stream_closed())
+    def connection_closed(self) -> None:
+        """The relay connection went away: every pending pairing is off (`RelayChannelClosed`)."""
+        self.mux.connection_closed()
 
     def next_event(self) -> ClientEvent | None:
-        """The next event queued by our own calls (e.g. `close()`), or None."""
+        """The next event (from the relay's messages or our own calls, e.g. `close()`), or None."""
         while not self._queued and (ev := self.mux.next_event()) is not None:
             self._queued.extend(self._process([ev]))
         return self._queued.popleft() if self._queued else None
@@ -131,3 +133,11 @@ class BlindRelayClient:
                 self._requests.clear()
                 out.append(RelayChannelClosed(pending))
         return out
+
+
+if TYPE_CHECKING:
+    from relay.core import ByteStreamCore
+
+    # mypy checks the core against relay.core's contract here (never run: the guard sees no asyncio)
+    def _conforms(core: BlindRelayClient) -> ByteStreamCore[ClientEvent]:
+        return core

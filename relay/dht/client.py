@@ -49,6 +49,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from relay.core import drain_events
 from relay.keys import KeyPair, encode_id, key_pair
 from relay.noise import NoiseError, NoiseHandshake
 from relay.secretstream import HandshakeResult, SecretStream, SecretStreamError
@@ -769,7 +770,8 @@ class RelayPairing:
         async def read() -> None:
             with contextlib.suppress(Exception):
                 while (msg := await self.conn.secret_stream.recv()) is not None:
-                    client.receive_message(msg)
+                    client.receive(msg, self.node._now())
+                    drain_events(client)  # later replies change nothing here
             if not self.closed:
                 self.closed = True
                 if self.on_lost is not None:
@@ -824,7 +826,8 @@ async def pair_through_relay(
             msg = await proto.recv()
             if msg is None:
                 raise DHTError(f"relay {name} closed the connection before pairing", "RELAY_ABORTED")
-            for ev in client.receive_message(msg):
+            client.receive(msg, node._now())
+            while (ev := client.next_event()) is not None:
                 if isinstance(ev, Paired):
                     flush()
                     return ev.remote_id

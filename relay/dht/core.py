@@ -25,7 +25,7 @@ import struct
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Unpack
+from typing import TYPE_CHECKING, Any, Unpack
 
 from .address import OwnAddress
 from .messages import (
@@ -942,3 +942,11 @@ __all__ = [
     "WalkReplied",
     "filter_node",
 ]
+
+
+if TYPE_CHECKING:
+    from relay.core import DatagramCore, DrivenCore
+
+    # mypy checks the core against relay.core's contract here (never run: the guard sees no asyncio)
+    def _conforms(core: DHTCore) -> tuple[DatagramCore[CoreEvent], DrivenCore[CoreEvent]]:
+        return core, core

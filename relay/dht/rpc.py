@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from .messages import (
     REQUEST_ID,
@@ -454,3 +454,11 @@ class RPC:
             self._events.append(RequestFailed(p, DHTError("node destroyed", "REQUEST_DESTROYED")))
         self._queue.clear()
         self._next_drain = None
+
+
+if TYPE_CHECKING:
+    from relay.core import DatagramCore, DrivenCore
+
+    # mypy checks the core against relay.core's contract here (never run: the guard sees no asyncio)
+    def _conforms(core: RPC) -> tuple[DatagramCore[Event], DrivenCore[Event]]:
+        return core, core

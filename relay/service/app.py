@@ -46,7 +46,7 @@ from relay.blindrelay import (
     SessionClosed,
     SessionOpened,
 )
-from relay.core import Driver, Loop
+from relay.core import Deadline, Deadlines, Driver, Loop, run_action
 from relay.dht import Connection, DHTError, DHTNode, HyperDHTServer
 from relay.dht.connection import KEEP_ALIVE
 from relay.dhtprom import ScraperConfig
@@ -191,7 +191,6 @@ class RelayApp:
         self.bootstrap_timeout = bootstrap_timeout
         self.limit_counters = LimitCounters()
         self.started_at = time.time()
-        self._started_mono = time.monotonic()
         self._proc = psutil.Process()
         self.metrics: MetricsServer | None = None
         self.port = config.port
@@ -227,6 +226,9 @@ class RelayApp:
         self._streams: dict[int, UDXStream] = {}
         #: runs the blind-relay core: its events, its replies, its one timer (relay.core)
         self.driver: Driver[RelayEvent] = Driver(self.blind, on_event=self._on_blind_event, transmit=self._send_replies)
+        #: the glue's own one-shot waits (`after`)
+        self._later = Deadlines()
+        self._later_driver: Driver[Callable[[], object]] = Driver(self._later, on_event=run_action)
         self._closed = False
         self.pauses = Pauses()
 
@@ -355,6 +357,7 @@ class RelayApp:
             n = len(self._sessions)
             log.info("closing: resetting relayed peers, ending sessions", extra={"peers": len(targets), "sessions": n})
         self.driver.close()
+        self._later_driver.close()
         with contextlib.suppress(Exception):
             await send_resets(targets, rounds=1)  # first: the peers' data is what must not wait
         self.blind.close()
@@ -461,7 +464,7 @@ class RelayApp:
             # whether the budget lets it in
             self.blind.memory_full = self._memory_full(now, fresh=False)
             try:
-                s.session.receive_message(ev.data, now)
+                s.session.receive(ev.data, now)
             except BlindRelayError as e:
                 log.warning("peer broke the blind-relay protocol: %s", e, extra={"peer": s.peer})
                 s.conn.destroy()
@@ -563,8 +566,14 @@ class RelayApp:
 
     def _held(self) -> None:
         """Tell the memory watch how much the relay holds (it trims after a large fall)."""
-        loop = self.loop or asyncio.get_running_loop()
-        self.memory.held(self.blind.session_count, lambda delay, fn: loop.call_at(loop.time() + delay, fn))
+        self.memory.held(self.blind.session_count, self.after)
+
+    def after(self, delay: float, action: Callable[[], object]) -> Deadline:
+        """Run `action` `delay` seconds of loop time from now (a one-shot wait of the glue, on
+        its driver's timer); the handle cancels it."""
+        d = self._later.add(self._now() + delay, action)
+        self._later_driver.arm()
+        return d
 
     def _side(self, session: BlindRelaySession, stream: UDXStream) -> tuple[Sighting, UDXStream]:
         s = self._sessions.get(session)
@@ -591,7 +600,7 @@ class RelayApp:
 
     @loop.setter
     def loop(self, loop: Loop) -> None:
-        self.driver.loop = loop
+        self.driver.loop = self._later_driver.loop = loop
 
     def _now(self) -> float:
         """The loop's clock: the one time every core here is fed (relay.core)."""
@@ -719,7 +728,7 @@ class RelayApp:
             "key": self.key,
             "version": relay.__version__,
             "pid": os.getpid(),
-            "uptime_seconds": round(time.monotonic() - self._started_mono, 3),
+            "uptime_seconds": round(time.time() - self.started_at, 3),  # wall time: a metric
             "storage": str(self.config.storage),
             "host": self.config.host,
             "port": self.port,

@@ -94,8 +94,8 @@ def session_buffer_bytes(max_control_frame: int) -> float:
 
 def early_bytes() -> float:
     """RSS the relay streams' shared early-packet budget may take (payload + per-packet overhead)."""
-    from relay.udx.runtime import EARLY_BYTES_TOTAL  # the UDX runtime only when the relay runs
     from relay.udx.stream import REORDER_OVERHEAD
+    from relay.udx.udxstream import EARLY_BYTES_TOTAL  # the UDX runtime only when the relay runs
 
     return EARLY_BYTES_TOTAL * (1 + REORDER_OVERHEAD / 1200) * RSS_PER_BUFFER_BYTE
 
@@ -321,7 +321,7 @@ class MemoryWatch:
 
     def held(self, sessions: int, schedule: Callable[[float, Callable[[], None]], Any]) -> None:
         """What the relay holds now (sessions); after a large fall from the high-water mark a
-        trim is scheduled (`schedule(delay, fn)`, e.g. loop.call_later), pushed back while the
+        trim is scheduled (`schedule(delay, fn)`, the relay's `after`), pushed back while the
         fall goes on."""
         if sessions > self.high_sessions:
             self.high_sessions = sessions

@@ -5,16 +5,19 @@ Layers (sans-IO core, one asyncio runtime):
 - `relay.udx.packet` — codec: `decode(datagram) -> Packet`, `encode(...)`, flag constants
   `DATA END SACK MESSAGE DESTROY HEARTBEAT`, `seq_lt`/`seq_diff`, `UDXError` (the one error
   type of this layer; `.code` is `ECONNRESET`, `ETIMEDOUT`, `EBADPACKET`, ...).
-- `relay.udx.stream` — `StreamCore`: the stream state machine in `relay.core`'s vocabulary
+- `relay.udx.stream` — `UDXCore`: the stream state machine in `relay.core`'s vocabulary
   (`receive(datagram, now)` in; `datagrams_to_send(now)`, `get_timer()`/`handle_timer(now)`,
   `next_event()` -> `DataReceived`, `EndReceived`, `MessageReceived`, `StreamClosed(error)`).
   No sockets, no clocks. Congestion control (`relay.udx.congestion.NewReno`) and loss-recovery
   timing (`relay.udx.recovery`) are modules of their own.
-- `relay.udx.forwarding` — the relay fast path's decisions (routes, address pins, runs),
-  pure: no sockets, no clock.
-- `relay.udx.runtime` — `UDX`, `UDXSocket`, `UDXStream` below; one clock, the event loop's.
-- `relay.udx.mmsg` — recvmmsg/sendmmsg batches with UDP GSO/GRO for the relay's fast path,
-  and the timerfd of receive coalescing.
+- `relay.udx.forwarding` — the relay fast path's plan (routes, address pins, how a batch
+  leaves), pure: no sockets, no clock.
+- `relay.udx.udxsocket` — `UDX`, `UDXSocket` below (the socket, its portable reader, the slow
+  path); `relay.udx.fastpath` — its batched reader (read, plan, write); `relay.udx.udxstream` —
+  `UDXStream`, a `relay.core.Driver` of its `UDXCore`; `relay.udx.stats` — `SocketStats`. One
+  clock, the event loop's.
+- `relay.udx.mmsg` — recvmmsg/sendmmsg batches with UDP GSO/GRO (`BatchIO`), the one writer of
+  forwarded datagrams (`SendBatch`), and the timerfd of receive coalescing.
 - `relay.udx.moderation` — receive coalescing's sans-IO decision: after a burst that did not
   fill the batch the reader can pause for a short hold (`UDX_COALESCE_US`, e.g. 100; off by
   default: it pays only for saturated flows), so the next read takes more at once.
@@ -97,15 +100,17 @@ from .packet import (
     seq_diff,
     seq_lt,
 )
-from .runtime import UDX, Address, Firewall, SocketStats, UDXSocket, UDXStream
+from .stats import SocketStats
 from .stream import (
     DataReceived,
     EndReceived,
     MessageReceived,
     StreamClosed,
-    StreamCore,
     StreamStats,
+    UDXCore,
 )
+from .udxsocket import UDX, UDXSocket
+from .udxstream import Address, Firewall, UDXStream
 
 __all__ = [
     "DATA",
@@ -124,8 +129,8 @@ __all__ = [
     "Packet",
     "SocketStats",
     "StreamClosed",
-    "StreamCore",
     "StreamStats",
+    "UDXCore",
     "UDXError",
     "UDXSocket",
     "UDXStream",

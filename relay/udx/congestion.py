@@ -1,4 +1,4 @@
-"""Congestion control for `StreamCore`: packet-counting NewReno, sans-IO.
+"""Congestion control for `UDXCore`: packet-counting NewReno, sans-IO.
 
 libudx runs BBR; the peer does not care which algorithm the other end runs, and NewReno's
 three states are easy to reason about and to test on virtual time. Kept apart from the stream

@@ -42,7 +42,7 @@ import socket as _socket
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from relay.core import Driver
 
@@ -722,3 +722,11 @@ class KernelForwarder:
         self.errors += 1
         if self.errors <= 3:
             log.warning("udx: nftables failed %s: %s", what, e)
+
+
+if TYPE_CHECKING:
+    from relay.core import DrivenCore
+
+    # mypy checks the core against relay.core's contract here (never run: the guard sees no asyncio)
+    def _conforms(core: KernelTable) -> DrivenCore[CountersDue]:
+        return core

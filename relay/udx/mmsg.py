@@ -20,8 +20,12 @@ Support is probed once per process (`offload_support`); `UDX_NO_GSO=1` turns bot
 the kernel refuses a segmented send at run time (`EIO`, `EINVAL`, `ENOPROTOOPT`: a device
 without checksum offload, a path through xfrm, ...) GSO is switched off for that socket and
 the refusal is counted in `gso_fallbacks`; the run is resent datagram by datagram.
-Measured in `benchmarks/udx_forward.py`; the portable per-datagram path in `runtime.py`
-remains the fallback (and is used when `UDX_NO_MMSG=1`).
+Measured in `benchmarks/udx_forward.py`; the portable per-datagram reader in
+`relay.udx.udxsocket` remains the fallback (and is used when `UDX_NO_MMSG=1`).
+
+`BatchIO` knows the `mmsghdr`/`iovec`/`cmsghdr` layout; `SendBatch` is the one writer of
+forwarded datagrams: it stores a plan's entries (`relay.udx.forwarding`), sends them, hands what
+the kernel did not take to the socket's queue in order, and counts (per route and per socket).
 """
 
 from __future__ import annotations
@@ -29,16 +33,24 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import logging
 import os
 import socket
 import struct
 import sys
 from array import array
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
+
+from .forwarding import Route
+from .stats import SocketStats
+
+log = logging.getLogger("relay.udx")
 
 MSG_DONTWAIT = 0x40
 IOV = struct.Struct("=QQ")
+_U32 = struct.Struct("<I")
+_WORDS = struct.Struct("<II")
 _AGAIN = (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR)
 NAME_STRIDE = 32
 HDR_SIZE = 64  # struct mmsghdr on 64-bit Linux: msghdr (56) + msg_len (4) + padding
@@ -290,26 +302,76 @@ class BatchIO:
             return q[a:b:4].tolist(), None, None
         return q[a:b:4].tolist(), q[a + 1 : b : 4].tolist(), q[a + 2 : b : 4].tolist()
 
-    def slot(self, i: int) -> tuple[int, int, int, int, int]:
-        """(length, first header word, stream id, first `msg_name` word, control length) of
-        received slot `i`: what the small-batch path decides on, in one call. A control
-        length other than 0 means a GRO run (see `segment_size`)."""
+    def slot(self, i: int) -> tuple[int, int, int, int, tuple[int, int] | None, int]:
+        """(length, first header word, stream id, first `msg_name` word, the v6 words or None on
+        an IPv4 socket, control length) of received slot `i`: what a lone datagram is planned
+        on, in one call. A control length other than 0 means a GRO run (see `segment_size`)."""
         w = i * self.words
         u32 = self.u32
-        return self.lens[i * 16 + 14], u32[w], u32[w + 1], self.names_q[i * 4], self.rhdr_q[i * 8 + 5]
+        q = self.names_q
+        b = i * 4
+        return (
+            self.lens[i * 16 + 14],
+            u32[w],
+            u32[w + 1],
+            q[b],
+            (q[b + 1], q[b + 2]) if self.family == socket.AF_INET6 else None,
+            self.rhdr_q[i * 8 + 5],
+        )
 
-    def put_one(self, j: int, i: int, sid: int, sa: int, target: Any, length: int) -> None:
-        """Entry `j` to `sa`: received slot `i` (`length` bytes) with its stream id set to `sid`."""
-        self._slot_layout = False
-        self.u32[i * self.words + 1] = sid
-        self.fiov32[i * 4 + 2] = length
-        q = self.shdr_q
-        e8 = j * 8
-        q[e8] = sa
-        q[e8 + 2] = self.fiov_addr + i * 16
-        q[e8 + 3] = 1
-        q[e8 + 5] = 0
-        self.targets[j] = target
+    def segment_sizes(self, count: int) -> list[int]:
+        """`segment_size` of the first `count` entries (0: a plain datagram), in one pass."""
+        if not self.gro:
+            return [0] * count
+        n8 = count * (RCTL_STRIDE // 4)
+        c = self.rctl32
+        ctl = self.rhdr_q[5 : count * 8 : 8].tolist()
+        levels, types, values = c[2:n8:8].tolist(), c[3:n8:8].tolist(), c[4:n8:8].tolist()
+        return [
+            v if k and lv == SOL_UDP and t == UDP_GRO else 0
+            for k, lv, t, v in zip(ctl, levels, types, values, strict=True)
+        ]
+
+    def segments(self, i: int, length: int, seg: int) -> tuple[list[int], list[int]]:
+        """The first header word and the stream id of each `seg`-byte segment of GRO entry `i`
+        (`length` bytes; a segment shorter than a header reads as 0, 0)."""
+        nseg = -(-length // seg)
+        if seg & 3 == 0:
+            gw = seg >> 2
+            w = i * self.words
+            stop = w + (nseg - 1) * gw + 2
+            if (nseg - 1) * seg + 8 <= length:
+                return self.u32[w:stop:gw].tolist(), self.u32[w + 1 : stop : gw].tolist()
+        base = i * self.size
+        mv = self.mv
+        heads, ids = [], []
+        for off in range(base, base + length, seg):
+            if base + length - off >= 8:
+                h, d = _WORDS.unpack_from(mv, off)
+            else:
+                h = d = 0
+            heads.append(h)
+            ids.append(d)
+        return heads, ids
+
+    def set_id_at(self, offset: int, sid: int) -> None:
+        """Rewrite the stream id of the datagram at byte `offset` of the receive buffer."""
+        _U32.pack_into(self.mv, offset + 4, sid)
+
+    def set_segment_ids(self, offset: int, seg: int, nseg: int, sid: int) -> None:
+        """Rewrite the stream id of `nseg` datagrams `seg` bytes apart from byte `offset`."""
+        if seg & 3 == 0 and offset & 3 == 0:
+            w = (offset >> 2) + 1
+            self.u32[w : w + (nseg - 1) * (seg >> 2) + 1 : seg >> 2] = array("I", (sid,)) * nseg
+        else:
+            for k in range(nseg):
+                _U32.pack_into(self.mv, offset + k * seg + 4, sid)
+
+    def set_ids_of(self, slots: Sequence[int], sid: int) -> None:
+        """Rewrite the stream id of the datagrams in receive `slots` (not adjacent)."""
+        u32, w = self.u32, self.words
+        for s in slots:
+            u32[s * w + 1] = sid
 
     def set_each_id(self, count: int, sids: list[int]) -> None:
         """Rewrite the stream id of slots 0..`count`, slot i's to `sids[i]` (one strided store)."""
@@ -328,7 +390,8 @@ class BatchIO:
         """After `send_first` returned False: what `flush` returns for it (the errno is the
         failed call's; ctypes keeps it until the next foreign call)."""
         e = ctypes.get_errno()
-        self.put_one(0, 0, self.u32[1], sa, target, length)
+        self.fiov32[2] = length
+        self.put_slots(0, sa, target, 0, 1, 0)
         return self.flush(1, (-1, e))
 
     def put_spread(self, count: int, sas: list[int]) -> None:
@@ -352,12 +415,6 @@ class BatchIO:
             return None
         self.gen -= 1
         return self.flush(total, (n, ctypes.get_errno()))
-
-    def source(self, i: int) -> tuple[int, int, int]:
-        """The `msg_name` words of slot `i` (`forwarding.source_key`'s form)."""
-        q = self.names_q
-        b = i * 4
-        return (q[b], q[b + 1], q[b + 2])
 
     # --- send entries (the runtime fills them, `flush` sends them) --------------------------
 
@@ -502,16 +559,6 @@ class BatchIO:
             return (-(-total // seg) if seg else 1), total
         return iovlen, 0
 
-    def count_segmented(self, total: int) -> tuple[int, int]:
-        """(segmented entries, their datagrams) among the first `total` entries."""
-        q = self.shdr_q
-        entries = datagrams = 0
-        for e in range(total):
-            if q[e * 8 + 5]:
-                entries += 1
-                datagrams += self.entry_size(e)[0]
-        return entries, datagrams
-
     def flush(self, total: int, first: tuple[int, int] | None = None) -> tuple[int, int, list[tuple[int, list[bytes]]]]:
         """Send the first `total` prepared entries (iovecs point into the receive buffer).
 
@@ -549,6 +596,198 @@ class BatchIO:
             self.gso = False
             self.max_segments = 1
         self.gso_fallbacks += 1
+
+
+class Queue(Protocol):
+    """The socket's own send path, for what a batch could not send at once (kept in order)."""
+
+    @property
+    def backlogged(self) -> bool: ...
+
+    def send_queued(self, data: bytes, addr: tuple[str, int]) -> None: ...
+
+
+#: (entries sent, datagrams failed, leftovers: (entry, copies of its datagrams)), as `flush` says
+Sent = tuple[int, int, list[tuple[int, list[bytes]]]]
+
+
+class SendBatch:
+    """The one writer of a batching socket's forwarded datagrams.
+
+    It stores a plan's sends (`relay.udx.forwarding`: a lone datagram, a spread batch, entries of
+    receive slots, spans of GRO buffers) into the `sendmmsg` vector with each datagram's id set
+    to its route's, sends them (`flush`, also when the vector is full), and counts: each route's
+    `relayed_*` (its source stream's share) as it stores, the socket's counters as it sends. A
+    datagram sent whole with its batch is counted once (`SocketStats.forwarded_*`); what the
+    kernel did not take goes to the socket's queue in order, counted as received and relayed
+    there, and its streams leave the fast path until the queue drains.
+    """
+
+    __slots__ = ("cap", "datagrams", "io", "j", "nbytes", "queue", "seg_datagrams", "seg_sends", "stats")
+
+    def __init__(self, io: BatchIO, stats: SocketStats, queue: Queue) -> None:
+        self.io = io
+        self.stats = stats
+        self.queue = queue
+        self.cap = io.batch
+        self.j = 0  # send entries stored
+        self.datagrams = self.nbytes = 0  # ... and what they carry
+        self.seg_sends = self.seg_datagrams = 0
+
+    def first(self, r: Route, n: int, sid: int) -> None:
+        """Slot 0, a lone datagram of `n` bytes for `r`, through its own `msghdr` (`sendmsg`)."""
+        io = self.io
+        if r.rid != sid:
+            io.set_ids(0, 1, r.rid)
+        r.relayed_packets += 1
+        r.relayed_bytes += n
+        if io.send_first(r.sa, n):
+            st = self.stats
+            st.forwarded_reads += 1
+            st.forwarded_packets += 1
+            st.forwarded_bytes += n
+            return
+        self._counted_apart(1, n)
+        fallbacks = io.gso_fallbacks
+        self._rest(1, 1, n, io.first_failed(r.sa, r.target, n), fallbacks)
+
+    def spread(self, rs: list[Route], ids: list[int], lens: list[int]) -> None:
+        """A read whose datagrams all take the fast path, slot i as send entry i (the routes
+        `rs`, ids rewritten only where they differ: the blind relay gives a relay stream its
+        partner peer's own id), with one `sendmmsg`."""
+        io = self.io
+        count = len(rs)
+        rids = [r.rid for r in rs]
+        if rids != ids:
+            io.set_each_id(count, rids)
+        io.put_spread(count, [r.sa for r in rs])
+        for r, n in zip(rs, lens, strict=True):  # each source stream's share
+            r.relayed_packets += 1
+            r.relayed_bytes += n
+        nbytes = sum(lens)
+        fallbacks = io.gso_fallbacks
+        res = io.send(count)
+        if res is None:
+            st = self.stats
+            st.forwarded_reads += 1
+            st.forwarded_packets += count
+            st.forwarded_bytes += nbytes
+            return
+        self._counted_apart(count, nbytes)
+        io.targets[:count] = [r.target for r in rs]
+        self._rest(count, count, nbytes, res, fallbacks)
+
+    def add(self, r: Route, slots: list[int], lens: list[int], seg: int, sid: int) -> None:
+        """One planned send of receive slots (a `forwarding.Entry` with a route): as they lie in
+        the receive buffer when adjacent, gathered otherwise; segmented by `seg` when more than
+        one. The vector is sent when full."""
+        io = self.io
+        n = len(slots)
+        first = slots[0]
+        if slots[-1] - first == n - 1:
+            if r.rid != sid:
+                io.set_ids(first, first + n, r.rid)
+            io.put_slots(self.j, r.sa, r.target, first, n, seg)
+        else:
+            if r.rid != sid:
+                io.set_ids_of(slots, r.rid)
+            io.put_gather(self.j, r.sa, r.target, slots, lens, seg)
+        self._stored(r, n, sum(lens) if n > 1 else lens[0])
+
+    def add_spans(self, r: Route, spans: list[tuple[int, int]], seg: int, datagrams: int) -> None:
+        """One planned send of byte spans (`forwarding.plan_slots`): a whole GRO buffer of
+        `datagrams` `seg`-byte datagrams, or datagrams one span each, segmented by `seg`."""
+        io = self.io
+        j = self.j
+        off, ln = spans[0]
+        if datagrams > len(spans):
+            io.set_segment_ids(off, seg, datagrams, r.rid)
+            io.put_span(j, r.sa, r.target, off, ln, seg)
+            self._stored(r, datagrams, ln)
+            return
+        rid = r.rid
+        io.set_id_at(off, rid)
+        io.put_span(j, r.sa, r.target, off, ln)
+        nbytes = ln
+        for k in range(1, len(spans)):
+            off, ln = spans[k]
+            io.set_id_at(off, rid)
+            io.extend(j, k, off, ln, seg)
+            nbytes += ln
+        self._stored(r, datagrams, nbytes)
+
+    def _stored(self, r: Route, datagrams: int, nbytes: int) -> None:
+        r.relayed_packets += datagrams
+        r.relayed_bytes += nbytes
+        self.datagrams += datagrams
+        self.nbytes += nbytes
+        if datagrams > 1:
+            self.seg_sends += 1
+            self.seg_datagrams += datagrams
+        self.j += 1
+        if self.j >= self.cap:
+            self.flush()
+
+    def flush(self) -> None:
+        """Send what is stored (before a slow-path datagram, when the vector is full, at the end
+        of a read)."""
+        j = self.j
+        if not j:
+            return
+        datagrams, nbytes = self.datagrams, self.nbytes
+        st = self.stats
+        st.gso_sends += self.seg_sends
+        st.gso_segments += self.seg_datagrams
+        self.j = self.datagrams = self.nbytes = self.seg_sends = self.seg_datagrams = 0
+        io = self.io
+        fallbacks = io.gso_fallbacks
+        res = io.send(j)
+        if res is None:  # all of it went out in one call
+            st.forwarded_packets += datagrams
+            st.forwarded_bytes += nbytes
+            return
+        self._counted_apart(datagrams, nbytes)
+        self._rest(j, datagrams, nbytes, res, fallbacks)
+
+    def _counted_apart(self, datagrams: int, nbytes: int) -> None:
+        """Forwarded datagrams the batch did not send whole: received and relayed counted here,
+        sent by `_rest` as they go."""
+        st = self.stats
+        st.received_packets += datagrams
+        st.received_bytes += nbytes
+        st.relayed_packets += datagrams
+        st.relayed_bytes += nbytes
+
+    def _rest(self, count: int, datagrams: int, nbytes: int, res: Sent, fallbacks: int) -> None:
+        """After a send that did not take all `count` entries: count what went, send the rest one
+        by one in order (queued if the socket is full), and put the streams involved on the
+        queued path until the queue drains."""
+        st = self.stats
+        io = self.io
+        _sent, failed, rest = res
+        st.send_errors += failed
+        if io.gso_fallbacks != fallbacks:
+            st.gso_fallbacks += io.gso_fallbacks - fallbacks
+            log.warning("udx: the kernel refused a UDP_SEGMENT send; GSO is off for this socket")
+        for _k, datagrams_k in rest:
+            datagrams -= len(datagrams_k)
+            nbytes -= sum(len(d) for d in datagrams_k)
+        st.sent_packets += datagrams - failed
+        st.sent_bytes += nbytes
+        if not rest:
+            return
+        queue = self.queue
+        for k, datagrams_k in rest:
+            t = io.targets[k]
+            for d in datagrams_k:
+                if t is not None and t.send_address is not None:
+                    queue.send_queued(d, t.send_address)
+                else:
+                    st.send_errors += 1
+        if queue.backlogged:
+            for t in set(io.targets[:count]):
+                if t is not None:
+                    t.drop_route()  # back to the queued path until the queue drains
 
 
 CLOCK_MONOTONIC = 1

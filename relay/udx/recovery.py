@@ -1,4 +1,4 @@
-"""Loss recovery timing for `StreamCore`, sans-IO: the RTT estimator and RACK/TLP windows.
+"""Loss recovery timing for `UDXCore`, sans-IO: the RTT estimator and RACK/TLP windows.
 
 `RttEstimator` is RFC 6298 (srtt, rttvar, an RTO of at least 1 s as libudx); `reo_wnd` and
 `probe_timeout` are RFC 8985's reordering window and tail-loss-probe timeout. What was sent,

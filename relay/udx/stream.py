@@ -1,9 +1,11 @@
 """The UDX stream as a sans-IO state machine.
 
-`StreamCore` never touches a socket or a clock and speaks `relay.core`'s vocabulary: the
-runtime feeds it datagrams with `receive(datagram, now)` (seconds, the loop's clock), collects
-`datagrams_to_send(now)`, arms one timer for `get_timer()` and calls `handle_timer(now)`, and
-takes events with `next_event()`. Behaviour follows libudx as described in
+`UDXCore` never touches a socket or a clock and speaks `relay.core`'s vocabulary: the
+runtime (`relay.udx.udxstream.UDXStream`, a `relay.core.Driver`) feeds it datagrams with
+`receive(datagram, now)` (seconds, the loop's clock), collects `datagrams_to_send(now)`, arms one
+timer for `get_timer()` and calls `handle_timer(now)`, and takes events with `next_event()`. A
+stream closed gracefully lingers `LINGER` seconds to re-ACK a retransmitted END; the end of that
+is a deadline too (`LingerEnded`). Behaviour follows libudx as described in
 `docs/wire/udx.md`: per-packet sequence numbers, an ACK for every DATA/END burst with
 SACK blocks while out-of-order data is buffered, RACK loss detection from the peer's SACKs,
 a tail-loss probe, an RTO of at least 1 s, END as a sequenced half-close, DESTROY as an
@@ -22,6 +24,7 @@ import heapq
 import struct
 from bisect import bisect_right
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .congestion import OPEN, NewReno
 from .packet import (
@@ -57,6 +60,8 @@ MAX_REORDER = 4096
 MAX_REORDER_BYTES = DEFAULT_RWND
 REORDER_OVERHEAD = 128
 HIGH_WATERMARK = 262144
+#: Seconds a gracefully closed stream keeps re-ACKing a retransmitted END (Node has no TIME_WAIT).
+LINGER = 3.0
 
 
 # --- events -----------------------------------------------------------------------------
@@ -84,7 +89,12 @@ class StreamClosed:
     error: UDXError | None = None
 
 
-Event = DataReceived | EndReceived | MessageReceived | StreamClosed
+@dataclass(slots=True)
+class LingerEnded:
+    """A gracefully closed stream stopped lingering: its id can go."""
+
+
+Event = DataReceived | EndReceived | MessageReceived | StreamClosed | LingerEnded
 
 
 @dataclass(slots=True)
@@ -124,7 +134,7 @@ class _Sent:
         self.rto_timeouts = 0
 
 
-class StreamCore:
+class UDXCore:
     """One UDX stream endpoint. See the module docstring for the contract."""
 
     __slots__ = (
@@ -134,6 +144,7 @@ class StreamCore:
         "_end_seq",
         "_ending",
         "_keepalive_at",
+        "_linger_at",
         "_lost",
         "_ooo",
         "_outstanding",
@@ -190,6 +201,7 @@ class StreamCore:
         self.connected = False
         self.closed = False
         self.lingering = False
+        self._linger_at: float | None = None
         self.max_payload = max_payload()
         self.stats = StreamStats()
         self.events: list[Event] = []  # pending, oldest first; taken with next_event
@@ -345,6 +357,7 @@ class StreamCore:
     def end_linger(self) -> None:
         """The closed stream stops re-ACKing a retransmitted END (its linger time is over)."""
         self.lingering = False
+        self._linger_at = None
 
     def consumed(self, nbytes: int) -> None:
         """The application took `nbytes` of delivered data; may reopen the receive window."""
@@ -374,7 +387,10 @@ class StreamCore:
 
     def get_timer(self) -> float | None:
         """The loop time of the core's next deadline (RTO, tail-loss probe, reorder, zero-window
-        probe, keepalive), None if none: the runtime arms one timer for it."""
+        probe, keepalive; closed: the end of its linger), None if none: the runtime arms one
+        timer for it."""
+        if self.closed:
+            return self._linger_at
         best: float | None = None
         for t in (self._rto_at, self._tlp_at, self._reorder_at, self._zwp_at, self._keepalive_at):
             if t is not None and (best is None or t < best):
@@ -530,7 +546,7 @@ class StreamCore:
             if not self.ended and self._end_seq is not None and acked > self._end_seq:
                 self.ended = True
                 if self.ended_remote:
-                    self._close(None, linger=True)
+                    self._close(None, linger=True, now=now)
                 else:
                     self._ack_needed = True  # libudx's "final state" ACK
                 return
@@ -639,6 +655,9 @@ class StreamCore:
 
     def handle_timer(self, now: float) -> None:
         if self.closed:
+            if self._linger_at is not None and now >= self._linger_at:
+                self.end_linger()
+                self.events.append(LingerEnded())
             return
         if self._reorder_at is not None and now >= self._reorder_at:
             self._reorder_at = None
@@ -782,9 +801,9 @@ class StreamCore:
             self._ack_needed = False
             self._send_ack()
             if not self.closed and self.ended and self.ended_remote:
-                self._close(None, linger=True)
+                self._close(None, linger=True, now=now)
         if self.ended_remote and self.ended and not self.closed:
-            self._close(None, linger=True)
+            self._close(None, linger=True, now=now)
         if self.keepalive > 0 and self.inflight == 0 and self._keepalive_at is None and not self.closed:
             self._keepalive_at = now + self.keepalive
         out = self.out
@@ -804,11 +823,13 @@ class StreamCore:
         blocks = b"".join([_BLOCK.pack(starts[i] & U32, ends[i] & U32) for i in range(k)])
         self._emit(SACK, self.seq, blocks)
 
-    def _close(self, error: UDXError | None, *, linger: bool = False) -> None:
+    def _close(self, error: UDXError | None, *, linger: bool = False, now: float = 0.0) -> None:
         if self.closed:
             return
         self.closed = True
         self.lingering = linger and error is None
+        if self.lingering:
+            self._linger_at = now + LINGER
         self._rto_at = self._tlp_at = self._reorder_at = self._zwp_at = self._keepalive_at = None
         self._outstanding.clear()
         self._lost.clear()
@@ -821,3 +842,11 @@ class StreamCore:
         self._unacked_bytes = 0
         self.inflight = 0
         self.events.append(StreamClosed(error))
+
+
+if TYPE_CHECKING:
+    from relay.core import DatagramCore, DrivenCore
+
+    # mypy checks the core against relay.core's contract here (never run: the guard sees no asyncio)
+    def _conforms(core: UDXCore) -> tuple[DatagramCore[Event], DrivenCore[Event]]:
+        return core, core

@@ -184,13 +184,13 @@ class SecretConn:
     async def _run(self) -> None:
         try:
             while data := await self.reader.read(65536):
-                self.stream.receive_data(data, time.monotonic())
+                self.stream.receive(data, time.monotonic())
                 self._dispatch()
             self.stream.receive_eof(time.monotonic())
             self._dispatch()
         except (ConnectionError, OSError) as e:
-            self.stream.connection_lost(e)
-        self.stream.connection_lost(None)
+            self.stream.connection_closed(e)
+        self.stream.connection_closed(None)
         self._dispatch()
         self.writer.close()
 

@@ -26,6 +26,7 @@ from relay.blindrelay import (
 from relay.core import drain_events
 from relay.keys import key_pair
 from relay.secretstream import Opened
+from tests.cores import fed
 from tests.interop._mux_peers import SecretConn, Watch, node_peer
 
 pytestmark = pytest.mark.interop
@@ -60,7 +61,7 @@ class PyRelay:
 
         def on_message(data: bytes) -> None:
             try:
-                holder["session"].receive_message(data, time.monotonic())
+                fed(holder["session"], data, time.monotonic())
             except BlindRelayError as e:
                 self.errors.append(e)
                 conn.destroy()

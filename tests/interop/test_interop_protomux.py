@@ -26,6 +26,7 @@ from relay.protomux import (
     OpenRejected,
     ProtomuxError,
 )
+from tests.cores import closed, fed
 from tests.interop._mux_peers import NodePeer, SecretConn, Watch, node_peer
 
 pytestmark = pytest.mark.interop
@@ -59,7 +60,7 @@ class PyMuxPeer:
 
     def on_message(self, data: bytes) -> None:
         try:
-            self.events += self.mux.receive_message(data)
+            self.events += fed(self.mux, data)
         except ProtomuxError as e:
             self.errors.append(e)
             assert self.conn is not None
@@ -67,7 +68,7 @@ class PyMuxPeer:
         self.flush()
 
     def on_close(self, error: Exception | None) -> None:
-        self.events += self.mux.stream_closed()
+        self.events += closed(self.mux)
         self.watch.notify()
 
     def flush(self) -> None:

@@ -31,6 +31,7 @@ from relay.core import drain_events
 from relay.keys import key_pair
 from relay.protomux import Channel, ChannelClosed, ChannelOpened, MessageReceived, Mux
 from relay.secretstream import HandshakeResult, Message, Opened, SecretStream
+from tests.cores import fed
 from tests.vectors import load
 
 V = load("streams")["blind_relay"]
@@ -96,7 +97,7 @@ class Client:
         for _ in range(10):
             moved = False
             for msg in self.mux.data_to_send():
-                self.session.receive_message(msg, now)
+                fed(self.session, msg, now)
                 moved = True
             for session, msgs in self.server.data_to_send():
                 for msg in msgs:
@@ -106,7 +107,7 @@ class Client:
                 return
 
     def receive(self, msg: bytes) -> None:
-        for ev in self.mux.receive_message(msg):
+        for ev in fed(self.mux, msg):
             if isinstance(ev, MessageReceived):
                 self.replies.append(ev.message)
             elif isinstance(ev, ChannelClosed):
@@ -156,9 +157,9 @@ def test_exchange_vector_byte_for_byte() -> None:
         out[session] += [m.hex() for m in msgs]
     for w in v["wire"]:
         if w["from"] == "clientA":
-            sa.receive_message(h(w["hex"]))
+            fed(sa, h(w["hex"]))
         elif w["from"] == "clientB":
-            sb.receive_message(h(w["hex"]))
+            fed(sb, h(w["hex"]))
         for session, msgs in server.data_to_send():
             out[session] += [m.hex() for m in msgs]
     assert out[sa] == [w["hex"] for w in v["wire"] if w["from"] == "server->A"]
@@ -185,11 +186,11 @@ def test_relay_connection_vector_plaintext() -> None:
     session = server.accept(id=client_key)
     (first,) = server.data_to_send()
     assert first[1][0].hex() == plain[1]["hex"]
-    session.receive_message(h(plain[0]["hex"]))
-    session.receive_message(h(plain[2]["hex"]))
+    fed(session, h(plain[0]["hex"]))
+    fed(session, h(plain[2]["hex"]))
     other = server.accept(id=b"\x07" * 32)
-    other.receive_message(h("0001010b626c696e642d72656c617920") + b"\x07" * 32)
-    other.receive_message(b"\x01\x00" + encode_pair(Pair(False, h(v["token"]), 3)))
+    fed(other, h("0001010b626c696e642d72656c617920") + b"\x07" * 32)
+    fed(other, b"\x01\x00" + encode_pair(Pair(False, h(v["token"]), 3)))
     replies = {s: msgs for s, msgs in server.data_to_send()}
     assert replies[session] == [h(plain[3]["hex"])]
     assert decode_pair(replies[session][0][2:]).id == v["client_pair_event_remoteId"]
@@ -281,9 +282,9 @@ def test_remote_close_and_reject_close_the_session() -> None:
     session = server.accept(id=b"\x09" * 32)
     for _, msgs in server.data_to_send():
         for msg in msgs:
-            mux.receive_message(msg)
+            fed(mux, msg)
     for msg in mux.data_to_send():
-        session.receive_message(msg)
+        fed(session, msg)
     assert session.closed and not session.opened
     assert stats(server)["sessions"] == {"accepted": 2, "opened": 1, "closed": 2}
 
@@ -635,11 +636,11 @@ def test_bad_input_raises_blind_relay_error() -> None:
     server = BlindRelayServer()
     (a,) = make(server, 1)
     with pytest.raises(BlindRelayError):
-        a.session.receive_message(b"\x01\x00\x01" + T1[:5])  # truncated pair on the channel
+        fed(a.session, b"\x01\x00\x01" + T1[:5])  # truncated pair on the channel
     server2 = BlindRelayServer()
     s = server2.accept(id=b"\x01" * 32)
     with pytest.raises(BlindRelayError):
-        s.receive_message(b"\x00\x01\x05")  # open that skips ahead
+        fed(s, b"\x00\x01\x05")  # open that skips ahead
     with pytest.raises(BlindRelayError, match="already open"):
         BlindRelaySession(server2, s.mux, b"\x01" * 32, None)
 
@@ -651,10 +652,10 @@ def test_random_messages_on_a_session_only_raise_blind_relay_error(msgs: list[by
     session = server.accept(id=b"\x01" * 32)
     client_open = h("0001010b626c696e642d72656c617920") + b"\x01" * 32
     try:
-        session.receive_message(client_open)
+        fed(session, client_open)
         for m in msgs:
-            session.receive_message(b"\x01" + m)  # on the client's channel (id 1)
-            session.receive_message(m)
+            fed(session, b"\x01" + m)  # on the client's channel (id 1)
+            fed(session, m)
     except BlindRelayError:
         pass
     session.connection_closed()
@@ -667,7 +668,7 @@ def test_session_events_other_channels_are_returned() -> None:
     server = BlindRelayServer()
     s = server.accept(id=b"\x01" * 32)
     s.mux.pair("other")
-    others = s.receive_message(h("00010105") + b"other" + b"\x00")
+    others = fed(s, h("00010105") + b"other" + b"\x00")
     assert [type(e).__name__ for e in others] == ["ChannelRequested"]
     assert not any(isinstance(e, ChannelOpened) for e in others)
 
@@ -690,7 +691,7 @@ def test_relay_connection_vector_encrypted_full_stack() -> None:
             if isinstance(ev, Opened):
                 sessions.append(server.accept(id=ev.remote_public_key))
             elif isinstance(ev, Message):
-                sessions[0].receive_message(ev.data)
+                fed(sessions[0], ev.data)
         for _session, msgs in server.data_to_send():
             for m in msgs:
                 if _session is sessions[0]:
@@ -702,11 +703,11 @@ def test_relay_connection_vector_encrypted_full_stack() -> None:
     pump()
     for w in v["wire"]:
         if w["from"] == "client":
-            stream.receive_data(h(w["hex"]), 0.0)
+            stream.receive(h(w["hex"]), 0.0)
             pump()
     other = server.accept(id=b"\x07" * 32)
-    other.receive_message(h("0001010b626c696e642d72656c617920") + b"\x07" * 32)
-    other.receive_message(b"\x01\x00" + encode_pair(Pair(False, h(v["token"]), 3)))
+    fed(other, h("0001010b626c696e642d72656c617920") + b"\x07" * 32)
+    fed(other, b"\x01\x00" + encode_pair(Pair(False, h(v["token"]), 3)))
     pump()
     assert b"".join(wire_out).hex() == "".join(w["hex"] for w in v["wire"] if w["from"] == "relay")
 

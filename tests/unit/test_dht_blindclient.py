@@ -9,6 +9,7 @@ import pytest
 from relay.blindrelay import BlindRelayError, BlindRelayServer, BlindRelaySession, PairingMatched
 from relay.core import drain_events
 from relay.dht.blindclient import BlindRelayClient, Paired, RelayChannelClosed, RelayChannelOpened
+from tests.cores import closed, fed
 
 SERVER_EVENTS: list = []
 
@@ -21,12 +22,12 @@ def wire(server: BlindRelayServer, *pairs: tuple[BlindRelayClient, BlindRelaySes
         moved = False
         for c, sess in pairs:
             for m in c.data_to_send():
-                sess.receive_message(m)
+                fed(sess, m)
                 moved = True
         SERVER_EVENTS.extend(drain_events(server))
         for sess, msgs in server.data_to_send():
             for m in msgs:
-                events[by_session[sess]] += by_session[sess].receive_message(m)
+                events[by_session[sess]] += fed(by_session[sess], m)
                 moved = True
         if not moved:
             break
@@ -74,8 +75,8 @@ def test_garbage_from_the_relay_is_a_blind_relay_error_and_close_reports_pending
     token = os.urandom(32)
     c.pair(False, token, 5)
     with pytest.raises(BlindRelayError):
-        c.receive_message(b"\x00\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff")
-    assert c.stream_closed() == [RelayChannelClosed((token,))]
+        fed(c, b"\x00\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff")
+    assert closed(c) == [RelayChannelClosed((token,))]
     assert c.closed
     with pytest.raises(BlindRelayError):
         c.pair(True, os.urandom(32), 6)

@@ -27,6 +27,7 @@ from relay.dhtprom import (
 )
 from relay.encoding import Reader, Writer
 from relay.protomux import Channel, MessageReceived, Mux
+from tests.cores import fed
 
 REQUEST = AliasRequest(b"s" * 32, "gpu-relay-1", b"t" * 32, "host-a", "blind-relay")
 
@@ -64,7 +65,7 @@ def registrar_and_scraper(now: float = 0.0) -> tuple[AliasRegistrar, Mux, Channe
     mux, chan = peer(ALIAS_PROTOCOL)
     got: list[RpcRequest] = []
     for m in reg.data_to_send():
-        for ev in mux.receive_message(m):
+        for ev in fed(mux, m):
             if isinstance(ev, MessageReceived) and ev.type == 0:
                 got.append(ev.message)
     for m in mux.data_to_send():
@@ -111,7 +112,7 @@ def ask(mux: Mux, chan: Channel, responder: MetricsResponder, rid: int, now: flo
 def replies(responder: MetricsResponder, mux: Mux) -> list[RpcResponse]:
     out = []
     for m in responder.data_to_send():
-        for ev in mux.receive_message(m):
+        for ev in fed(mux, m):
             if isinstance(ev, MessageReceived) and ev.type == 1:
                 out.append(ev.message)
     return out
@@ -128,7 +129,7 @@ def test_metrics_answered_and_budget_bounds_renders() -> None:
     mux, chan = peer(METRICS_PROTOCOL)
     pump(mux, responder.receive)
     for m in responder.data_to_send():
-        mux.receive_message(m)
+        fed(mux, m)
     for rid in (1, 2, 3):
         ask(mux, chan, responder, rid, now=0.0)
     got = replies(responder, mux)
@@ -152,7 +153,7 @@ def test_unknown_method_and_broken_collector_get_errors_not_crashes() -> None:
     mux, chan = peer(METRICS_PROTOCOL)
     pump(mux, responder.receive)
     for m in responder.data_to_send():
-        mux.receive_message(m)
+        fed(mux, m)
     ask(mux, chan, responder, 1, 0.0, method="shutdown")
     ask(mux, chan, responder, 2, 0.0)
     unknown, failed = replies(responder, mux)

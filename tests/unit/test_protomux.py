@@ -20,6 +20,7 @@ from relay.protomux import (
     OpenRejected,
     ProtomuxError,
 )
+from tests.cores import closed, fed
 from tests.vectors import load
 
 V = load("streams")["protomux"]
@@ -35,7 +36,7 @@ def pipe(src: Mux, dst: Mux) -> list[pm.Event]:
     """Deliver everything `src` wants to send into `dst`; returns dst's events."""
     events: list[pm.Event] = []
     for msg in src.data_to_send():
-        events += dst.receive_message(msg)
+        events += fed(dst, msg)
     return events
 
 
@@ -69,14 +70,14 @@ def test_example_channel_vector_as_sender_and_receiver() -> None:
     assert [m.hex() for m in b.data_to_send()] == [wire[1]["hex"]]
     events = []
     for m in sent_a:
-        events += b.receive_message(m)
+        events += fed(b, m)
     assert events[0] == ChannelOpened(cb, None)
     got = [e.message for e in events if isinstance(e, MessageReceived)]
     assert got == V["example_channel"]["responder_received"]
     ca.close()
     close = a.data_to_send()
     assert [m.hex() for m in close] == [wire[4]["hex"]]
-    assert b.receive_message(close[0]) == [ChannelClosed(cb, True, False)]
+    assert fed(b, close[0]) == [ChannelClosed(cb, True, False)]
     assert cb.closed and b.data_to_send() == []  # a remote close is not answered
 
 
@@ -95,17 +96,17 @@ def test_batch_vector_encode_and_decode() -> None:
     cb = b.open_channel("example", h("abcd"), messages=[STRING, UINT])
     assert cb is not None
     b.data_to_send()
-    events = b.receive_message(h(V["batch"]["wire"][0]["hex"]))
+    events = fed(b, h(V["batch"]["wire"][0]["hex"]))
     assert events == [ChannelOpened(cb, None), MessageReceived(cb, 0, "hi"), MessageReceived(cb, 1, 7)]
 
 
 def test_reject_vector() -> None:
     b = Mux()
-    events = b.receive_message(h(V["reject"]["incoming_open"]))
+    events = fed(b, h(V["reject"]["incoming_open"]))
     assert events == [OpenRejected("nobody-here", None, 1)]
     assert [m.hex() for m in b.data_to_send()] == [w["hex"] for w in V["reject"]["wire"]]
     # the rejected slot is free again: the remote may reuse id 1
-    assert b.receive_message(h(V["reject"]["incoming_open"])) == [OpenRejected("nobody-here", None, 1)]
+    assert fed(b, h(V["reject"]["incoming_open"])) == [OpenRejected("nobody-here", None, 1)]
 
 
 # ------------------------------------------------------------------------------ pairing
@@ -218,7 +219,7 @@ def test_ids_reuse_after_paired_close_and_after_reject() -> None:
     assert y is not None and y.local_id == 2
     # ... until the remote's reject for it arrives
     b2.data_to_send()
-    b2.receive_message(b"\x00\x02\x01")
+    fed(b2, b"\x00\x02\x01")
     z = b2.open_channel("r")
     assert z is not None and z.local_id == 1
 
@@ -238,7 +239,7 @@ def test_open_crossing_our_close_frees_the_id_on_both_sides() -> None:
     assert again == [h("000301")]
     events = []
     for msg in from_a + again:
-        events += b.receive_message(msg)
+        events += fed(b, msg)
     assert events == [ChannelOpened(cb, None), ChannelClosed(cb, True)]
     reopened = a.open_channel("p")
     assert reopened is not None and reopened.local_id == 1
@@ -254,7 +255,7 @@ def test_close_before_accept_withdraws_the_open() -> None:
     ca.close()
     assert pipe(a, b) == [ChannelRequested("p", None, 1)]
     assert b.data_to_send() == [h("000201")] and b.buffered == 0
-    a.receive_message(h("000201"))
+    fed(a, h("000201"))
     assert a.open_channel("p") is not None  # id 1 again, and b's slot 1 is free
     assert pipe(a, b) == [ChannelRequested("p", None, 1)]
 
@@ -275,29 +276,29 @@ def test_close_before_accept_withdraws_the_open() -> None:
 def test_bad_control_messages_raise(msg: str, why: str) -> None:
     m = Mux()
     with pytest.raises(ProtomuxError, match=why):
-        m.receive_message(h(msg))
+        fed(m, h(msg))
     assert m.destroyed
     with pytest.raises(ProtomuxError, match="destroyed"):
-        m.receive_message(b"\x00\x03\x01")
+        fed(m, b"\x00\x03\x01")
 
 
 def test_open_of_occupied_slot_raises() -> None:
     m = Mux()
     m.pair("p")
-    m.receive_message(h("000101017000"))
+    fed(m, h("000101017000"))
     with pytest.raises(ProtomuxError, match="still in use"):
-        m.receive_message(h("000101017000"))
+        fed(m, h("000101017000"))
 
 
 def test_ignored_inputs() -> None:
     m = Mux()
-    assert m.receive_message(b"") == []
-    assert m.receive_message(h("0009ff")) == []  # unknown control type
-    assert m.receive_message(h("000300")) == []  # close for id 0
-    assert m.receive_message(h("000307")) == []  # close for an unknown id
-    assert m.receive_message(h("05006869")) == []  # message for an unknown channel
-    assert m.receive_message(h("000000")) == []  # an empty batch
-    assert m.receive_message(h("00000000050000")) == []  # a batch that only switches channels
+    assert fed(m, b"") == []
+    assert fed(m, h("0009ff")) == []  # unknown control type
+    assert fed(m, h("000300")) == []  # close for id 0
+    assert fed(m, h("000307")) == []  # close for an unknown id
+    assert fed(m, h("05006869")) == []  # message for an unknown channel
+    assert fed(m, h("000000")) == []  # an empty batch
+    assert fed(m, h("00000000050000")) == []  # a batch that only switches channels
     assert not m.destroyed and m.data_to_send() == []
 
 
@@ -327,10 +328,10 @@ def test_stream_closed_closes_everything_and_sends_nothing() -> None:
     c1 = a.open_channel("one")
     c2 = a.open_channel("two")
     a.data_to_send()
-    events = a.stream_closed()
+    events = closed(a)
     assert events == [ChannelClosed(c1, True), ChannelClosed(c2, True)]  # type: ignore[arg-type]
     assert a.data_to_send() == [] and a.open_channel("three") is None
-    assert b.stream_closed() == []
+    assert closed(b) == []
 
 
 # ------------------------------------------------------------------------------ batches
@@ -340,11 +341,11 @@ def test_received_batch_is_answered_with_a_batch() -> None:
     b = Mux()
     # two opens nobody waits for, in one batch: both rejects leave as one batch (as protomux corks)
     batch = _batch(0, [h("0101017000"), h("0102017100")])
-    events = b.receive_message(batch)
+    events = fed(b, batch)
     assert events == [OpenRejected("p", None, 1), OpenRejected("q", None, 2)]
     assert b.data_to_send() == [_batch(0, [h("0201"), h("0202")])]
     # a batch of one item is not corked
-    assert b.receive_message(_batch(0, [h("0101017000")])) == [OpenRejected("p", None, 1)]
+    assert fed(b, _batch(0, [h("0101017000")])) == [OpenRejected("p", None, 1)]
     assert b.data_to_send() == [h("000201")]
 
 
@@ -371,7 +372,7 @@ def test_batch_switches_channels_and_splits_when_large(monkeypatch: pytest.Monke
     a.uncork()
     out = a.data_to_send()
     assert out == [bytes([0, 0, 1, 2, 0, ord("1"), 0, 2, 2, 0, ord("2"), 0, 1, 2, 1, ord("3"), 0, 2, 2, 0, ord("4")])]
-    events = b.receive_message(out[0])
+    events = fed(b, out[0])
     assert [(e.channel, e.message) for e in events] == [(bx, b"1"), (by, b"2"), (bx, b"3"), (by, b"4")]
 
     monkeypatch.setattr(pm, "MAX_BATCH", 10)
@@ -383,7 +384,7 @@ def test_batch_switches_channels_and_splits_when_large(monkeypatch: pytest.Monke
     assert len(out) > 1
     got = []
     for msg in out:
-        got += [e.message for e in b.receive_message(msg)]
+        got += [e.message for e in fed(b, msg)]
     assert got == [bytes([i]) * 4 for i in range(6)]
 
 
@@ -394,17 +395,17 @@ def test_nested_batches_are_limited() -> None:
         msg = h("0000") + h("00") + bytes([len(msg) - 1]) + msg[1:]
     m = Mux()
     with pytest.raises(ProtomuxError, match="nested"):
-        m.receive_message(msg)
+        fed(m, msg)
 
 
 def test_buffer_limit(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pm, "MAX_BUFFERED", 2000)
     m = Mux()
     m.pair("p")
-    m.receive_message(h("000101017000"))
-    m.receive_message(h("0100") + b"x" * 100)
+    fed(m, h("000101017000"))
+    fed(m, h("0100") + b"x" * 100)
     with pytest.raises(ProtomuxError, match="buffered"):
-        m.receive_message(h("0100") + b"x" * 1000)
+        fed(m, h("0100") + b"x" * 1000)
 
 
 # ------------------------------------------------------------------------------ property tests
@@ -418,7 +419,7 @@ def test_random_bytes_only_raise_protomux_error(data: bytes) -> None:
     c = m.open_channel("q", messages=[UINT, STRING])
     assert c is not None
     try:
-        m.receive_message(data)
+        fed(m, data)
     except ProtomuxError:
         assert m.destroyed
 
@@ -454,7 +455,7 @@ def test_truncated_and_mutated_messages_only_raise_protomux_error(which: int, da
     c = m.open_channel("example", h("abcd"), messages=[STRING, UINT], handshake=b"x")
     assert c is not None
     try:
-        for e in m.receive_message(bytes(buf)):
+        for e in fed(m, bytes(buf)):
             assert isinstance(e, pm.Event)
     except ProtomuxError:
         pass

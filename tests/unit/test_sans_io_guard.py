@@ -244,3 +244,98 @@ def test_guard_follows_relay_imports(tmp_path: Path) -> None:
     assert internal == {"relay.dht.node", "relay.udx.packet"}
     problems = check("relay.dht.server")  # the runtime: imports asyncio itself
     assert any("imports asyncio" in p.what for p in problems)
+
+
+# --- the glue: timers only through the driver, no clock but the loop's ------------------------
+
+#: glue that may read a clock other than the loop's, and why (the guard below names each)
+CLOCK_EXCEPTIONS = {
+    # a collection's pause, inside one callback: finer than uvloop's millisecond clock; a metric
+    ("relay.service.pauses", "time.perf_counter"),
+    # how long a trim (gc.collect + malloc_trim) took, inside one callback; a metric
+    ("relay.service.memory", "time.perf_counter"),
+}
+#: wall time, for timestamps only (logs, metrics, the records a restart reads, announce bumps)
+WALL_CLOCK = {"time.time"}
+TIMER_METHODS = {"call_at", "call_later"}
+
+
+def glue_modules() -> list[str]:
+    """Every relay module that is not a sans-IO core (the asyncio glue and the service), but
+    relay.core itself, whose driver is the one place that arms timers."""
+    core_set = set(cores())
+    return [m for m in all_relay_modules() if m not in core_set and m != "relay.core"]
+
+
+def glue_scan(source: str, module: str = "<mod>") -> list[Violation]:
+    """Timers armed outside the driver, a handle asked for its time, a clock that is not the loop's."""
+    tree = ast.parse(source)
+    skip = _type_checking_only(tree)
+    found: list[Violation] = []
+    aliases: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] in CLOCK_FUNCS:
+                    aliases[a.asname or a.name] = a.name
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in CLOCK_FUNCS:
+            for a in node.names:
+                aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute | ast.Name):
+            name = _dotted(node.func)
+            attr = node.func.attr if isinstance(node.func, ast.Attribute) else ""
+            if attr in TIMER_METHODS:
+                found.append(Violation(module, node.lineno, f"arms a timer outside the driver: {name}()"))
+            elif attr == "when" and not node.args:
+                found.append(Violation(module, node.lineno, f"asks a timer handle for its time: {name}()"))
+            head, _, rest = name.partition(".")
+            full = f"{aliases[head]}.{rest}" if head in aliases and rest else aliases.get(head, name)
+            mod, _, func = full.rpartition(".")
+            clock = (mod == "time" and func in CLOCK_FUNCS["time"] - {"sleep"}) or (
+                mod.split(".")[0] == "datetime" and func in CLOCK_FUNCS["datetime"]
+            )
+            if clock and full not in WALL_CLOCK and (module, full) not in CLOCK_EXCEPTIONS:
+                found.append(Violation(module, node.lineno, f"reads a clock that is not the loop's: {name}()"))
+    return found
+
+
+@pytest.mark.parametrize("module", glue_modules())
+def test_glue_arms_timers_only_through_the_driver_and_reads_only_the_loops_clock(module: str) -> None:
+    problems = glue_scan(module_path(module).read_text(), module)
+    assert not problems, "glue outside relay.core.Driver:\n" + "\n".join(map(str, problems))
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "def f(loop, cb):\n    loop.call_at(1.0, cb)",
+        "def f(self):\n    self._loop.call_later(5, self.tick)",
+        "import asyncio\ndef f(cb):\n    asyncio.get_running_loop().call_later(2.0, cb)",
+        "def f(h, due):\n    return h.when() <= due",
+        "import time\ndef f():\n    return time.monotonic()",
+        "from time import perf_counter\nx = perf_counter()",
+        "import datetime\nx = datetime.datetime.now()",
+    ],
+)
+def test_glue_guard_catches(source: str) -> None:
+    assert glue_scan(source), f"not caught: {source!r}"
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "def f(loop):\n    return loop.time()",  # the loop's clock
+        "import time\nstarted = time.time()",  # wall time, for a timestamp
+        "def f(loop, cb):\n    loop.call_soon(cb)",  # not a timer
+        "def f(driver):\n    driver.arm()",
+    ],
+)
+def test_glue_guard_allows(source: str) -> None:
+    assert not glue_scan(source)
+
+
+def test_the_driver_is_where_timers_are_armed() -> None:
+    """relay.core's driver is the one place a glue timer is armed (the guard above exempts it)."""
+    assert any("arms a timer" in v.what for v in glue_scan(module_path("relay.core").read_text(), "relay.core"))

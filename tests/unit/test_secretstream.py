@@ -102,14 +102,14 @@ def test_from_handshake_wire_matches_vectors() -> None:
     for ev, s in ((ini.next_event(), ini), (res.next_event(), res)):
         assert isinstance(ev, Opened) and ev.handshake_hash.hex() == FH["handshake_hash"]
         assert ev.remote_public_key == s.remote_public_key
-    res.receive_data(bytes.fromhex(wire[0]["hex"]), 0.0)
-    ini.receive_data(bytes.fromhex(wire[1]["hex"]), 0.0)
+    res.receive(bytes.fromhex(wire[0]["hex"]), 0.0)
+    ini.receive(bytes.fromhex(wire[1]["hex"]), 0.0)
     for sent, frame in zip(FH["plaintext_sent"], wire[2:], strict=True):
         sender = sides[sent["from"]]
         sender.send(sent["utf8"].encode())
         out = sender.data_to_send()
         assert out.hex() == frame["hex"]
-        peers[sent["from"]].receive_data(out, 0.0)
+        peers[sent["from"]].receive(out, 0.0)
     assert [m.hex() for m in _messages(res)] == FH["responder_received_hex"]
     assert [m.hex() for m in _messages(ini)] == FH["initiator_received_hex"]
 
@@ -123,7 +123,7 @@ def test_handoff_from_completed_noise_handshake() -> None:
     _run(ini, res)
     assert ini.remote_public_key == b.public_key and res.remote_public_key == a.public_key
     ini.send(b"via hyperdht")
-    res.receive_data(ini.data_to_send(), 1.0)
+    res.receive(ini.data_to_send(), 1.0)
     assert _messages(res) == [b"via hyperdht"]
 
 
@@ -146,13 +146,13 @@ def test_xx_standalone_wire_matches_vectors() -> None:
     ini.send(b"hello")  # written before the handshake: buffered, sent after the header
     f = _frames(ini)
     got += [x.hex() for x in f]
-    res.receive_data(b"".join(f), 0.0)
+    res.receive(b"".join(f), 0.0)
     f = _frames(res)
     got += [x.hex() for x in f]
-    ini.receive_data(b"".join(f), 0.0)
+    ini.receive(b"".join(f), 0.0)
     f = _frames(ini)
     got += [x.hex() for x in f]
-    res.receive_data(b"".join(f), 0.0)
+    res.receive(b"".join(f), 0.0)
     got += [x.hex() for x in _frames(res)]
     # order on the wire: msg1, msg2, msg3+header+hello (initiator), header (responder)
     assert got == [wire[0], wire[1], wire[2], wire[3], wire[5], wire[4]]
@@ -186,9 +186,9 @@ def _pump(a: SecretStream, b: SecretStream, now: float = 0.0) -> None:
         if not da and not db:
             return
         if da:
-            b.receive_data(da, now)
+            b.receive(da, now)
         if db:
-            a.receive_data(db, now)
+            a.receive(db, now)
 
 
 def _run(ini: SecretStream, res: SecretStream) -> None:
@@ -208,7 +208,7 @@ def test_random_xx_with_byte_by_byte_delivery() -> None:
     for _ in range(10):
         for src, dst in ((ini, res), (res, ini)):
             for byte in src.data_to_send():
-                dst.receive_data(bytes([byte]), 0.0)
+                dst.receive(bytes([byte]), 0.0)
     assert _messages(res) == msgs
     assert res.remote_public_key == a.public_key and ini.remote_public_key == b.public_key
     assert not ini.closed and not res.closed
@@ -219,7 +219,7 @@ def test_many_frames_in_one_chunk_and_memoryview_input() -> None:
     _run(ini, res)
     for i in range(50):
         ini.send(str(i).encode())
-    res.receive_data(memoryview(bytearray(ini.data_to_send())), 0.0)
+    res.receive(memoryview(bytearray(ini.data_to_send())), 0.0)
     assert _messages(res) == [str(i).encode() for i in range(50)]
 
 
@@ -233,7 +233,7 @@ def test_send_takes_any_bytes_like_message_whole() -> None:
     msgs = [bytearray(b"ba"), memoryview(b"0123456789")[2:5], memoryview(wide)]
     for m in msgs:
         ini.send(m)
-    res.receive_data(ini.data_to_send(), 0.0)
+    res.receive(ini.data_to_send(), 0.0)
     assert _messages(res) == [b"ba", b"234", wide.tobytes()]
     assert ini.raw_bytes_written == res.raw_bytes_read
 
@@ -249,17 +249,17 @@ def _opened_pair() -> tuple[SecretStream, SecretStream]:
 def test_tampered_frame_destroys_with_clear_error() -> None:
     ini, res = _opened_pair()
     ini.send(b"good")
-    res.receive_data(ini.data_to_send(), 0.0)
+    res.receive(ini.data_to_send(), 0.0)
     assert _messages(res) == [b"good"]
     ini.send(b"evil")
     frame = bytearray(ini.data_to_send())
     frame[5] ^= 0x40
-    res.receive_data(bytes(frame), 0.0)
+    res.receive(bytes(frame), 0.0)
     evs = list(res.events())
     assert len(evs) == 1 and isinstance(evs[0], Closed)
     assert isinstance(evs[0].error, SecretStreamError) and "authentication" in str(evs[0].error)
     assert res.closed and res.error is evs[0].error
-    res.receive_data(b"more bytes", 0.0)  # ignored, no raise
+    res.receive(b"more bytes", 0.0)  # ignored, no raise
     assert res.next_event() is None
     with pytest.raises(SecretStreamError):
         res.send(b"x")
@@ -293,10 +293,10 @@ def test_errors_mid_chunk_leave_no_dangling_buffers_for_the_collector() -> None:
             chunk = memoryview(wire)
             if tamper == "split":
                 cut = len(wire) - 10
-                res.receive_data(chunk[:cut], 0.0)
-                res.receive_data(chunk[cut:], 0.0)
+                res.receive(chunk[:cut], 0.0)
+                res.receive(chunk[cut:], 0.0)
             else:
-                res.receive_data(chunk, 0.0)
+                res.receive(chunk, 0.0)
             assert isinstance(res.error, SecretStreamError), tamper
             assert _messages(res)[0] == b"ok" * 10
             chunk.release()
@@ -310,29 +310,29 @@ def test_bad_header_and_short_frames() -> None:
     ini, res = SecretStream(True), SecretStream(False)
     ini.start(0.0)
     res.start(0.0)
-    res.receive_data(ini.data_to_send(), 0.0)
-    ini.receive_data(res.data_to_send(), 0.0)
+    res.receive(ini.data_to_send(), 0.0)
+    ini.receive(res.data_to_send(), 0.0)
     out = bytearray(ini.data_to_send())  # msg3 + header
     out[-30] ^= 1  # inside the stream id of the header
-    res.receive_data(bytes(out), 0.0)
+    res.receive(bytes(out), 0.0)
     ev = next(e for e in res.events() if isinstance(e, Closed))
     assert "Invalid header received" in str(ev.error)
 
     ini, res = _opened_pair()
-    res.receive_data(b"\x05\x00\x00hello", 0.0)
+    res.receive(b"\x05\x00\x00hello", 0.0)
     assert "Invalid message received" in str(res.error)
 
     h = _rand_handshake()
     res = SecretStream(False, handshake=h[1])
     res.start(0.0)
-    res.receive_data(b"\x05\x00\x00hello", 0.0)
+    res.receive(b"\x05\x00\x00hello", 0.0)
     assert "Invalid header message received" in str(res.error)
 
 
 def test_noise_failure_inside_stream() -> None:
     res = SecretStream(False)
     res.start(0.0)
-    res.receive_data(b"\x05\x00\x00short", 0.0)
+    res.receive(b"\x05\x00\x00short", 0.0)
     assert res.closed and "Noise handshake failed" in str(res.error)
 
 
@@ -348,16 +348,16 @@ def test_keep_alive_and_timeout_timers() -> None:
     assert ini.get_timer() == 108.0
     data_frame = ini.data_to_send()
     assert len(data_frame) == 3 + 4 + 17
-    res.receive_data(data_frame, 103.0)
+    res.receive(data_frame, 103.0)
     assert _messages(res) == [b"data"]
     ini.handle_timer(105.0)  # not due any more: nothing sent
     assert ini.data_to_send() == b""
     ini.handle_timer(108.0)
     ka = ini.data_to_send()
     assert len(ka) == 20  # an empty message: u24 + 17 bytes
-    res.receive_data(ka, 108.0)
+    res.receive(ka, 108.0)
     assert list(res.events()) == []  # keep-alive filters empty messages
-    ini.receive_data(res.data_to_send() or b"", 109.0)
+    ini.receive(res.data_to_send() or b"", 109.0)
     assert ini.get_timer() == 113.0
     ini.handle_timer(121.0)
     assert ini.closed and "timed out" in str(ini.error)
@@ -369,7 +369,7 @@ def test_end_both_ways_closes_cleanly() -> None:
     ini.send(b"bye")
     ini.end()
     assert ini.take_eof() and not ini.take_eof()
-    res.receive_data(ini.data_to_send(), 0.0)
+    res.receive(ini.data_to_send(), 0.0)
     res.receive_eof(0.0)
     assert list(res.events()) == [Message(b"bye"), Ended()]
     res.end()
@@ -392,13 +392,13 @@ def test_end_before_handshake_flushes_then_eof() -> None:
     assert _messages(res) == [b"queued"]
 
 
-def test_connection_lost_before_setup_is_an_error() -> None:
+def test_connection_closed_before_setup_is_an_error() -> None:
     s = SecretStream(True)
     s.start(0.0)
-    s.connection_lost(None)
+    s.connection_closed(None)
     assert isinstance(s.error, SecretStreamError)
     _ini, res = _opened_pair()
-    res.connection_lost(ConnectionResetError("reset"))
+    res.connection_closed(ConnectionResetError("reset"))
     assert "reset" in str(res.error)
 
 
@@ -407,19 +407,19 @@ def test_frame_over_max_frame_ends_the_stream_before_buffering_it(split: int | N
     ini, res = _opened_pair()
     res.max_frame = 1024
     ini.send(b"x" * (1024 - 17))  # exactly at the limit: fine
-    res.receive_data(ini.data_to_send(), 0.0)
+    res.receive(ini.data_to_send(), 0.0)
     assert _messages(res) == [b"x" * (1024 - 17)]
     announce = (16 * 1024 * 1024 - 1).to_bytes(3, "little") + b"\0" * 4096  # 16 MiB announced, never sent
     if split is None:
-        res.receive_data(announce, 0.0)
+        res.receive(announce, 0.0)
     else:
-        res.receive_data(announce[:split], 0.0)
-        res.receive_data(announce[split:], 0.0)
+        res.receive(announce[:split], 0.0)
+        res.receive(announce[split:], 0.0)
     evs = list(res.events())
     assert len(evs) == 1 and isinstance(evs[0], Closed)
     assert isinstance(evs[0].error, FrameTooLarge) and "limit of 1024" in str(evs[0].error)
     assert len(res._partial) <= 8
-    res.receive_data(b"\0" * 65536, 0.0)  # closed: nothing more is kept
+    res.receive(b"\0" * 65536, 0.0)  # closed: nothing more is kept
     assert len(res._partial) <= 8
 
 
@@ -442,7 +442,7 @@ def test_random_bytes_only_ever_close_with_secretstream_error(data: bytes, initi
     s.start(0.0)
     s.data_to_send()
     for i in range(0, len(data), chunk):
-        s.receive_data(data[i : i + chunk], 0.0)  # must never raise
+        s.receive(data[i : i + chunk], 0.0)  # must never raise
     for ev in s.events():
         if isinstance(ev, Closed):
             assert isinstance(ev.error, SecretStreamError)
@@ -463,7 +463,7 @@ def test_truncated_or_mutated_traffic_raises_nothing_and_reports_secretstream_er
     if wire and data.draw(st.booleans()):
         i = data.draw(st.integers(0, len(wire) - 1))
         wire[i] ^= 1 << data.draw(st.integers(0, 7))
-    res.receive_data(bytes(wire), 0.0)
+    res.receive(bytes(wire), 0.0)
     res.receive_eof(0.0)
     for ev in res.events():
         if isinstance(ev, Closed):

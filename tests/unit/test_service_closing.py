@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from relay.service.closing import reset_datagrams
 from relay.udx.packet import DESTROY, decode, seq_diff
-from relay.udx.stream import StreamClosed, StreamCore
+from relay.udx.stream import StreamClosed, UDXCore
 
 EDGES = [0, 1, 5, 2**31 - 1, 2**31, 2**31 + 1, 2**32 - 1]
 
@@ -24,7 +24,7 @@ def test_one_of_the_two_passes_libudx_check_for_any_ack(ack: int) -> None:
 
 @pytest.mark.parametrize("ack", EDGES)
 def test_our_own_stream_is_reset_by_them_whatever_its_ack(ack: int) -> None:
-    core = StreamCore(0x1234)
+    core = UDXCore(0x1234)
     core.connect(99, ack=ack)
     for d in reset_datagrams(0x1234):
         core.receive(d, 1.0)

@@ -96,7 +96,7 @@ def test_the_fast_path_takes_a_run_only_when_all_of_it_came_from_the_pin() -> No
     r6 = route(v6)
     assert from_pinned(r6, [v6[0]] * 2, [v6[1]] * 2, [v6[2]] * 2)
     assert not from_pinned(r6, [v6[0]] * 2, [v6[1], x[1]], [v6[2], x[2]])
-    assert r6.pinned(*v6, v6=True) and not r6.pinned(*x, v6=True)
+    assert r6.pinned(v6[0], (v6[1], v6[2])) and not r6.pinned(x[0], (x[1], x[2]))
 
 
 def test_runs_are_consecutive_datagrams_of_one_stream() -> None:

@@ -19,7 +19,7 @@ import pytest
 
 from relay.udx import DATA, DESTROY, HEARTBEAT, UDX, UDXSocket, UDXStream, encode, mmsg
 from relay.udx.packet import DEFAULT_RWND
-from relay.udx.stream import StreamCore
+from relay.udx.stream import UDXCore
 
 LOOP = "127.0.0.1"
 A_ID, D_ID = 0xA0000001, 0xD0000004
@@ -245,7 +245,7 @@ async def test_udx_drop_causes_add_up_to_dropped_packets(relay: Relay) -> None:
 def test_udx_out_of_order_bytes_per_stream_are_bounded() -> None:
     """Parking out-of-order packets cannot grow a stream's memory past `max_reorder_bytes`;
     the in-order packet is always taken, and what was refused is repaired by retransmission."""
-    core = StreamCore(1, max_reorder_bytes=20_000)
+    core = UDXCore(1, max_reorder_bytes=20_000)
     core.connect(2)
     payloads = [os.urandom(1000) for _ in range(200)]
     accepted = [core.receive(encode(DATA, 1, DEFAULT_RWND, seq, 0, payloads[seq]), 0.0) for seq in range(1, 200)]
@@ -349,24 +349,26 @@ async def test_udx_coalescing_hold_releases_what_arrived_during_it() -> None:
     the reader is armed again for a lone datagram."""
     r = await _relay("gso", coalesce_us=500_000)
     try:
-        mod = r.sock._moderation
+        fast = r.sock.fast
+        assert fast is not None
+        mod = fast._moderation
         assert mod is not None
         # let the setup's hold (if any) end: the reader is armed again
         async with asyncio.timeout(20):
-            while mod.holding or not r.sock._reading:
+            while mod.holding or not fast._reading:
                 await asyncio.sleep(0.01)
         burst = [encode(DATA, r.rb.id, DEFAULT_RWND, seq, 0, os.urandom(1000)) for seq in range(8)]
         holds = r.sock.stats.holds
         for d in burst:
             r.ea.sendto(d, r.addr)
         assert await r.recv(r.ed, len(burst)) == [_rewritten(d, D_ID) for d in burst]  # read at once
-        assert r.sock.stats.holds == holds + 1 and mod.holding and not r.sock._reading
+        assert r.sock.stats.holds == holds + 1 and mod.holding and not fast._reading
         later = [encode(DATA, r.rb.id, DEFAULT_RWND, seq, 0, os.urandom(900)) for seq in range(8, 11)]
         for d in later:  # mid-hold, then the traffic stops
             r.ea.sendto(d, r.addr)
         assert await r.recv(r.ed, len(later)) == [_rewritten(d, D_ID) for d in later]
         async with asyncio.timeout(20):  # the next hold gathers nothing: the reader is re-armed
-            while mod.holding or not r.sock._reading:
+            while mod.holding or not fast._reading:
                 await asyncio.sleep(0.01)
         lone = encode(DATA, r.rb.id, DEFAULT_RWND, 11, 0, b"x" * 40)
         r.ea.sendto(lone, r.addr)

@@ -265,9 +265,9 @@ async def test_udx_relay_holds_early_packets_within_one_budget_for_all_streams(
     """Packets for a relay partner that has not connected yet are held per stream (EARLY_PACKETS)
     and within one byte budget for all streams: a pairing flood whose second sides never speak
     cannot park 64 packets on each of thousands of streams. Released bytes are given back."""
-    from relay.udx import runtime
+    from relay.udx import udxstream
 
-    monkeypatch.setattr(runtime, "EARLY_BYTES_TOTAL", 5000)
+    monkeypatch.setattr(udxstream, "EARLY_BYTES_TOTAL", 5000)
     udx = UDX()
     sock = await udx.create_socket(LOOP, 0, use_mmsg=batched)
     ea = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)

@@ -19,7 +19,7 @@ from relay.udx.stream import (
     EndReceived,
     MessageReceived,
     StreamClosed,
-    StreamCore,
+    UDXCore,
 )
 from tests.vectors import load
 
@@ -29,8 +29,8 @@ class Net:
 
     def __init__(
         self,
-        a: StreamCore,
-        b: StreamCore,
+        a: UDXCore,
+        b: UDXCore,
         *,
         delay: float = 0.005,
         loss: float = 0.0,
@@ -51,7 +51,7 @@ class Net:
         self.got: dict[str, list[object]] = {"a": [], "b": []}
         self.data: dict[str, bytearray] = {"a": bytearray(), "b": bytearray()}
 
-    def core(self, side: str) -> StreamCore:
+    def core(self, side: str) -> UDXCore:
         return self.a if side == "a" else self.b
 
     def _collect(self) -> None:
@@ -92,8 +92,8 @@ class Net:
                     c.handle_timer(self.now)
 
 
-def pair(**kw: object) -> tuple[StreamCore, StreamCore, Net]:
-    a, b = StreamCore(1), StreamCore(2)
+def pair(**kw: object) -> tuple[UDXCore, UDXCore, Net]:
+    a, b = UDXCore(1), UDXCore(2)
     a.connect(2)
     b.connect(1)
     return a, b, Net(a, b, **kw)  # type: ignore[arg-type]
@@ -102,7 +102,7 @@ def pair(**kw: object) -> tuple[StreamCore, StreamCore, Net]:
 def test_stream_core_speaks_the_relay_core_vocabulary_one_event_at_a_time() -> None:
     """`relay.core.DatagramCore` (mypy checks the assignment): datagrams_to_send, get_timer,
     handle_timer, next_event; events come out one at a time, oldest first, then None."""
-    a, b = StreamCore(1), StreamCore(2)
+    a, b = UDXCore(1), UDXCore(2)
     core: DatagramCore = b
     a.connect(2)
     b.connect(1)
@@ -167,7 +167,7 @@ def test_udx_stream_recovers_loss_and_reordering_with_sack_and_rack(seed: int) -
 def test_udx_stream_acks_like_node_in_the_loss_capture() -> None:
     """Replay A's packets of [cap:loss_sack_and_rack_recovery] into our B: same ACK bytes as Node's B."""
     scen = next(s for s in load("udx")["scenarios"] if s["name"] == "loss_sack_and_rack_recovery")
-    b = StreamCore(2)
+    b = UDXCore(2)
     b.connect(1)
     ours: list[str] = []
     for p in scen["packets"]:
@@ -260,7 +260,7 @@ def test_udx_stream_heartbeat_gets_an_ack_and_message_does_not() -> None:
 
 
 def test_udx_stream_drops_packets_acknowledging_unsent_data() -> None:
-    b = StreamCore(2)
+    b = UDXCore(2)
     b.connect(1)
     assert not b.receive(encode(DATA, 2, DEFAULT_RWND, 0, 5, b"evil"), 0.0)
     assert b.stats.dropped == 1
@@ -280,7 +280,7 @@ def test_udx_stream_times_out_after_six_rtos_without_destroy() -> None:
 
 
 def test_udx_stream_zero_window_probes_then_resumes() -> None:
-    a = StreamCore(1)
+    a = UDXCore(1)
     a.connect(2)
     a.receive(encode(0, 1, 0, 0, 0), 0.0)  # peer advertises rwnd 0
     a.write(b"data")
@@ -293,7 +293,7 @@ def test_udx_stream_zero_window_probes_then_resumes() -> None:
 
 
 def test_udx_stream_receive_window_shrinks_while_the_app_does_not_read() -> None:
-    a, b = StreamCore(1), StreamCore(2, rwnd_max=20_000)
+    a, b = UDXCore(1), UDXCore(2, rwnd_max=20_000)
     a.connect(2)
     b.connect(1)
     a.write(os.urandom(30_000))
@@ -322,7 +322,7 @@ def test_udx_stream_keepalive_sends_heartbeats_while_idle() -> None:
 
 
 def test_udx_stream_buffers_data_before_connect_and_acks_on_connect() -> None:
-    b = StreamCore(2)
+    b = UDXCore(2)
     assert b.receive(encode(DATA, 2, DEFAULT_RWND, 0, 0, b"early"), 0.0)
     assert b.datagrams_to_send(0.0) == []
     b.connect(1)
@@ -331,7 +331,7 @@ def test_udx_stream_buffers_data_before_connect_and_acks_on_connect() -> None:
 
 
 def test_udx_stream_sack_blocks_are_capped_at_fifty() -> None:
-    b = StreamCore(2)
+    b = UDXCore(2)
     b.connect(1)
     for seq in range(1, 200, 2):
         b.receive(encode(DATA, 2, DEFAULT_RWND, seq, 0, b"x"), 0.0)
@@ -343,7 +343,7 @@ def test_udx_stream_sack_blocks_are_capped_at_fifty() -> None:
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.binary(min_size=0, max_size=80), max_size=30), st.integers(0, 2**32 - 1))
 def test_udx_stream_random_datagrams_never_raise(junk: list[bytes], seq: int) -> None:
-    b = StreamCore(2)
+    b = UDXCore(2)
     b.connect(1)
     b.write(b"abc")
     b.datagrams_to_send(0.0)
