@@ -89,7 +89,6 @@ class UDXStream(Driver[Event]):
         "_route",
         "_sa",
         "_sa_addr",
-        "_sa_len",
         "_send_addr",
         "_socket",
         "_src_key",
@@ -129,12 +128,13 @@ class UDXStream(Driver[Event]):
         self._send_addr: Address | None = None  # as the socket wants it (v4-mapped on IPv6)
         self._remote_id_le = b"\0\0\0\0"
         self._relay: UDXStream | None = None
-        self._relayed_from: list[UDXStream] = []
+        #: the streams that relay to this one (made by the first `relay_to`: a session's control
+        #: stream has none; every field made on first use keeps a relay's memory per stream down)
+        self._relayed_from: list[UDXStream] | None = None
         #: (datagram, the socket it arrived on, the partner that received it) held for this stream
-        self._early: list[tuple[bytes, UDXSocket, UDXStream]] = []
+        self._early: list[tuple[bytes, UDXSocket, UDXStream]] | None = None
         self._sa = bytearray()
         self._sa_addr = 0
-        self._sa_len = 0
         self._src_key = (0, 0, 0)
         #: (partner's remote id, its sockaddr pointer, partner, socket) while both relay
         #: streams sit on one batching socket: the forwarding fast path reads only this
@@ -152,7 +152,7 @@ class UDXStream(Driver[Event]):
         self.on_close: Callable[[UDXError | None], None] | None = None
         self._readq: deque[bytes] | None = None  # made by the first chunk nobody's on_data takes
         self._eof = False
-        self._frame_buf = bytearray()
+        self._frame_buf: bytearray | None = None  # a framed stream's partial frame, made on first data
         self._read_waiter: asyncio.Future[None] | None = None
         self._drain_waiter: asyncio.Future[None] | None = None
         self._closed_fut: asyncio.Future[None] | None = None
@@ -244,7 +244,7 @@ class UDXStream(Driver[Event]):
 
     def _flush_early(self) -> None:
         """Forward what a relay partner sent before this stream learned its peer's address."""
-        early, self._early = self._early, []
+        early, self._early = self._early or [], None
         sock = self._socket
         assert sock is not None and self._send_addr is not None
         for d, _, source in early:
@@ -287,13 +287,13 @@ class UDXStream(Driver[Event]):
     def drop_route(self) -> None:
         """Back to the slow path for both directions until a datagram builds a route again."""
         self.route = None
-        for p in self._relayed_from:
+        for p in self._relayed_from or ():
             p.route = None
 
     def leave_kernel(self, *, closing: bool = False) -> None:
         """Both directions through this stream out of kernel forwarding: its peer's address or
         id changes, or it closes (then what the kernel path remembers of it goes too)."""
-        for p in (self, *self._relayed_from):
+        for p in (self, *(self._relayed_from or ())):
             k = p._socket.kernel if p._socket is not None else None
             if k is not None:
                 k.withdraw(p, forget=closing)
@@ -307,7 +307,6 @@ class UDXStream(Driver[Event]):
             return
         self._sa = mmsg.sockaddr(sock.family, addr[0], addr[1])
         self._sa_addr = mmsg.address_of(self._sa)
-        self._sa_len = len(self._sa)
         self._src_key = source_key(self._sa)
 
     def relay_to(self, destination: UDXStream) -> None:
@@ -317,6 +316,8 @@ class UDXStream(Driver[Event]):
         if destination.closed or self.closed:
             raise UDXError("cannot relay to or from a closed stream", "EINVAL")
         self._relay = destination
+        if destination._relayed_from is None:
+            destination._relayed_from = []
         destination._relayed_from.append(self)
 
     def write(self, data: bytes | bytearray | memoryview) -> bool:
@@ -462,8 +463,11 @@ class UDXStream(Driver[Event]):
             source._relayed_packets += 1
             source._relayed_bytes += n
             return True
-        if len(self._early) < EARLY_PACKETS and self.udx.early_bytes + len(buf) <= EARLY_BYTES_TOTAL:
-            self._early.append((bytes(buf), arrival, source))
+        early = self._early
+        if (early is None or len(early) < EARLY_PACKETS) and self.udx.early_bytes + len(buf) <= EARLY_BYTES_TOTAL:
+            if early is None:
+                early = self._early = []
+            early.append((bytes(buf), arrival, source))
             self.udx.early_bytes += len(buf)
         else:
             st.drop("relay_unconnected")
@@ -481,7 +485,7 @@ class UDXStream(Driver[Event]):
 
     def forget_partner(self, partner: UDXStream) -> None:
         """`partner` no longer relays to this stream (it closed)."""
-        if partner in self._relayed_from:
+        if self._relayed_from is not None and partner in self._relayed_from:
             self._relayed_from.remove(partner)
 
     def passes_firewall(self, arrival: UDXSocket, addr: Address) -> bool:
@@ -560,6 +564,8 @@ class UDXStream(Driver[Event]):
     def _deliver_framed(self, data: bytes) -> None:
         """Hand out whole 3-byte-length-prefixed frames, as udx-native's framed mode."""
         fb = self._frame_buf
+        if fb is None:
+            fb = self._frame_buf = bytearray()
         fb += data
         self._core.consumed(len(data))
         while len(fb) >= 3:
@@ -604,12 +610,12 @@ class UDXStream(Driver[Event]):
             w.set_result(None)
         if self._closed_fut is not None and not self._closed_fut.done():
             self._closed_fut.set_result(None)
-        for d, held_by, _source in self._early:
+        for d, held_by, _source in self._early or ():
             self.udx.early_bytes -= len(d)
             held_by.stats.drop("relay_unconnected")
-        self._early = []
-        partners = self._relayed_from
-        self._relayed_from = []
+        self._early = None
+        partners = self._relayed_from or []
+        self._relayed_from = None
         for p in partners:
             p.destroy()
         if self._relay is not None:
