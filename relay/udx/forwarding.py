@@ -180,7 +180,14 @@ def route_one(
     """The plan for a lone datagram (`n` bytes, first header word `head`, stream id `sid`, from
     `src0`/`src12`; `ctl` nonzero: a GRO buffer): its route, or None for the slow path."""
     r = routes.get(sid)
-    if r is None or ctl or n < MIN_FORWARD or head & HEAD_MASK != HEAD_FORWARD or not r.pinned(src0, src12):
+    if (
+        r is None
+        or ctl
+        or n < MIN_FORWARD
+        or head & HEAD_MASK != HEAD_FORWARD
+        or src0 != r.src0
+        or (src12 is not None and (src12[0] != r.src1 or src12[1] != r.src2))
+    ):
         return None
     return r
 

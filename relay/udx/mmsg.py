@@ -145,6 +145,7 @@ class BatchIO:
         self._sendmsg.restype = ctypes.c_ssize_t
         self.fd = fd
         self.family = family
+        self.v6 = family == socket.AF_INET6
         self.batch = batch
         self.gro = gro  # the caller has set UDP_GRO on the socket
 
@@ -315,7 +316,7 @@ class BatchIO:
             u32[w],
             u32[w + 1],
             q[b],
-            (q[b + 1], q[b + 2]) if self.family == socket.AF_INET6 else None,
+            (q[b + 1], q[b + 2]) if self.v6 else None,
             self.rhdr_q[i * 8 + 5],
         )
 
