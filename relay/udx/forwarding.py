@@ -148,8 +148,11 @@ def cut_runs(lengths: Sequence[int], limit: int, max_bytes: int) -> list[tuple[i
     """Cut a run of datagram lengths into segmented sends: (start, stop) slices whose
     datagrams are all as long as the first, except that the last may be shorter, at most
     `limit` datagrams and `max_bytes` bytes each (`limit` 1: one datagram per send)."""
-    out = []
     k = len(lengths)
+    seg = lengths[0] if k else 0
+    if 0 < k <= limit and seg * k <= max_bytes and lengths.count(seg) == k:
+        return [(0, k)]  # the common case: one send of equal datagrams
+    out = []
     x = 0
     while x < k:
         seg = lengths[x]
@@ -226,7 +229,8 @@ def plan_streams(rs: list[Route], ids: list[int], lens: list[int], limit: int, m
     """Every datagram takes the fast path (`rs`: their routes): stream by stream
     (`plan_by_stream`), each stream's datagrams cut into segmented sends."""
     out: list[Entry] = []
-    for sid, slots in plan_by_stream(ids):
+    groups = plan_by_stream(ids) if interleaved(ids) else [(ids[0], list(range(len(ids))))]
+    for sid, slots in groups:
         r = rs[slots[0]]
         glens = [lens[x] for x in slots]
         for x, y in cut_runs(glens, limit, max_bytes):
