@@ -73,7 +73,7 @@ class Client:
     def replies(self) -> list[Any]:
         """The blind-relay messages the relay sent since the last call, decrypted and decoded."""
         data, self.heard[:] = b"".join(self.heard), []
-        self.stream.receive_data(data, 0.0)
+        self.stream.receive(data, 0.0)
         out = []
         for ev in self.stream.events():
             if isinstance(ev, Message):
