@@ -45,21 +45,17 @@ import copy
 import ipaddress
 import logging
 import os
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-from relay.core import drain_events
 from relay.keys import KeyPair, encode_id, key_pair
 from relay.noise import NoiseError, NoiseHandshake
-from relay.secretstream import HandshakeResult, SecretStream, SecretStreamError
+from relay.secretstream import HandshakeResult, SecretStream
 from relay.secretstream_aio import SecretStreamProtocol
-from relay.udx import UDXSocket
 
-from .blindclient import BlindRelayClient, Paired, RelayChannelClosed
+from .calls import ConnectTrace
 from .connection import KEEP_ALIVE, Connection, start_secret_stream
 from .handshake import address_token, open_payload, seal_payload
-from .holepunch import HOLEPUNCH, MIN_SAMPLES, PROBE_INTERVAL, NatAnalyzer, PunchState
+from .holepunch import PROBE_INTERVAL
 from .messages import (
     NS_PEER_HANDSHAKE,
     NS_PEER_HOLEPUNCH,
@@ -70,7 +66,6 @@ from .messages import (
     Handshake,
     Holepunch,
     HolepunchPayload,
-    Internal,
     Mode,
     NoisePayload,
     PayloadError,
@@ -81,12 +76,12 @@ from .messages import (
     hash32,
 )
 from .node import DHTNode
+from .puncher import ClientPuncher
+from .relaying import RelayPairing, pair_through_relay
 
 log = logging.getLogger("relay.dht.client")
 
 CONNECT_TIMEOUT = 20.0
-RELAY_TIMEOUT = 15.0  # hyperdht: relayTimeout 15000 ms
-RELAY_KEEP_ALIVE = 5.0  # hyperdht: relayKeepAlive 5000 ms
 PASSIVE_CONNECT_TIMEOUT = 10.0  # hyperdht: passiveConnectTimeout when we claimed OPEN
 PARALLEL_HANDSHAKES = 2  # hyperdht: a semaphore of 2 connect attempts through announce holders
 
@@ -99,24 +94,6 @@ __all__ = [
     "pair_through_relay",
     "public_address",
 ]
-
-
-@dataclass
-class ConnectTrace:
-    """When each step of one connect finished, in seconds since it started (for the probe)."""
-
-    #: the loop time the connect started (set by `connect` unless the caller set it)
-    started: float | None = None
-    stages: dict[str, float] = field(default_factory=dict)
-    stage: str = "find"  # what we are waiting for now (named in timeout errors)
-
-    def mark(self, name: str, now: float, next_stage: str | None = None) -> None:
-        """Step `name` finished at loop time `now`."""
-        if self.started is None:
-            self.started = now
-        self.stages.setdefault(name, round(now - self.started, 4))
-        if next_stage is not None:
-            self.stage = next_stage
 
 
 def public_address(addresses: list[Address]) -> Address | None:
@@ -246,7 +223,7 @@ class _Connector:
         self._connected: asyncio.Future[None] = self._loop.create_future()
         self._tasks: set[asyncio.Task[Any]] = set()
         self.claimed_open = False
-        self.puncher: _ClientPuncher | None = None
+        self.puncher: ClientPuncher | None = None
         self.round = 0
         self.done = False
 
@@ -432,7 +409,7 @@ class _Connector:
     async def _punch(self, relay_address: Address, server_address: Address) -> None:
         assert self.payload is not None and self.payload.holepunch is not None and self.result is not None
         hp = self.payload.holepunch
-        p = self.puncher = _ClientPuncher(self.node, self._on_probe)
+        p = self.puncher = ClientPuncher(self.node, self._on_probe)
         p.state.remote_firewall = self.payload.firewall
         self._spawn(p.sample_nat())
         server_relay = next((r for r in hp.relays if r.relay_address == relay_address), hp.relays[0])
@@ -472,7 +449,7 @@ class _Connector:
             raise DHTError(f"no probe came through after {st.tries} rounds", "HOLEPUNCH_PROBE_TIMEOUT")
 
     async def _probe_round(
-        self, p: _ClientPuncher, server_address: Address, server_relay: RelayInfo, *, retry: bool
+        self, p: ClientPuncher, server_address: Address, server_relay: RelayInfo, *, retry: bool
     ) -> tuple[bytes | None, Address]:
         p.probe(server_address)  # open a session towards the server's address
         reply, peer_address, remote = await self._update(
@@ -502,7 +479,7 @@ class _Connector:
         return remote.token, peer_address
 
     async def _update(
-        self, p: _ClientPuncher, peer_address: Address, relay_address: Address, msg: HolepunchPayload
+        self, p: ClientPuncher, peer_address: Address, relay_address: Address, msg: HolepunchPayload
     ) -> tuple[Any, Address, HolepunchPayload]:
         """One PEER_HOLEPUNCH round from the puncher socket; the answer updates our view."""
         assert self.payload is not None and self.payload.holepunch is not None and self.result is not None
@@ -526,7 +503,7 @@ class _Connector:
         p.state.update_remote(remote.punching, remote.firewall, remote.addresses, peer[0] if echoed else None)
         return reply, peer, remote
 
-    async def _abort_punch(self, p: _ClientPuncher, server_relay: RelayInfo) -> None:
+    async def _abort_punch(self, p: ClientPuncher, server_relay: RelayInfo) -> None:
         msg = HolepunchPayload(error=PayloadError.ABORTED, firewall=Firewall.UNKNOWN, round=self._next_round())
         with contextlib.suppress(DHTError):
             await self._update(p, server_relay.peer_address, server_relay.relay_address, msg)
@@ -567,7 +544,14 @@ class _Connector:
             initiator, key, token = True, self.relay_through, self.relay_token
         try:
             self.pairing = await pair_through_relay(
-                self.node, key, token, initiator, self.stream.id, key_pair=self.key_pair, trace=self.trace
+                self.node,
+                key,
+                token,
+                initiator,
+                self.stream.id,
+                connect=connect,
+                key_pair=self.key_pair,
+                trace=self.trace,
             )
         except DHTError as e:
             if not self._connected.done():
@@ -668,185 +652,3 @@ class _Connector:
         if self.pairing is not None:
             self.pairing.close()
             self.pairing = None
-
-
-# ---------------------------------------------------------------------- holepunch socket
-
-
-async def sample_nat(
-    node: DHTNode, socket_name: str, state: PunchState, pinged: set[Address], closed: Callable[[], bool]
-) -> None:
-    """PING a few DHT nodes from a puncher socket; their replies say how our NAT maps it.
-
-    Shared by the server's and the client's punchers (hyperdht samples the same way on both sides).
-    """
-    nodes = node.nodes()[::-1]
-    if len(nodes) >= 8:
-        nodes = nodes[5:]  # as hyperdht: skip the most recent ones
-    for _ in range(2):
-        batch = [n for n in nodes if n not in pinged][: max(0, MIN_SAMPLES - state.nat.sampled)]
-        pinged.update(batch)
-        replies = await asyncio.gather(
-            *(node.request(n, Internal.PING, internal=True, socket=socket_name, retries=0) for n in batch),
-            return_exceptions=True,
-        )
-        for r in replies:
-            if not isinstance(r, BaseException):
-                state.nat.add(r.to, r.peer.address)
-        if state.nat.done or closed():
-            break
-    state.nat.give_up()
-
-
-class _ClientPuncher:
-    """The client's per-attempt punching socket (hyperdht `Holepuncher` as initiator)."""
-
-    def __init__(self, node: DHTNode, on_probe: Any) -> None:
-        self.node = node
-        host = node.local_address()[0]
-        self.socket = UDXSocket(node.udx, host, 0)  # binds now: create_socket is async by signature only
-        node.udx.sockets.append(self.socket)
-        self.name = f"cpunch:{id(self)}"
-        self.state = PunchState(NatAnalyzer(firewalled=True))
-        self.local_secret = os.urandom(32)
-        self.closed = False
-        self.in_use = False  # the connected stream lives on this socket
-        self._analyzed = asyncio.Event()
-        node.add_socket(self.name, self.socket, on_probe=on_probe)
-
-    def probe(self, addr: Address) -> None:
-        if not self.closed:
-            self.socket.send(HOLEPUNCH, addr)
-
-    async def sample_nat(self) -> None:
-        """PING a few DHT nodes from this socket: their `to` fields say how our NAT maps it."""
-        await sample_nat(self.node, self.name, self.state, set(), lambda: self.closed)
-        self._analyzed.set()
-
-    async def analyzed(self, timeout: float) -> None:
-        if self.state.nat.done:
-            return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._analyzed.wait(), timeout)
-
-    def close(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        self.state.punching = False
-        self._analyzed.set()
-        self.node.remove_socket(self.name)
-        with contextlib.suppress(Exception):
-            self.socket.close()
-
-
-# ---------------------------------------------------------------------- blind-relay pairing
-
-
-class RelayPairing:
-    """A matched pairing: the connection to the relay (kept open while the pair lives) and
-    where our raw stream must send (`socket`, `relay_address`, `remote_id`)."""
-
-    def __init__(self, relay_key: bytes, conn: Connection, remote_id: int, node: DHTNode) -> None:
-        self.node = node
-        self.relay_key = relay_key
-        self.conn = conn
-        self.remote_id = remote_id
-        self.on_lost: Any = None
-        self._reader: asyncio.Task[None] | None = None
-        self.closed = False
-
-    @property
-    def socket(self) -> Any:
-        return self.conn.stream.socket
-
-    @property
-    def relay_address(self) -> Address:
-        addr = self.conn.stream.remote_addr
-        assert addr is not None
-        return addr
-
-    def _keep_reading(self, client: BlindRelayClient) -> None:
-        async def read() -> None:
-            with contextlib.suppress(Exception):
-                while (msg := await self.conn.secret_stream.recv()) is not None:
-                    client.receive(msg, self.node._now())
-                    drain_events(client)  # later replies change nothing here
-            if not self.closed:
-                self.closed = True
-                if self.on_lost is not None:
-                    self.on_lost()
-
-        self._reader = asyncio.ensure_future(read())
-
-    def close(self) -> None:
-        """The relayed stream is done (or another path won): end the relay connection."""
-        self.closed = True
-        if self._reader is not None:
-            self._reader.cancel()
-        with contextlib.suppress(SecretStreamError):
-            self.conn.close()
-        stream = self.conn.stream
-        if not stream.closed:
-            # end() flushes our close; destroy soon after in case the relay never answers
-            self.node.after(2.0, lambda: None if stream.closed else stream.destroy())
-
-
-async def pair_through_relay(
-    node: DHTNode,
-    relay_key: bytes,
-    token: bytes,
-    is_initiator: bool,
-    stream_id: int,
-    *,
-    key_pair: KeyPair | None = None,
-    timeout: float = RELAY_TIMEOUT,
-    trace: ConnectTrace | None = None,
-) -> RelayPairing:
-    """Connect to the relay, `pair` our raw stream `stream_id` under `token`, wait for the
-    relay's stream id. Raises DHTError("RELAY_ABORTED") with the reason."""
-    name = _key_text(relay_key)
-    try:
-        conn = await connect(node, relay_key, key_pair=key_pair, timeout=timeout, keep_alive=RELAY_KEEP_ALIVE)
-    except DHTError as e:
-        raise DHTError(f"cannot reach relay {name}: {e}", "RELAY_ABORTED") from None
-    if trace is not None:
-        trace.mark("relay_connected", node._now(), "pairing")
-    client = BlindRelayClient(id=(key_pair.public_key if key_pair else conn.handshake.public_key))
-    proto = conn.secret_stream
-
-    def flush() -> None:
-        for m in client.data_to_send():
-            proto.send(m)
-
-    async def wait_paired() -> int:
-        client.pair(is_initiator, token, stream_id)
-        flush()
-        while True:
-            msg = await proto.recv()
-            if msg is None:
-                raise DHTError(f"relay {name} closed the connection before pairing", "RELAY_ABORTED")
-            client.receive(msg, node._now())
-            while (ev := client.next_event()) is not None:
-                if isinstance(ev, Paired):
-                    flush()
-                    return ev.remote_id
-                if isinstance(ev, RelayChannelClosed):
-                    raise DHTError(f"relay {name} closed the blind-relay channel (refused?)", "RELAY_ABORTED")
-            flush()
-
-    try:
-        remote_id = await asyncio.wait_for(wait_paired(), timeout)
-    except TimeoutError:
-        conn.destroy()
-        raise DHTError(f"relay {name} did not match the pairing within {timeout:g}s", "RELAY_ABORTED") from None
-    except (SecretStreamError, Exception) as e:
-        conn.destroy()
-        if isinstance(e, DHTError):
-            raise
-        raise DHTError(f"relay {name} broke the pairing: {e}", "RELAY_ABORTED") from None
-    if trace is not None:
-        trace.mark("paired", node._now(), "secret stream")
-    pairing = RelayPairing(relay_key, conn, remote_id, node)
-    pairing._keep_reading(client)
-    return pairing

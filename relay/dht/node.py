@@ -14,18 +14,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 import socket as socketlib
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol, Unpack, cast
+from typing import Any, Unpack, cast
 
 import psutil
 
 from relay.core import Deadlines, Driver, run_action
 
 from .address import OwnAddress
+from .calls import Call, Callback, DatagramSocket, is_ipv4, parse_node, spawn
 from .core import (
     MORE_STABLE_TICKS,
     CoreEvent,
@@ -55,98 +55,6 @@ from .table import NatSampler, Node, RoutingTable
 from .transport import UDPEndpoint
 
 log = logging.getLogger("relay.dht")
-
-
-class DatagramSocket(Protocol):
-    """What the node needs from a socket: UDXSocket and UDPEndpoint both fit."""
-
-    # a property pair, not a plain attribute: the node only ever sets the handler, and
-    # UDXSocket's own attribute is Optional (a bare UDX socket starts without one)
-    @property
-    def on_datagram(self) -> object: ...
-
-    @on_datagram.setter
-    def on_datagram(self, handler: Callable[[bytes, Address], None]) -> None: ...
-
-    def send(self, data: bytes, addr: Address) -> None: ...
-
-    @property
-    def address(self) -> Address: ...
-
-
-def parse_node(s: str | Address) -> tuple[str, int]:
-    """`host:port` or `suggestedIP@hostname:port` (kept whole in host) → (host, port)."""
-    if isinstance(s, tuple):
-        return s
-    host, sep, port = s.rpartition(":")
-    if not sep or not port.isdigit() or not host:
-        raise DHTError(f"bootstrap node must be host:port, got {s!r}", "BAD_BOOTSTRAP")
-    return host, int(port)
-
-
-def is_ipv4(host: str) -> bool:
-    try:
-        ipaddress.IPv4Address(host)
-    except ValueError:
-        return False
-    return True
-
-
-def spawn(tasks: set[asyncio.Task[Any]], coro: Any, what: str, level: int) -> None:
-    """Run `coro` in the background, held in `tasks` until it ends so that close() can
-    cancel it; its failure is logged at `level` rather than left for the loop to find."""
-    t = asyncio.ensure_future(coro)
-    tasks.add(t)
-
-    def done(t: asyncio.Task[Any]) -> None:
-        tasks.discard(t)
-        if not t.cancelled() and t.exception() is not None:
-            log.log(level, "%s failed: %r", what, t.exception())
-
-    t.add_done_callback(done)
-
-
-class _Call:
-    """Context of a plain awaited request: resolves a future."""
-
-    __slots__ = ("future",)
-
-    def __init__(self, future: asyncio.Future[Reply]) -> None:
-        self.future = future
-
-    def on_reply(self, reply: Reply) -> None:
-        if not self.future.done():
-            self.future.set_result(reply)
-
-    def on_retrying(self) -> None:
-        pass
-
-    def on_failed(self, error: DHTError) -> None:
-        if not self.future.done():
-            self.future.set_exception(error)
-
-
-class _Callback:
-    """Context of a fire-and-forget request with optional callbacks."""
-
-    __slots__ = ("failed", "replied")
-
-    def __init__(
-        self, replied: Callable[[Reply], None] | None = None, failed: Callable[[DHTError], None] | None = None
-    ) -> None:
-        self.replied = replied
-        self.failed = failed
-
-    def on_reply(self, reply: Reply) -> None:
-        if self.replied:
-            self.replied(reply)
-
-    def on_retrying(self) -> None:
-        pass
-
-    def on_failed(self, error: DHTError) -> None:
-        if self.failed:
-            self.failed(error)
 
 
 class DHTNode:
@@ -574,7 +482,7 @@ class DHTNode:
         **options: Unpack[RequestOptions],
     ) -> PendingRequest | None:
         try:
-            return self._send(to, command, context=_Callback(replied, failed), **options)
+            return self._send(to, command, context=Callback(replied, failed), **options)
         except DHTError as e:
             if failed:
                 failed(e)
@@ -585,7 +493,7 @@ class DHTNode:
         (`internal`, `target`, `value`, `token`, `socket`, `retries`, `timeout`) as `RPC.request`."""
         await self.bind()
         fut: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
-        p = self._send(to, command, context=_Call(fut), **options)
+        p = self._send(to, command, context=Call(fut), **options)
         try:
             return await fut
         finally:

@@ -30,7 +30,7 @@ from relay.udx import UDXSocket
 
 from .announcer import Announcer
 from .backlog import HandshakeBacklog
-from .client import RELAY_TIMEOUT, RelayPairing, pair_through_relay, sample_nat
+from .client import connect
 from .connection import KEEP_ALIVE, Connection, responder_secret_stream, start_secret_stream
 from .handshake import (
     PASSIVE_CONNECT_TIMEOUT,
@@ -54,6 +54,8 @@ from .messages import (
     hash32,
 )
 from .node import DHTNode, spawn
+from .puncher import sample_nat
+from .relaying import RELAY_TIMEOUT, RelayPairing, pair_through_relay
 from .router import Relay, Respond, server_handshake_reply
 from .rpc import SERVER, IncomingRequest
 
@@ -362,7 +364,9 @@ class HyperDHTServer:
             return
         self.stats["relay_attempts"] = self.stats.get("relay_attempts", 0) + 1
         try:
-            pairing = await pair_through_relay(self.node, key, token, initiator, stream.id, key_pair=self.key_pair)
+            pairing = await pair_through_relay(
+                self.node, key, token, initiator, stream.id, connect=connect, key_pair=self.key_pair
+            )
         except DHTError as e:
             self.stats["relay_aborts"] = self.stats.get("relay_aborts", 0) + 1
             log.info("relaying a connection failed: %s", e)

@@ -94,7 +94,7 @@ def test_every_core_states_its_conformance() -> None:
         "relay/dhtprom.py": "ByteStreamCore",
         "relay/dht/handshake.py": "DrivenCore",
         "relay/dht/backlog.py": "TimedCore",
-        "relay/udx/kernel.py": "DrivenCore",
+        "relay/udx/kerneltable.py": "DrivenCore",
         "relay/service/pauses.py": "TimedCore",
     }
     for path, protocol in expected.items():
