@@ -322,10 +322,11 @@ class _Probe:
             share_local_address=False,
             relay_through=self.pk,
         )
-        t0 = time.monotonic()
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()  # the trace's stages are in the loop's time (relay.dht's one clock)
         try:
             await self.server.listen()
-            self.trace.started = time.monotonic()
+            self.trace.started = loop.time()
             self.conn = await connect(
                 self.client_node,
                 server_kp.public_key,
