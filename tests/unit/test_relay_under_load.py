@@ -14,6 +14,7 @@ from benchmarks.relay_costs import Relay
 from relay.keys import key_pair
 from relay.service.app import RelayApp, RelayConfig
 from relay.service.limits import Limits
+from relay.service.memory import EmbeddedResidentSet
 from tests.unit.test_service_clock import VirtualClock
 
 PAIRS = 2000
@@ -30,7 +31,9 @@ def test_thousands_of_silent_pairs_expiring_in_one_tick_close_without_a_tracebac
 
     async def run() -> None:
         relay = Relay(tmp_path)
-        relay.app = RelayApp(RelayConfig(storage=tmp_path, key_pair=key_pair(), metrics=None, limits=limits))
+        relay.app = RelayApp(
+            RelayConfig(storage=tmp_path, key_pair=key_pair(), metrics=None, limits=limits), rss=EmbeddedResidentSet()
+        )
         relay.app.loop = clock  # type: ignore[assignment]
         await relay.bind()
         app = relay.app
