@@ -268,28 +268,12 @@ def read_counters(table: str, family: int = _NFPROTO_IPV4, timeout: float = 2.0)
             struct.pack("=IHHII", 16 + len(body), kind, _NLM_F_REQUEST | _NLM_F_ACK | _NLM_F_DUMP, 1, 0) + body, (0, 0)
         )
         out: dict[str, tuple[int, int]] = {}
-        while True:
-            try:
-                data = sock.recv(65536)
-            except OSError as e:
-                raise NftError(f"reading the relay's counters: {e}") from e
-            i = 0
-            while i + 16 <= len(data):
-                n, mtype, _flags, _seq, _pid = struct.unpack_from("=IHHII", data, i)
-                if n < 16:
-                    raise NftError("a malformed netlink reply")
-                if mtype == _NLMSG_DONE:
-                    return out
-                if mtype == _NLMSG_ERROR:
-                    err = -struct.unpack_from("=i", data, i + 16)[0]
-                    if err:
-                        raise NftError(f"the kernel refused to list the counters of {table}: {os.strerror(err)}")
-                elif mtype == answer:
-                    a = _attrs(data[i + 16 + 4 : i + n])  # after nlmsghdr and nfgenmsg
-                    name = a.get(_NFTA_OBJ_NAME, b"").rstrip(b"\0").decode(errors="replace")
-                    c = _attrs(a.get(_NFTA_OBJ_DATA, b""))
-                    if name and _NFTA_COUNTER_PACKETS in c and _NFTA_COUNTER_BYTES in c:
-                        packets = struct.unpack(">Q", c[_NFTA_COUNTER_PACKETS][:8])[0]
-                        nbytes = struct.unpack(">Q", c[_NFTA_COUNTER_BYTES][:8])[0]
-                        out[name] = (packets, nbytes)
-                i += (n + 3) & ~3
+        for payload in _replies(sock, answer, table):
+            a = _attrs(payload)
+            name = a.get(_NFTA_OBJ_NAME, b"").rstrip(b"\0").decode(errors="replace")
+            c = _attrs(a.get(_NFTA_OBJ_DATA, b""))
+            if name and _NFTA_COUNTER_PACKETS in c and _NFTA_COUNTER_BYTES in c:
+                packets = struct.unpack(">Q", c[_NFTA_COUNTER_PACKETS][:8])[0]
+                nbytes = struct.unpack(">Q", c[_NFTA_COUNTER_BYTES][:8])[0]
+                out[name] = (packets, nbytes)
+        return out
