@@ -1,7 +1,7 @@
 """Small messages through the relay: Python relay vs Node relay side by side, in one run.
 
     python3 benchmarks/chatty.py [--pairs 1,32] [--seconds 8] [--size 256] [--rounds 3] [--kernel]
-                                 [--job-rate 20] [--memory-mb 200] [--json out.json]
+                                 [--baseline REV|DIR] [--job-rate 20] [--memory-mb 200] [--json out.json]
 
 Job agents talk to their workers in small messages (status updates, RPCs, keystrokes), so what a
 relay costs per message matters more than its bulk throughput. Each relay runs as its own process
@@ -14,7 +14,9 @@ p50/p99, and the relay's RSS. Rounds alternate which relay goes first; the table
 The capacity line turns that into what an operator plans with: jobs per core = one core's second
 divided by the relay CPU one job costs per second at `--job-rate` round trips per second; jobs
 under `--memory-mb` = the room above the idle RSS divided by the RSS one open pair added (from the
-largest pair count). A relay carries the smaller of the two.
+largest pair count). A relay carries the smaller of the two. `--baseline` also runs another
+revision's relay (benchmarks/baseline.py) in the same rounds, and prints each Python relay's
+per-round ratios to the Node relay of the same round.
 """
 
 from __future__ import annotations
@@ -33,13 +35,19 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.baseline import Baseline, baseline  # noqa: E402
 from benchmarks.relay_bench import Relay, settle  # noqa: E402
 from benchmarks.udx_forward import machine_cpu  # noqa: E402
 from relay.udx.nft import NFPROTO_INET, Nft, NftError, read_counters  # noqa: E402
 from tests.interop._relay_net import INTEROP, Testnet  # noqa: E402
 
 CHATTY_JS = ROOT / "benchmarks" / "js" / "chatty_peers.js"
-LABELS = {"python": "ours", "python-kernel": "ours, --kernel-forwarding", "node": "Node (hyperdht + blind-relay)"}
+LABELS = {
+    "python": "ours",
+    "python-kernel": "ours, --kernel-forwarding",
+    "node": "Node (hyperdht + blind-relay)",
+    "baseline": "baseline",
+}
 
 
 class PacketCount:
@@ -134,8 +142,10 @@ def run_chatty(bootstrap: str, relay: Relay, pairs: int, size: int, seconds: flo
     }
 
 
-def measure(kind: str, bootstrap: str, args: argparse.Namespace, workdir: Path) -> dict[int, dict[str, Any]]:
-    relay = Relay(kind, bootstrap, workdir)
+def measure(
+    kind: str, bootstrap: str, args: argparse.Namespace, workdir: Path, other: Baseline | None = None
+) -> dict[int, dict[str, Any]]:
+    relay = Relay(kind, bootstrap, workdir, other if kind == "baseline" else None)
     try:
         settle(relay)
         idle = relay.rss() / 2**20
@@ -144,6 +154,7 @@ def measure(kind: str, bootstrap: str, args: argparse.Namespace, workdir: Path) 
             res = run_chatty(bootstrap, relay, n, args.size, args.seconds)
             res["idle_rss_mb"] = idle
             res["relay"] = kind
+            res["load"] = os.getloadavg()[0]
             print(json.dumps(res), file=sys.stderr, flush=True)
             out[n] = res
         return out
@@ -228,6 +239,9 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3, help="rounds, alternating which relay goes first; medians")
     p.add_argument("--kernel", action="store_true", help="also ours with --kernel-forwarding (nftables, root)")
     p.add_argument("--only", choices=("python", "node"), default=None)
+    p.add_argument(
+        "--baseline", default=None, help="also another revision's relay (a git revision or a checkout directory)"
+    )
     p.add_argument("--job-rate", type=float, default=20.0, help="round trips per second one job makes (default 20)")
     p.add_argument("--memory-mb", type=float, default=200.0, help="memory budget for the capacity line (default 200)")
     p.add_argument("--json", type=Path, default=None, help="also write the raw results here")
@@ -235,12 +249,16 @@ def main() -> None:
     kinds = [k for k in ("python", "node") if not args.only or k == args.only]
     if args.kernel:
         kinds.append("python-kernel")
+    if args.baseline:
+        kinds.append("baseline")
+        LABELS["baseline"] = f"baseline ({args.baseline})"
     runs: dict[str, dict[int, list[dict[str, Any]]]] = {k: {n: [] for n in args.pairs} for k in kinds}
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="chatty-bench-") as tmp, Testnet("node", size=5) as tn:
+        other = baseline(args.baseline, Path(tmp) / "baseline") if args.baseline else None
         for r in range(args.rounds):
             for kind in kinds if r % 2 == 0 else kinds[::-1]:
-                for n, res in measure(kind, tn.bootstrap, args, Path(tmp) / f"{kind}-{r}").items():
+                for n, res in measure(kind, tn.bootstrap, args, Path(tmp) / f"{kind}-{r}", other).items():
                     runs[kind][n].append(res)
     load_after = os.getloadavg()
     results = {k: {n: median_of(v) for n, v in per.items()} for k, per in runs.items()}
@@ -251,6 +269,22 @@ def main() -> None:
         f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} (1 min) -->"
     )
     print(report(results, args))
+    if "node" in runs:
+        for kind in ("python", "baseline"):
+            for n in args.pairs if kind in runs else ():
+                print(paired(runs[kind][n], runs["node"][n], f"{kind}, {n} pairs"))
+
+
+def paired(ours: list[dict[str, Any]], node: list[dict[str, Any]], what: str) -> str:
+    """Per round, relay CPU per round trip and round trips/s over the Node relay's of the same
+    round, with their medians: the figures a before/after compares."""
+    cpu = [a["cpu_ms_per_1k"] / b["cpu_ms_per_1k"] for a, b in zip(ours, node, strict=True)]
+    rate = [a["rt_per_s"] / b["rt_per_s"] for a, b in zip(ours, node, strict=True)]
+    return (
+        f"{what} / Node per round: CPU per round trip {' '.join(f'{x:.2f}' for x in cpu)} (median "
+        f"{statistics.median(cpu):.2f}), round trips/s {' '.join(f'{x:.2f}' for x in rate)} "
+        f"(median {statistics.median(rate):.2f})"
+    )
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Python relay vs Node relay (npm hyperdht + blind-relay, as blind-relay-service runs them), one run.
 
     python3 benchmarks/relay_bench.py [--bytes 67108864] [--setup 20] [--pending 1000] [--rounds 3] [--kernel]
-                                      [--json out.json]
+                                      [--baseline REV|DIR] [--json out.json]
 
 Both relays run as their own processes on one loopback hyperdht testnet (npm `hyperdht/testnet`);
 the peers are real Node hyperdht peers (benchmarks/js/relay_bench_peers.js) using client-side
@@ -13,7 +13,9 @@ the peers are real Node hyperdht peers (benchmarks/js/relay_bench_peers.js) usin
 * idle RSS after bootstrap, and RSS while `--pending` pairings wait for a partner
   (tests/interop/js/relay_flood.js, sessions of 50 pairings each, below the Python per-session cap).
 
-Prints a Markdown table with Python/Node ratios (for README) and optionally JSON.
+Prints a Markdown table with Python/Node ratios (for README) and optionally JSON. `--baseline`
+also runs another revision's relay (benchmarks/baseline.py) in the same rounds: a before/after
+from one run, each beside Node.
 The Node relay is told it is publicly reachable (`firewalled: false, ephemeral: false`), as a
 relay on a public address becomes after dht-rpc's NAT check; on a loopback testnet that check
 cannot conclude on its own.
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -37,6 +40,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.baseline import Baseline, baseline  # noqa: E402
 from benchmarks.udx_forward import machine_cpu  # noqa: E402
 from tests.interop._relay_net import INTEROP, Testnet  # noqa: E402
 
@@ -46,11 +50,12 @@ BENCH_JS = ROOT / "benchmarks" / "js"
 class Relay:
     """A relay process (Python or Node) with its key, port and psutil handle."""
 
-    def __init__(self, kind: str, bootstrap: str, workdir: Path) -> None:
+    def __init__(self, kind: str, bootstrap: str, workdir: Path, other: Baseline | None = None) -> None:
+        """`kind`: python, python-kernel, node, or baseline (`other`'s relay, as python)."""
         self.kind = kind
-        if kind.startswith("python"):
+        if kind != "node":
             argv = [
-                sys.executable,
+                sys.executable if other is None else other.python,
                 "-m",
                 "relay",
                 "--storage",
@@ -67,7 +72,7 @@ class Relay:
                 "warning",
                 *(["--kernel-forwarding"] if kind == "python-kernel" else []),
             ]
-            cwd = ROOT
+            cwd = ROOT if other is None else other.tree
         else:
             opts = {
                 "bootstrap": bootstrap.split(","),
@@ -81,7 +86,7 @@ class Relay:
         )
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
-            if kind.startswith("python") and line.startswith("Server listening on "):
+            if kind != "node" and line.startswith("Server listening on "):
                 self.key = line.split()[-1]
                 rt = json.loads((workdir / "py-store" / "relay-runtime.json").read_text())
                 self.port = int(rt["port"])
@@ -160,8 +165,10 @@ def pending_rss(bootstrap: str, relay: Relay, pending: int) -> int:
             flood.kill()
 
 
-def measure(kind: str, bootstrap: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
-    relay = Relay(kind, bootstrap, workdir)
+def measure(
+    kind: str, bootstrap: str, args: argparse.Namespace, workdir: Path, other: Baseline | None = None
+) -> dict[str, Any]:
+    relay = Relay(kind, bootstrap, workdir, other if kind == "baseline" else None)
     try:
         settle(relay)
         idle = relay.rss()
@@ -216,20 +223,38 @@ def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def table(py: dict[str, Any], nd: dict[str, Any], kern: dict[str, Any] | None = None) -> str:
+def table(
+    py: dict[str, Any], nd: dict[str, Any], kern: dict[str, Any] | None = None, base: dict[str, Any] | None = None
+) -> str:
     head = "| measure | Python relay | Node relay | Python / Node |"
     rule = "|---|---:|---:|---:|"
     if kern is not None:
         head += " Python --kernel-forwarding | --kernel-forwarding / Node |"
         rule += "---:|---:|"
+    if base is not None:
+        head += " baseline | baseline / Node |"
+        rule += "---:|---:|"
     lines = [head, rule]
     for label, key, _better in ROWS:
         a, b = py[key], nd[key]
         row = f"| {label.format(pending=py['pending'])} | {a:.1f} | {b:.1f} | {a / b:.2f} |"
-        if kern is not None:
-            row += f" {kern[key]:.1f} | {kern[key] / b:.2f} |"
+        for other in (kern, base):
+            if other is not None:
+                row += f" {other[key]:.1f} | {other[key] / b:.2f} |"
         lines.append(row)
     return "\n".join(lines)
+
+
+def paired(runs: dict[str, list[dict[str, Any]]], kind: str) -> str:
+    """Per round, `kind`'s relay CPU per GB and throughput over Node's of the same round, and
+    the medians and spreads of those ratios: the figures a before/after compares."""
+    cpu = [r["cpu_s_per_gb"] / n["cpu_s_per_gb"] for r, n in zip(runs[kind], runs["node"], strict=True)]
+    tp = [r["throughput_mb_s"] / n["throughput_mb_s"] for r, n in zip(runs[kind], runs["node"], strict=True)]
+    return (
+        f"{kind} / Node per round: CPU per GB {' '.join(f'{x:.2f}' for x in cpu)} (median "
+        f"{statistics.median(cpu):.2f}), throughput {' '.join(f'{x:.2f}' for x in tp)} "
+        f"(median {statistics.median(tp):.2f})"
+    )
 
 
 def main() -> None:
@@ -243,27 +268,38 @@ def main() -> None:
     p.add_argument(
         "--kernel", action="store_true", help="also the Python relay with --kernel-forwarding (nftables, root)"
     )
+    p.add_argument(
+        "--baseline", default=None, help="also another revision's relay (a git revision or a checkout directory)"
+    )
     args = p.parse_args()
     kinds = [k for k in ("python", "node") if not args.only or k == args.only]
     if args.kernel:
         kinds.append("python-kernel")
+    if args.baseline:
+        kinds.append("baseline")
     runs: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="relay-bench-") as tmp, Testnet("node", size=5) as tn:
+        other = baseline(args.baseline, Path(tmp) / "baseline") if args.baseline else None
         for r in range(args.rounds):
             for kind in kinds if r % 2 == 0 else kinds[::-1]:
-                res = measure(kind, tn.bootstrap, args, Path(tmp) / f"{kind}-{r}")
+                res = measure(kind, tn.bootstrap, args, Path(tmp) / f"{kind}-{r}", other)
+                res["load"] = os.getloadavg()[0]
                 runs[kind].append(res)
                 print(json.dumps(res), file=sys.stderr, flush=True)
+    load_after = os.getloadavg()
     results = {k: median_of(v) for k, v in runs.items()}
     if args.json:
         args.json.write_text(json.dumps({"medians": results, "runs": runs}, indent=2))
     if "python" in results and "node" in results:
         print(
-            f"<!-- python3 benchmarks/relay_bench.py --bytes {args.bytes} --setup {args.setup} "
-            f"--pending {args.pending} --rounds {args.rounds}{' --kernel' if args.kernel else ''}; "
-            f"{os.cpu_count()} CPUs -->"
+            f"<!-- python3 benchmarks/relay_bench.py {shlex.join(sys.argv[1:])}; {os.cpu_count()} CPUs; "
+            f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} (1 min) -->"
         )
-        print(table(results["python"], results["node"], results.get("python-kernel")))
+        print(table(results["python"], results["node"], results.get("python-kernel"), results.get("baseline")))
+        for kind in ("python", "baseline"):
+            if kind in runs:
+                print(paired(runs, kind))
 
 
 if __name__ == "__main__":

@@ -21,7 +21,8 @@ needs root); `--no-gso` also runs the Python relay with UDX_NO_GSO=1, `--coalesc
 (UDX_COALESCE_US, `--coalesce-us`, default 100). `--echo N`: N ping round trips per round
 through the relay (raw UDP sockets as the two peers of one pair; `--echo-bulk-mb`: while two
 udx-native peers move that much on another pair of the same relay). `--profile` adds one Python round
-under cProfile and prints where the relay's time goes.
+under cProfile and prints where the relay's time goes. `--baseline REV|DIR` also runs another
+revision's Python relay (benchmarks/baseline.py) in the same rounds, for a before/after from one run.
 """
 
 from __future__ import annotations
@@ -142,6 +143,8 @@ ENVS = {
     "coalesce": {"UDX_COALESCE_US": "100"},
 }
 KIND_ARGS = {"kernel": ["--kernel"]}
+#: `--baseline`: the other revision's relay, run as "baseline"
+BASELINE: Any = None
 
 
 def machine_cpu() -> float:
@@ -156,6 +159,9 @@ async def start_relay(kind: str, *ids: str, profile: str | None = None) -> Proc:
     if kind == "node":
         return await Proc.start("node", str(NODE_RELAY_JS), *ids)
     extra = (["--profile", profile] if profile else []) + KIND_ARGS.get(kind, [])
+    if kind == "baseline":
+        script = BASELINE.tree / "benchmarks" / "udx_relay_py.py"
+        return await Proc.start(BASELINE.python, str(script), *ids, *extra)
     return await Proc.start(sys.executable, str(PY_RELAY), *ids, *extra, **ENVS.get(kind, {}))
 
 
@@ -404,6 +410,7 @@ LABELS = {
     "portable": "Python, per-datagram reader (no mmsg)",
     "coalesce": "Python, UDX_COALESCE_US=100 (receive coalescing)",
     "kernel": "Python, --kernel (established pairs forwarded by nftables)",
+    "baseline": "Python, baseline",
 }
 
 
@@ -433,7 +440,18 @@ async def main() -> None:
         "--echo-bulk-mb", type=int, default=0, help="with --echo: a bulk transfer on another pair meanwhile"
     )
     ap.add_argument("--coalesce-us", type=int, default=100, help="with --coalesce: the hold (UDX_COALESCE_US)")
+    ap.add_argument(
+        "--baseline", default=None, help="also another revision's Python relay (a git revision or a checkout directory)"
+    )
     args = ap.parse_args()
+    global BASELINE
+    tmp_tree = tempfile.TemporaryDirectory(prefix="udx-forward-baseline-")
+    if args.baseline:
+        sys.path.insert(0, str(ROOT))
+        from benchmarks.baseline import baseline
+
+        BASELINE = baseline(args.baseline, Path(tmp_tree.name))
+        LABELS["baseline"] = f"Python, baseline {args.baseline}"
     ENVS["coalesce"] = {"UDX_COALESCE_US": str(args.coalesce_us)}
     LABELS["coalesce"] = f"Python, UDX_COALESCE_US={args.coalesce_us} (receive coalescing)"
     size = args.mb * MB
@@ -443,6 +461,7 @@ async def main() -> None:
         + (["coalesce"] if args.coalesce else [])
         + (["no-gso"] if args.no_gso else [])
         + (["portable"] if args.portable else [])
+        + (["baseline"] if args.baseline else [])
     )
     results: dict[str, list[Result]] = {k: [] for k in kinds}
     load0 = os.getloadavg()
@@ -484,10 +503,11 @@ async def main() -> None:
         print("| forwarder | median µs | p90 µs | p99 µs | samples |")
         print("|---|---:|---:|---:|---:|")
         for k in kinds:
-            v = echoes[k]
-            q = statistics.quantiles(v, n=100)
+            rtts = echoes[k]
+            q = statistics.quantiles(rtts, n=100)
             print(
-                f"| {LABELS[k]} | {1e6 * statistics.median(v):.0f} | {1e6 * q[89]:.0f} | {1e6 * q[98]:.0f} | {len(v)} |"
+                f"| {LABELS[k]} | {1e6 * statistics.median(rtts):.0f} | {1e6 * q[89]:.0f} | {1e6 * q[98]:.0f} "
+                f"| {len(rtts)} |"
             )
         return
     if args.rss_pairs:
@@ -524,13 +544,22 @@ async def main() -> None:
             f"{med[k][1]:.2f} ({spread([x.cpu_per_gb for x in v])}) | {med[k][2]:.2f} | "
             f"{med[k][3]:.2f} ({spread([x.machine_per_gb for x in v])}) | {100 * busy:.0f}% |"
         )
-    for k in [k for k in kinds if k in ("python", "kernel")]:
-        name = "Python" if k == "python" else "Python --kernel"
+    for k in [k for k in kinds if k in ("python", "kernel", "baseline")]:
+        name = {"python": "Python", "kernel": "Python --kernel", "baseline": "baseline"}[k]
         print(
             f"| ratio {name}/Node | {med[k][0] / med['node'][0]:.2f} | "
             f"{med[k][1] / med['node'][1]:.2f} | {med[k][2] / med['node'][2]:.2f} | "
             f"{med[k][3] / med['node'][3]:.2f} | |"
         )
+    for k in [k for k in kinds if k in ("python", "baseline")]:
+        cpu = [x.cpu_per_gb / n.cpu_per_gb for x, n in zip(results[k], results["node"], strict=True)]
+        tp = [x.mb_s / n.mb_s for x, n in zip(results[k], results["node"], strict=True)]
+        print(
+            f"{k} / Node per round: CPU per GB {' '.join(f'{x:.2f}' for x in cpu)} (median "
+            f"{statistics.median(cpu):.2f}), throughput {' '.join(f'{x:.2f}' for x in tp)} "
+            f"(median {statistics.median(tp):.2f})"
+        )
+    tmp_tree.cleanup()
     if args.profile:
         with tempfile.TemporaryDirectory() as tmp:
             path = str(Path(tmp) / "relay.prof")
