@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime
 
+from rich.cells import cell_len
 from rich.markup import escape
 from textual import work
 from textual.app import ComposeResult
@@ -35,20 +36,26 @@ from cosmictui.screens.step import Step
 class JobsTable(DataTable[str]):
     """Jobs with status, age and a note (before the restart, new, stuck) in words."""
 
+    COLUMNS = (("id", "Job"), ("status", "Status"), ("age", "Age"), ("note", "Note"))
+
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id, cursor_type="row", zebra_stripes=True)
         self.views: list[JobView] = []
 
     def on_mount(self) -> None:
-        self.add_column("Job", key="id")
-        self.add_column("Status", key="status")
-        self.add_column("Age", key="age")
-        self.add_column("Note", key="note")
+        self._columns([])
+
+    def _columns(self, rows: list[tuple[str, str, str, str]]) -> None:
+        """Columns as wide as their widest cell, fixed when the rows are known: widths the table
+        measured later, when idle, could leave the header drawn at its old widths."""
+        self.clear(columns=True)
+        for i, (key, label) in enumerate(self.COLUMNS):
+            self.add_column(label, key=key, width=max([cell_len(label), *(cell_len(r[i]) for r in rows)]))
 
     def show(self, views: list[JobView], new_ids: set[str]) -> None:
         keep = self.cursor_row
         self.views = views
-        self.clear()
+        rows: list[tuple[str, str, str, str]] = []
         for v in views:
             # Short words, so the Note column fits beside Job, Status and Age at 60 columns (the
             # table scrolls sideways only while it has the focus); the intro says what they mean.
@@ -60,7 +67,10 @@ class JobsTable(DataTable[str]):
                 note = ""
             if v.stuck:
                 note = (note + " · " if note else "") + ("stale" if "no status update" in v.stuck else "stuck")
-            self.add_row(escape(v.job.id), escape(shown_status(v.job.status)), format_age(v.age), note, key=v.job.id)
+            rows.append((v.job.id, shown_status(v.job.status), format_age(v.age), note))
+        self._columns(rows)
+        for v, (job, shown, age, note) in zip(views, rows, strict=True):
+            self.add_row(escape(job), escape(shown), age, note, key=v.job.id)
         if views:
             self.move_cursor(row=min(keep, len(views) - 1))
 

@@ -22,6 +22,8 @@ from relay.keys import encode_id, key_pair
 KEY = encode_id(key_pair(b"\x01" * 32).public_key)
 OTHER_KEY = encode_id(key_pair(b"\x02" * 32).public_key)
 ENV_VAR = "K8S_COMMON_CONFIG__interconnect__relays"
+# Screens are looked at in a default tmux pane and a small one: a case run at one is resized to the other
+OTHER_SIZE = {(80, 24): (60, 20), (60, 20): (80, 24)}
 
 
 def make_bin(root: Path, scripts: dict[str, str]) -> Path:
@@ -125,6 +127,17 @@ async def still(pilot: Pilot[object], tries: int = 20) -> str:
             return now
         last = now
     raise AssertionError("the screen never stood still")
+
+
+async def at_the_other_size(pilot: Pilot[object], app: WizardApp, size: tuple[int, int], step_id: str) -> None:
+    """The verdict as the other size shows it: the same kind, its status line whole on screen."""
+    kind = status_kind(app, step_id)
+    await pilot.resize_terminal(*OTHER_SIZE[size])
+    await still(pilot)
+    line = step(app, step_id).query_one(StepStatus)
+    assert app.screen.region.contains_region(line.region), (line.region, OTHER_SIZE[size])
+    assert status_kind(app, step_id) == kind, status(app, step_id)
+    await pilot.resize_terminal(*size)
 
 
 async def wait_status(

@@ -8,6 +8,9 @@ demo sandbox's real relay, DHT and job peers, at 80×24 and 60×20.
 (d) the .env changed outside the wizard: step 3 unticked, step 4 warns naming both keys;
 (e) a restart after the ✔ withdraws it at once.
 
+Each case runs at one of the two sizes and, where its verdict stands, is looked at in the other too
+(the terminal resized: the same verdict, its status line whole on screen).
+
 Steps 1-4 are done before the wizard opens (the relay started, its key written, apply and
 restart run by the sandbox's own `task`), with the progress an earlier run would have left: the
 wizard resumes at step 5.
@@ -33,7 +36,7 @@ from cosmictui.ops.session import WizardContext
 from cosmictui.ops.setup.envfile import plan_relays
 from cosmictui.screens.confirm import ConfirmScreen
 from cosmictui.widgets.step_list import StepList
-from tests.e2e._wizard_support import ENV_VAR, status, status_kind, step, wait_until
+from tests.e2e._wizard_support import ENV_VAR, at_the_other_size, status, status_kind, step, wait_until
 from tests.interop._relay_proc import free_udp_port
 
 SIZES = [(80, 24), (60, 20)]
@@ -125,7 +128,7 @@ async def other_relay(sandbox: Sandbox, tmp_path: Path) -> AsyncIterator[str]:
         await relayproc.stop_relay(str(storage))
 
 
-@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("size", [SIZES[0]])
 async def test_c_the_good_path_shows_the_jobs_own_pairing(sandbox: Sandbox, size: tuple[int, int]) -> None:
     await prepared(sandbox)
     app = wizard(sandbox)
@@ -136,10 +139,11 @@ async def test_c_the_good_path_shows_the_jobs_own_pairing(sandbox: Sandbox, size
         shown = evidence(app)
         assert "Pairing #" in shown and "opened" in shown and "relayed" in shown, shown
         assert "session(s) opened" not in shown  # the job's pairing, not the relay's totals
+        await at_the_other_size(pilot, app, size, "verify")
         await wait_until(pilot, lambda: ticked(app, 4), "step 5 ticked")
 
 
-@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("size", [SIZES[1]])
 async def test_a_env_switched_to_another_relay_then_a_probe_is_no_tick(
     sandbox: Sandbox, other_relay: str, size: tuple[int, int]
 ) -> None:
@@ -166,9 +170,10 @@ async def test_a_env_switched_to_another_relay_then_a_probe_is_no_tick(
         assert "not through this relay" in text, text
         assert "the wizard's probe" in evidence(app), evidence(app)
         assert not ticked(app, 4) and not ticked(app, 2)  # and step 3: the .env does not list the relay
+        await at_the_other_size(pilot, app, size, "verify")
 
 
-@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("size", [SIZES[0]])
 async def test_b_an_older_job_re_pairing_while_the_new_job_goes_direct_is_no_tick(
     sandbox: Sandbox, size: tuple[int, int]
 ) -> None:
@@ -197,9 +202,10 @@ async def test_b_an_older_job_re_pairing_while_the_new_job_goes_direct_is_no_tic
         table = step(app, "verify").query_one("#verify-jobs")
         notes = {table.get_row_at(i)[0]: table.get_row_at(i)[3] for i in range(table.row_count)}
         assert "no key" not in notes[older], notes  # made after a restart that applied the key
+        await at_the_other_size(pilot, app, size, "verify")
 
 
-@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("size", [SIZES[1]])
 async def test_d_env_changed_outside_the_wizard_unticks_3_and_step_4_names_both_keys(
     sandbox: Sandbox, size: tuple[int, int]
 ) -> None:
@@ -215,6 +221,7 @@ async def test_d_env_changed_outside_the_wizard_unticks_3_and_step_4_names_both_
         await wait_until(pilot, lambda: status_kind(app, "apply") == "warn", "step 4's warning", timeout=30)
         text = status(app, "apply")  # short at 60 columns: each key by its start (the question has them whole)
         assert other[:12] in text and key[:12] in text, text
+        await at_the_other_size(pilot, app, size, "apply")
         await pilot.press("r")  # applying now asks first, with both keys
         await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the question")
         body = app.screen.body  # type: ignore[attr-defined]
@@ -222,7 +229,7 @@ async def test_d_env_changed_outside_the_wizard_unticks_3_and_step_4_names_both_
         await pilot.press("n")
 
 
-@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("size", [SIZES[0]])
 async def test_e_a_restart_after_the_tick_withdraws_it_at_once(sandbox: Sandbox, size: tuple[int, int]) -> None:
     await prepared(sandbox)
     app = wizard(sandbox)
@@ -239,9 +246,10 @@ async def test_e_a_restart_after_the_tick_withdraws_it_at_once(sandbox: Sandbox,
         for _ in range(3):  # the step list is drawn again from the ticks (Changed): let it settle
             await pilot.pause()
         assert not ticked(app, 4) and "verify" not in app.screen.ctx.ticks()  # type: ignore[attr-defined]
+        await at_the_other_size(pilot, app, size, "apply")
 
 
-@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("size", [SIZES[1]])
 async def test_a_resume_after_the_env_changed_shows_what_next_accepts(sandbox: Sandbox, size: tuple[int, int]) -> None:
     """It opened on '✔ … the relay works', then n said step 5 was not done: now both say the same."""
     await prepared(sandbox)
@@ -257,5 +265,6 @@ async def test_a_resume_after_the_env_changed_shows_what_next_accepts(sandbox: S
         )
         assert status_kind(app, "verify") != "ok" and "the relay works" not in status(app, "verify")
         assert not ticked(app, 4) and not ticked(app, 2)
+        await at_the_other_size(pilot, app, size, "verify")
         await pilot.press("n")
         assert app.screen.index == 4  # and Next says so too
