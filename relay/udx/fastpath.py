@@ -111,10 +111,7 @@ class FastPath:
     def _read_slots(self, count: int) -> None:
         """A read of plain datagrams: spread, by stream, or in arrival order (see the module)."""
         io = self.io
-        ids = io.ids(0, count)
-        lens = io.received(count)
-        heads = io.heads(0, count)
-        src0, src1, src2 = io.sources(0, count)
+        ids, lens, heads, src0, src1, src2 = io.fields(count)
         rs = routes_for(self.routes, ids, heads, lens, src0, src1, src2)
         if rs is not None and spread(ids):
             self.batch.spread(rs, ids, lens)

@@ -69,6 +69,8 @@ SCTL_LEN = 24
 GSO_REFUSED = (errno.EIO, errno.EINVAL, errno.ENOPROTOOPT)
 
 _support: tuple[bool, bool] | None = None
+#: the v6 `msg_name` words of a read's slots (None on an IPv4 socket)
+Words = list[int] | None
 
 
 def available() -> bool:
@@ -275,6 +277,23 @@ class BatchIO:
         self.fiov32[2 : count * 4 : 4] = lens
         return lens.tolist()
 
+    def fields(self, count: int) -> tuple[list[int], list[int], list[int], list[int], Words, Words]:
+        """(ids, lengths, first header words, the three `msg_name` word lists) of the first
+        `count` slots: `ids`, `received`, `heads` and `sources` of a read in one call (what
+        every read of more than one datagram is planned on)."""
+        w = self.words
+        stop = count * w
+        u32 = self.u32
+        lens = self.lens[14 : count * 16 : 16]
+        self.fiov32[2 : count * 4 : 4] = lens
+        q = self.names_q
+        b = count * 4
+        s1: Words = None
+        s2: Words = None
+        if self.v6:
+            s1, s2 = q[1:b:4].tolist(), q[2:b:4].tolist()
+        return u32[1:stop:w].tolist(), lens.tolist(), u32[0:stop:w].tolist(), q[0:b:4].tolist(), s1, s2
+
     def coalesced(self, count: int) -> bool:
         """Some of the first `count` entries are GRO runs (they carry a control message)."""
         return self.gro and any(self.rhdr_q[5 : count * 8 : 8])
@@ -400,12 +419,35 @@ class BatchIO:
         q = self.shdr_q
         n8 = count * 8
         if not self._slot_layout:
-            b = self.batch * 8
-            q[2:b:8] = self._slot_iovs
-            q[3:b:8] = self._ones
-            q[5:b:8] = self._zeros
-            self._slot_layout = True
+            self._to_slot_layout()
         q[0:n8:8] = array("Q", sas)
+
+    def put_routes(self, routes: Sequence[Route]) -> None:
+        """Entries 0..len(`routes`): receive slot i as entry i (lengths from `received`), its id
+        set to `routes[i].rid` and sent to `routes[i].sa`. One pass, item by item: for the few
+        datagrams of a spread read that costs less than building arrays for strided stores
+        (0.8 against 1.8 us for four, in-process); `put_spread` and `set_each_id` for many."""
+        if not self._slot_layout:
+            self._to_slot_layout()
+        q = self.shdr_q
+        u32 = self.u32
+        w = self.words
+        x = 1
+        e = 0
+        for r in routes:
+            u32[x] = r.rid
+            q[e] = r.sa
+            x += w
+            e += 8
+
+    def _to_slot_layout(self) -> None:
+        """Every send entry i points at receive slot i's iovec, one iovec, no control message."""
+        q = self.shdr_q
+        b = self.batch * 8
+        q[2:b:8] = self._slot_iovs
+        q[3:b:8] = self._ones
+        q[5:b:8] = self._zeros
+        self._slot_layout = True
 
     def send(self, total: int) -> tuple[int, int, list[tuple[int, list[bytes]]]] | None:
         """`flush` for the common case: None when all `total` entries went out in one call,
@@ -608,6 +650,11 @@ class Queue(Protocol):
     def send_queued(self, data: bytes, addr: tuple[str, int]) -> None: ...
 
 
+#: A spread read of at most this many datagrams has its ids and destinations stored item by
+#: item (`BatchIO.put_routes`); a longer one through strided stores of arrays (in-process, item
+#: by item is 2-3x cheaper up to 8 datagrams and dearer from 16 on).
+SPREAD_ITEMWISE = 8
+
 #: (entries sent, datagrams failed, leftovers: (entry, copies of its datagrams)), as `flush` says
 Sent = tuple[int, int, list[tuple[int, list[bytes]]]]
 
@@ -658,10 +705,13 @@ class SendBatch:
         partner peer's own id), with one `sendmmsg`."""
         io = self.io
         count = len(rs)
-        rids = [r.rid for r in rs]
-        if rids != ids:
-            io.set_each_id(count, rids)
-        io.put_spread(count, [r.sa for r in rs])
+        if count <= SPREAD_ITEMWISE:
+            io.put_routes(rs)
+        else:
+            rids = [r.rid for r in rs]
+            if rids != ids:
+                io.set_each_id(count, rids)
+            io.put_spread(count, [r.sa for r in rs])
         for r, n in zip(rs, lens, strict=True):  # each source stream's share
             r.relayed_packets += 1
             r.relayed_bytes += n

@@ -162,6 +162,29 @@ async def test_one_datagram_each_of_many_pairs_in_one_read_reaches_each_partner(
     p.close()
 
 
+async def test_a_few_pairs_in_one_read_each_reach_their_partner_whatever_the_order(mode: str) -> None:
+    """Reads of a few datagrams of different pairs (a chatty relay's usual wake), the pairs in a
+    new order each time: every datagram leaves with its own partner's id for its own partner's
+    peer, so nothing a previous read stored (destination, id) is sent again."""
+    p = await _pairs(4, mode)
+    st = p.sock.stats
+    for burst, order in enumerate(([0, 1, 2], [2, 0, 1], [3, 1], [1, 3, 0, 2])):
+        reads, relayed = st.reads, st.relayed_packets
+        sent = {i: encode(DATA, p.rb[i].id, DEFAULT_RWND, burst, 0, os.urandom(100 + i)) for i in order}
+        for i in order:
+            p.ea.sendto(sent[i], p.addr)
+        for i in order:
+            assert await recv_n(p.eds[i], 1) == [_rewritten(sent[i], p.d_ids[i])]
+        assert st.relayed_packets == relayed + len(order)
+        if mode != "portable":
+            assert st.reads == reads + 1  # one read carried the burst
+    for ed in p.eds:
+        with pytest.raises(BlockingIOError):
+            ed.recv(65536)
+    assert st.dropped_packets == 0
+    p.close()
+
+
 async def test_one_datagram_from_another_address_in_a_many_pair_batch_is_dropped_alone(mode: str) -> None:
     """The same burst with one datagram for pair 3 sent from a third address: only that one is
     dropped (`wrong_address`), every other pair's datagram is forwarded."""
