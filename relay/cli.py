@@ -32,7 +32,7 @@ from relay.keys import KeyEncodingError, decode_id, encode_id
 from relay.service.allow import AllowListError, build_allow_list, parse_key
 from relay.service.limits import Limits
 from relay.service.logs import configure_logging
-from relay.service.memory import DEFAULT_BUDGET, MB, MIN_BUDGET, connection_bytes
+from relay.service.memory import DEFAULT_BUDGET, MB, MIN_BUDGET, connection_bytes, run_on_malloc
 from relay.service.metrics import (
     DEFAULT_METRICS_HOST,
     DEFAULT_METRICS_PORT,
@@ -457,6 +457,8 @@ def _scraper_config(flags: tuple[bytes, bytes, str | None] | None, relay_key: st
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if argv is None:  # the program itself (`blind-relay`, `python -m relay`), not a caller's argv
+        run_on_malloc()  # memory a burst took can go back (relay.service.memory); may re-run us
     args = parse_args(argv)
     configure_logging(args.log_format, args.log_level)
 

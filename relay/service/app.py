@@ -217,7 +217,9 @@ class RelayApp:
             lim.memory_budget, lim.max_sessions, lim.max_active_pairs, lim.max_pending_total, lim.max_control_frame
         )
         self.memory = MemoryWatch(
-            MemoryBudget(lim.memory_budget, lim.max_control_frame, caps_beyond_budget=beyond), rss=rss
+            MemoryBudget(lim.memory_budget, lim.max_control_frame, caps_beyond_budget=beyond),
+            rss=rss,
+            release=self._release_memory,
         )
         """The memory budget: RSS read at admission, full or not, trims after a burst."""
         self.pairings = PairingLog(self.key)
@@ -567,6 +569,16 @@ class RelayApp:
     def _held(self) -> None:
         """Tell the memory watch how much the relay holds (it trims after a large fall)."""
         self.memory.held(self.blind.session_count, self.after)
+
+    def _release_memory(self) -> None:
+        """Before a trim: nothing left pointing at closed streams (the send vectors' slots), and
+        every table a burst grew rebuilt to what it holds now (a dict keeps the table it grew to)."""
+        for sock in self.udx.sockets:
+            sock.forget_sent()
+        self.udx.streams = dict(self.udx.streams)
+        self._sessions = dict(self._sessions)
+        self._streams = dict(self._streams)
+        self.blind.compact()
 
     def after(self, delay: float, action: Callable[[], object]) -> Deadline:
         """Run `action` `delay` seconds of loop time from now (a one-shot wait of the glue, on

@@ -11,11 +11,16 @@ the objects already held may still grow by (`MemoryBudget.reserve`) passes the b
 is *full*: it admits a newcomer only in place of something that carries no traffic, as at its
 caps, and refuses it (counted) when nothing may go. A pair that carries traffic is never shed.
 
-After a burst, CPython keeps freed objects in its pools and glibc keeps freed heap pages, so RSS
-stays at the burst's peak (and the relay would stay "full"). `MemoryWatch` notices when what the
-relay holds has fallen well below its high-water mark, then collects cyclic garbage (the relay's
-collection thresholds are high: an idle relay allocates too little to trigger one) and calls
-glibc's `malloc_trim(0)`, which returns free pages anywhere in the heap.
+After a burst RSS stays at the burst's peak unless the relay hands memory back. CPython's
+small-object allocator frees a 1 MiB arena only when nothing in it is alive, and a few hundred
+objects that outlive a burst (the event loop's handle free lists, a stream left in the send
+vector's slots) keep nearly every arena it filled: 3,000 connections left 120 MB behind. So the
+relay runs on glibc's malloc (`run_on_malloc`: `PYTHONMALLOC=malloc`, set by re-running the
+program at start), where `malloc_trim(0)` returns any free 4 KiB page, anywhere in the heap.
+`MemoryWatch` notices when what the relay holds has fallen well below its high-water mark, then
+collects the cyclic garbage closed sessions leave (the relay's collection thresholds are high: an
+idle relay allocates too little to trigger one), a few hundred sessions at a time while the fall
+goes on, and once it is over drops what still points at closed streams and trims.
 """
 
 from __future__ import annotations
@@ -26,8 +31,9 @@ import ctypes.util
 import gc
 import logging
 import os
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -219,13 +225,46 @@ def _malloc_trim() -> Callable[[int], int] | None:
     return fn  # type: ignore[no-any-return]
 
 
-#: a trim is due once what the relay holds fell below this share of its high-water mark (the
-#: collection walks what is left as well as the garbage: a relay still busy is not paused for it) ...
+#: the allocator the relay runs on (`run_on_malloc`); an operator's own PYTHONMALLOC is kept
+ALLOCATOR = "malloc"
+
+
+def allocator_environment(environ: Mapping[str, str]) -> dict[str, str] | None:
+    """The environment to re-run the relay in so that what a burst frees can go back to the
+    system, or None to run on as it is: the allocator was chosen already (PYTHONMALLOC set by the
+    operator, or by this re-run), or there is no glibc `malloc_trim` to hand pages back with."""
+    if "PYTHONMALLOC" in environ or _malloc_trim() is None:
+        return None
+    return {**environ, "PYTHONMALLOC": ALLOCATOR}
+
+
+def run_on_malloc() -> None:
+    """Re-run this program (same process id, arguments and descriptors) on glibc's malloc; returns
+    only when it runs on it already or cannot be re-run. Before anything is read or bound."""
+    env = allocator_environment(os.environ)
+    if env is None or not sys.executable or not getattr(sys, "orig_argv", None):
+        return
+    with contextlib.suppress(OSError):
+        os.execve(sys.executable, sys.orig_argv, env)
+
+
+def allocator() -> str:
+    """What `/stats` `memory.allocator` says: the allocator Python's objects come from."""
+    return os.environ.get("PYTHONMALLOC") or "pymalloc"
+
+
+#: a trim is due once what the relay holds fell below this share of its high-water mark ...
 TRIM_FALL = 0.25
 #: ... by at least this many sessions (a handful coming and going is not a burst) ...
 TRIM_MIN_SESSIONS = 256
 #: ... and runs this many seconds after the last such fall (a burst ends over a few seconds)
 TRIM_DELAY = 2.0
+#: once sessions fell below TRIM_FALL of their high-water mark, garbage is collected each time this
+#: many more have closed, so that one collection frees a few hundred sessions' objects (~60 each,
+#: 2-3 us apiece), not all the rest of a fall's
+COLLECT_STEP = 256
+#: ... this long after the step was reached (closes come in runs: one collection for a run)
+COLLECT_STEP_DELAY = 0.1
 #: RSS readings for the admission verdict are at most this old while messages flow
 READ_EVERY = 0.05
 #: while full, RSS growing by this much lowers the mark to what the relay holds then
@@ -245,9 +284,18 @@ class MemoryWatch:
     """The relay's side of the budget: reads RSS at admission, says full or not, counts what was
     refused for memory, and trims after a burst. Its only timer is the one-shot trim."""
 
-    def __init__(self, budget: MemoryBudget, *, rss: Callable[[], int] | None = None) -> None:
+    def __init__(
+        self,
+        budget: MemoryBudget,
+        *,
+        rss: Callable[[], int] | None = None,
+        release: Callable[[], None] | None = None,
+    ) -> None:
+        """`release`: called before a trim's collection to drop what still points at closed
+        sessions and streams (the relay's send vectors, its emptied tables)."""
         self.budget = budget
         self.rss = rss or ResidentSet()
+        self.release = release
         self._trim_fn = _malloc_trim()
         self.last_rss = 0
         self.last_read = float("-inf")
@@ -257,6 +305,12 @@ class MemoryWatch:
         self.refused_sessions = 0
         self.peak_rss = 0
         self.high_sessions = 0
+        #: sessions held at the last collection of a fall (or since: the most held after it)
+        self.collected_at = 0
+        self.sessions = 0
+        self._step_handle: Any = None
+        self.step_collections = 0
+        self.longest_pause = 0.0
         self.trims = 0
         self.trimmed_bytes = 0
         self.last_trim: dict[str, Any] | None = None
@@ -320,31 +374,61 @@ class MemoryWatch:
         self.collect_every = max(COLLECT_EVERY, 10 * took)
 
     def held(self, sessions: int, schedule: Callable[[float, Callable[[], None]], Any]) -> None:
-        """What the relay holds now (sessions); after a large fall from the high-water mark a
-        trim is scheduled (`schedule(delay, fn)`, the relay's `after`), pushed back while the
-        fall goes on."""
+        """What the relay holds now (sessions). After a large fall from the high-water mark a trim
+        is scheduled (`schedule(delay, fn)`, the relay's `after`), pushed back while the fall goes
+        on, and meanwhile a collection each COLLECT_STEP more sessions gone."""
+        self.sessions = sessions
+        if sessions > self.collected_at:
+            self.collected_at = sessions
         if sessions > self.high_sessions:
             self.high_sessions = sessions
             return
         fell = self.high_sessions - sessions
-        if fell >= TRIM_MIN_SESSIONS and sessions <= TRIM_FALL * self.high_sessions:
+        low = fell >= TRIM_MIN_SESSIONS and sessions <= TRIM_FALL * self.high_sessions
+        # a step only once the relay holds little: a collection walks every live object too
+        # (~1 s with 6,000 sessions held), and a busy relay is not paused for one
+        if low and self.collected_at - sessions >= COLLECT_STEP and self._step_handle is None:
+            self._step_handle = schedule(COLLECT_STEP_DELAY, self._step)
+        if low:
             if self._trim_handle is not None:
                 self._trim_handle.cancel()
             self._trim_handle = schedule(TRIM_DELAY, self._trim_now)
+
+    def _paused(self, seconds: float) -> None:
+        if seconds > self.longest_pause:
+            self.longest_pause = seconds
+
+    def _step(self) -> None:
+        """One step of a fall: collect what the sessions closed since the last step left."""
+        self._step_handle = None
+        self.collected_at = self.sessions
+        t0 = time.perf_counter()
+        gc.collect()
+        self._paused(time.perf_counter() - t0)
+        self.step_collections += 1
 
     def _trim_now(self) -> None:
         self._trim_handle = None
         self.trim()
 
     def trim(self) -> int:
-        """Collect cyclic garbage and hand free heap pages back; the bytes RSS fell by."""
+        """Drop what points at closed streams, collect the cyclic garbage the last step left and
+        hand free heap pages back; the bytes RSS fell by."""
         before = self.rss()
+        if self._step_handle is not None:  # this collection is that step's too
+            self._step_handle.cancel()
+            self._step_handle = None
         t0 = time.perf_counter()
+        if self.release is not None:
+            self.release()
         collected = gc.collect()
+        t1 = time.perf_counter()
         trimmed = bool(self._trim_fn(0)) if self._trim_fn is not None else False
+        t2 = time.perf_counter()
+        self._paused(t2 - t0)
         after = self.rss()
         self.last_rss = after
-        self.high_sessions = 0  # the next burst is measured from here
+        self.high_sessions = self.collected_at = self.sessions  # the next burst is measured from here
         self.trims += 1
         self.trimmed_bytes += max(0, before - after)
         self.last_trim = {
@@ -352,15 +436,18 @@ class MemoryWatch:
             "rss_after_bytes": after,
             "collected_objects": collected,
             "malloc_trim": trimmed,
-            "seconds": round(time.perf_counter() - t0, 4),
+            "seconds": round(t2 - t0, 4),
+            "collect_seconds": round(t1 - t0, 4),
+            "malloc_trim_seconds": round(t2 - t1, 4),
         }
         log.info("memory handed back after a burst", extra=self.last_trim)
         return before - after
 
     def close(self) -> None:
-        if self._trim_handle is not None:
-            self._trim_handle.cancel()
-            self._trim_handle = None
+        for handle in (self._trim_handle, self._step_handle):
+            if handle is not None:
+                handle.cancel()
+        self._trim_handle = self._step_handle = None
         if isinstance(self.rss, ResidentSet):
             self.rss.close()
 
@@ -378,5 +465,8 @@ class MemoryWatch:
             "trims": self.trims,
             "trimmed_bytes": self.trimmed_bytes,
             "collections_while_full": self.collections,
+            "collections_while_falling": self.step_collections,
+            "longest_pause_ms": round(self.longest_pause * 1000, 1),
+            "allocator": allocator(),
             "last_trim": self.last_trim,
         }

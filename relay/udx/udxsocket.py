@@ -285,6 +285,13 @@ class UDXSocket:
             return None
         return struct.unpack("9I", raw)[8] if len(raw) >= 36 else None
 
+    def forget_sent(self) -> None:
+        """Drop the send vector's references to the streams it last wrote for (read only while a
+        batch is sent): a closed stream left in a slot keeps its whole object graph alive."""
+        io = self._mmsg
+        if io is not None:
+            io.targets[:] = [None] * len(io.targets)
+
     def offload(self) -> dict[str, Any]:
         """The `/stats` `udx` group for this socket: {gso, gro, gso_fallbacks}."""
         return {"gso": self.gso, "gro": self.gro, "gso_fallbacks": self.stats.gso_fallbacks}
