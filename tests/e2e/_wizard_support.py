@@ -131,12 +131,14 @@ async def still(pilot: Pilot[object], tries: int = 20) -> str:
 
 async def at_the_other_size(pilot: Pilot[object], app: WizardApp, size: tuple[int, int], step_id: str) -> None:
     """The verdict as the other size shows it: the same kind, its status line whole on screen."""
+    await wait_until(pilot, lambda: not step(app, step_id).busy, f"step {step_id} done with its work")
+    await still(pilot)
     kind = status_kind(app, step_id)
     await pilot.resize_terminal(*OTHER_SIZE[size])
     await still(pilot)
     line = step(app, step_id).query_one(StepStatus)
     assert app.screen.region.contains_region(line.region), (line.region, OTHER_SIZE[size])
-    assert status_kind(app, step_id) == kind, status(app, step_id)
+    assert status_kind(app, step_id) == kind, (kind, status(app, step_id))
     await pilot.resize_terminal(*size)
 
 
