@@ -47,7 +47,7 @@ class RelayTable(DataTable[Text | str]):
             for c in COMPACT if compact else COLUMNS:
                 self.add_column(c, key=c, width=WIDTHS.get(c) if compact else None)
             for i, w in enumerate(watches):
-                self.add_row(*self._row(w, now), key=str(i))
+                self.add_row(*self._row(w, now).values(), key=str(i))
             self.move_cursor(row=cursor)
             return
         for i, w in enumerate(watches):

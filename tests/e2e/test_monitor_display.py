@@ -150,3 +150,19 @@ def test_the_path_carrying_the_traffic_is_shown_kernel_and_python_share_or_why_p
         "path kernel forwarding on, nothing relayed yet"
     ]
     assert shown({"kernel": "yes"}) == [] and shown({}) == []
+
+
+@pytest.mark.parametrize("compact", [True, False])
+async def test_the_first_rows_shown_hold_the_relays_values_not_the_column_names(compact: bool) -> None:
+    from textual.app import App, ComposeResult
+
+    class Host(App[None]):
+        def compose(self) -> ComposeResult:
+            yield RelayTable()
+
+    w = m.RelayWatch(m.Target(metrics="127.0.0.1:9"))
+    async with Host().run_test() as pilot:
+        table = pilot.app.query_one(RelayTable)
+        table.show([w], 0.0, compact=compact)
+        await pilot.pause()
+        assert [str(c) for c in table.get_row_at(0)] == [str(v) for v in table._row(w, 0.0).values()]
