@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import os
 import shutil
 import sys
@@ -31,6 +32,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 # the wizard saves progress under XDG_STATE_HOME: keep the operator's own state out of this
 os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="cosmictui-shots-state-")
+atexit.register(shutil.rmtree, os.environ["XDG_STATE_HOME"], True)  # nothing left behind in /tmp
 
 from textual.pilot import Pilot  # noqa: E402
 
