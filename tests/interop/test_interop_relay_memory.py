@@ -1,10 +1,12 @@
 """The memory budget holds against real attackers: a `blind-relay` process at half the default
 budget (`--memory-budget 100`) with caps far above what fits in it (so only the RSS check can hold
-it), the worst mix from real Node hyperdht peers on several addresses (6,000 sessions held with
+it), the worst mix from real Node hyperdht peers on several addresses (3,000 sessions held with
 keep-alive self-pairs, each parking out-of-order packets and an incomplete frame; self-pairing
 with early packets; pending tokens re-sent; out-of-order parking; 16 MiB frames). The relay's
 peak resident set (the kernel's VmHWM) stays within the budget, it says it was full and counts
-what it refused or shed for it, and a pair that carries traffic is never shed. (Legitimate pairs
+what it refused or shed for it, a pair that carries traffic is never shed, and nothing in the relay
+failed (no traceback in its log). It runs on glibc's malloc, as the program always does unless
+told otherwise, so what a burst frees can go back. (Legitimate pairs
 beside such a mix are measured at the default budget by benchmarks/memory_mix.py.) Waits are on
 the relay's counters; nothing depends on speed.
 """
@@ -25,6 +27,9 @@ from tests.interop.test_interop_relay_attacks import Attack, metrics, wait_until
 pytestmark = [pytest.mark.interop, pytest.mark.timeout(300)]
 
 BUDGET = 100 * MB
+#: sessions the hoarders ask for: twice what fits beside the rest at this budget (~1,500), so the
+#: budget is reached whatever the allocator's overhead (peak 76 MB; 44 s at load 3-5, 6,000 took 59 s)
+HOLD = 3000
 
 
 @pytest.fixture(scope="module")
@@ -47,13 +52,13 @@ def test_interop_the_worst_mix_at_a_small_budget_stays_within_it(node: str, test
     )
     hold_hosts = [f"127.0.0.{i}" for i in range(6, 10)]
     parts = [
-        {"attack": "selfpair", "sessions": 1, "pairs": 2000, "interval": 5000, "early": 8, "hosts": ["127.0.0.2"]},
+        {"attack": "selfpair", "sessions": 1, "pairs": 1000, "interval": 5000, "early": 8, "hosts": ["127.0.0.2"]},
         {"attack": "pending", "sessions": 16, "pairs": 64, "interval": 1000, "hosts": ["127.0.0.3"]},
         {"attack": "bigframe", "sessions": 2, "frame": (1 << 24) - 1, "send": 1 << 20, "hosts": ["127.0.0.4"]},
         {"attack": "ooo", "sessions": 8, "packets": 1000, "hosts": ["127.0.0.5"]},
         {
             "attack": "hold",
-            "sessions": 6000,
+            "sessions": HOLD,
             "keep": 3000,
             "ooo": 100,
             "frame": 1024,
@@ -67,6 +72,7 @@ def test_interop_the_worst_mix_at_a_small_budget_stays_within_it(node: str, test
         assert r.key is not None and r.proc is not None, r.stderr
         st = r.stats()
         assert st["memory"]["budget_bytes"] == BUDGET and st["memory"]["full"] is False
+        assert st["memory"]["allocator"] == "malloc"
         hosts = {"worker_host": "127.0.0.20", "job_hosts": ["127.0.0.21"]}
         with CapacityPeers(node, testnet.bootstrap, r.key, r.port, **hosts) as live:
             # a relayed connection carrying traffic before the attack: it must outlive it
@@ -93,4 +99,5 @@ def test_interop_the_worst_mix_at_a_small_budget_stays_within_it(node: str, test
         assert s["limits"]["rejected"]["memory"] == refused
         assert m["blind_relay_memory_budget_bytes"] == BUDGET
         assert m["blind_relay_limit_rejections_total{limit=memory}"] == refused
-        assert s["capacity"]["sessions"] < 6000  # the hoard did not all fit: the caps alone would have let it
+        assert s["capacity"]["sessions"] < HOLD  # the hoard did not all fit: the caps alone would have let it
+        assert r.proc.poll() is None and "Traceback" not in r.stderr, r.stderr[-3000:]
