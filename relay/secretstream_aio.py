@@ -236,6 +236,8 @@ class SecretStreamProtocol(Driver[Event], asyncio.Protocol):
             self._wake()
         if self.on_event is not None:
             self.on_event(ev)
+            if isinstance(ev, Closed):  # the last event: drop the handler, often a closure over its owner
+                self.on_event = None
 
     def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():

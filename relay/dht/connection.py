@@ -20,6 +20,10 @@ from .messages import Address, NoisePayload
 KEEP_ALIVE = 5.0  # hyperdht connectionKeepAlive, blind-relay-service setKeepAlive(5000)
 
 
+#: what a closed transport's `protocol` is: nothing is delivered after the close
+_CLOSED = asyncio.Protocol()
+
+
 class UDXTransport:
     """asyncio-transport face of a UDX stream for `SecretStreamProtocol`."""
 
@@ -40,7 +44,9 @@ class UDXTransport:
         self._closing = True
         if self._drain_task is not None:
             self._drain_task.cancel()
-        self.protocol.connection_lost(error if isinstance(error, Exception) else None)
+        protocol = self.protocol
+        self.protocol = _CLOSED  # the protocol holds us as its transport: no cycle left behind
+        protocol.connection_lost(error if isinstance(error, Exception) else None)
 
     def write(self, data: bytes) -> None:
         if self._closing or self.stream.closed:

@@ -623,6 +623,10 @@ class UDXStream(Driver[Event]):
             self._relay = None
             t.forget_partner(self)
             t.destroy()
+        # a closed stream calls nothing back: dropping its hooks breaks the cycles they close
+        # through their owners (a protocol's bound methods, a handshake's firewall closure), so
+        # refcounting frees a closed connection without waiting for a garbage collection
+        self.on_data = self.on_end = self.on_message = self._firewall = None
         cb = self.on_close
         if cb is not None:
             self.on_close = None
