@@ -35,7 +35,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.baseline import Baseline, baseline  # noqa: E402
+from benchmarks.baseline import Baseline, baseline, baseline_env  # noqa: E402
 from benchmarks.relay_bench import Relay, settle  # noqa: E402
 from benchmarks.udx_forward import machine_cpu  # noqa: E402
 from relay.udx.nft import NFPROTO_INET, Nft, NftError, read_counters  # noqa: E402
@@ -242,6 +242,7 @@ def main() -> None:
     p.add_argument(
         "--baseline", default=None, help="also another revision's relay (a git revision or a checkout directory)"
     )
+    p.add_argument("--baseline-env", action="append", metavar="KEY=VAL", help="set in the baseline relay's environment")
     p.add_argument("--job-rate", type=float, default=20.0, help="round trips per second one job makes (default 20)")
     p.add_argument("--memory-mb", type=float, default=200.0, help="memory budget for the capacity line (default 200)")
     p.add_argument("--json", type=Path, default=None, help="also write the raw results here")
@@ -251,11 +252,13 @@ def main() -> None:
         kinds.append("python-kernel")
     if args.baseline:
         kinds.append("baseline")
-        LABELS["baseline"] = f"baseline ({args.baseline})"
+        LABELS["baseline"] = f"baseline ({' '.join([args.baseline, *(args.baseline_env or ())])})"
     runs: dict[str, dict[int, list[dict[str, Any]]]] = {k: {n: [] for n in args.pairs} for k in kinds}
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="chatty-bench-") as tmp, Testnet("node", size=5) as tn:
-        other = baseline(args.baseline, Path(tmp) / "baseline") if args.baseline else None
+        other = (
+            baseline(args.baseline, Path(tmp) / "baseline", baseline_env(args.baseline_env)) if args.baseline else None
+        )
         for r in range(args.rounds):
             for kind in kinds if r % 2 == 0 else kinds[::-1]:
                 for n, res in measure(kind, tn.bootstrap, args, Path(tmp) / f"{kind}-{r}", other).items():

@@ -1,7 +1,7 @@
 """Python relay vs Node relay (npm hyperdht + blind-relay, as blind-relay-service runs them), one run.
 
     python3 benchmarks/relay_bench.py [--bytes 67108864] [--setup 20] [--pending 1000] [--rounds 3] [--kernel]
-                                      [--baseline REV|DIR] [--json out.json]
+                                      [--baseline REV|DIR [--baseline-env KEY=VAL]] [--json out.json]
 
 Both relays run as their own processes on one loopback hyperdht testnet (npm `hyperdht/testnet`);
 the peers are real Node hyperdht peers (benchmarks/js/relay_bench_peers.js) using client-side
@@ -40,7 +40,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.baseline import Baseline, baseline  # noqa: E402
+from benchmarks.baseline import Baseline, baseline, baseline_env  # noqa: E402
 from benchmarks.udx_forward import machine_cpu  # noqa: E402
 from tests.interop._relay_net import INTEROP, Testnet  # noqa: E402
 
@@ -81,8 +81,15 @@ class Relay:
             }
             argv = ["node", str(BENCH_JS / "relay_node_server.js"), json.dumps(opts)]
             cwd = INTEROP
+        env = {**os.environ, **dict(other.env)} if other is not None and other.env else None
         self.proc = subprocess.Popen(
-            argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, stdin=subprocess.DEVNULL
+            argv,
+            cwd=cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            stdin=subprocess.DEVNULL,
         )
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
@@ -271,6 +278,7 @@ def main() -> None:
     p.add_argument(
         "--baseline", default=None, help="also another revision's relay (a git revision or a checkout directory)"
     )
+    p.add_argument("--baseline-env", action="append", metavar="KEY=VAL", help="set in the baseline relay's environment")
     args = p.parse_args()
     kinds = [k for k in ("python", "node") if not args.only or k == args.only]
     if args.kernel:
@@ -280,7 +288,8 @@ def main() -> None:
     runs: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="relay-bench-") as tmp, Testnet("node", size=5) as tn:
-        other = baseline(args.baseline, Path(tmp) / "baseline") if args.baseline else None
+        env = baseline_env(args.baseline_env)
+        other = baseline(args.baseline, Path(tmp) / "baseline", env) if args.baseline else None
         for r in range(args.rounds):
             for kind in kinds if r % 2 == 0 else kinds[::-1]:
                 res = measure(kind, tn.bootstrap, args, Path(tmp) / f"{kind}-{r}", other)
