@@ -1,6 +1,6 @@
 """The memory budget holds against real attackers: a `blind-relay` process at half the default
 budget (`--memory-budget 100`) with caps far above what fits in it (so only the RSS check can hold
-it), the worst mix from real Node hyperdht peers on several addresses (3,000 sessions held with
+it), the worst mix from real Node hyperdht peers on several addresses (2,000 sessions held with
 keep-alive self-pairs, each parking out-of-order packets and an incomplete frame; self-pairing
 with early packets; pending tokens re-sent; out-of-order parking; 16 MiB frames). The relay's
 peak resident set (the kernel's VmHWM) stays within the budget, it says it was full and counts
@@ -27,9 +27,11 @@ from tests.interop.test_interop_relay_attacks import Attack, metrics, wait_until
 pytestmark = [pytest.mark.interop, pytest.mark.timeout(300)]
 
 BUDGET = 100 * MB
-#: sessions the hoarders ask for: twice what fits beside the rest at this budget (~1,500), so the
-#: budget is reached whatever the allocator's overhead (peak 76 MB; 44 s at load 3-5, 6,000 took 59 s)
-HOLD = 3000
+#: sessions the hoarders ask for: more than fits beside the rest at this budget (~1,500), so the
+#: budget is reached whatever the allocator's overhead; the attack reports itself in place once
+#: all were asked for, so this sets the test's time (2,000: 10.7 s at load 1.4, peak 78.8 MB;
+#: 3,000 took 44.5 s at load 3-5)
+HOLD = 2000
 
 
 @pytest.fixture(scope="module")
