@@ -18,9 +18,11 @@ vector's slots) keep nearly every arena it filled: 3,000 connections left 120 MB
 relay runs on glibc's malloc (`run_on_malloc`: `PYTHONMALLOC=malloc`, set by re-running the
 program at start), where `malloc_trim(0)` returns any free 4 KiB page, anywhere in the heap.
 `MemoryWatch` notices when what the relay holds has fallen well below its high-water mark, then
-collects the cyclic garbage closed sessions leave (the relay's collection thresholds are high: an
-idle relay allocates too little to trigger one), a few hundred sessions at a time while the fall
-goes on, and once it is over drops what still points at closed streams and trims.
+collects garbage (the relay's collection thresholds are high: an idle relay allocates too little
+to trigger one), a few hundred sessions at a time while the fall goes on, and once it is over
+drops what still points at closed streams and trims. A closed session itself leaves no cycles (its
+stream, transport and secret stream drop their hooks on close), so these collections find little
+and cost the walk over what is still alive.
 """
 
 from __future__ import annotations
@@ -260,8 +262,8 @@ TRIM_MIN_SESSIONS = 256
 #: ... and runs this many seconds after the last such fall (a burst ends over a few seconds)
 TRIM_DELAY = 2.0
 #: once sessions fell below TRIM_FALL of their high-water mark, garbage is collected each time this
-#: many more have closed, so that one collection frees a few hundred sessions' objects (~60 each,
-#: 2-3 us apiece), not all the rest of a fall's
+#: many more have closed, so that one collection frees what a few hundred closed sessions may have
+#: left in cycles (2-3 us an object), not all the rest of a fall's
 COLLECT_STEP = 256
 #: ... this long after the step was reached (closes come in runs: one collection for a run)
 COLLECT_STEP_DELAY = 0.1
