@@ -36,7 +36,6 @@ import psutil
 
 import relay
 from relay.blindrelay import (
-    SHED_CAUSES,
     BlindRelayError,
     BlindRelayServer,
     BlindRelaySession,
@@ -54,13 +53,9 @@ from relay.keys import KeyPair, encode_id
 from relay.secretstream import Closed, Ended, FrameTooLarge, Message, SecretStreamError
 from relay.service.closing import reset_targets, send_resets
 from relay.service.limits import (
-    LIMIT_ACTIVE_PAIRS,
     LIMIT_CONTROL_FRAME,
     LIMIT_MEMORY,
     LIMIT_NOT_ALLOWED,
-    LIMIT_PENDING_PER_SESSION,
-    LIMIT_PENDING_TIMEOUT,
-    LIMIT_PENDING_TOTAL,
     LIMIT_SESSIONS,
     HandshakeGate,
     LimitCounters,
@@ -72,6 +67,7 @@ from relay.service.pairings import PairingLog, PairingRecord, Sighting
 from relay.service.pauses import RELAY_RECEIVE_BUFFER, Pauses
 from relay.service.runtime import remove_runtime, take_returning, write_returning, write_runtime
 from relay.service.scraper import ScraperLink
+from relay.service.snapshot import stats_document
 from relay.udx import UDX, UDXSocket, UDXStream
 from relay.udx.kernel import KernelUnavailable
 
@@ -116,21 +112,6 @@ class RelayConfig:
     """Forward established pairs in the kernel (nftables, needs CAP_NET_ADMIN); off if it cannot be."""
     scraper: ScraperConfig | None = None
     """`--scraper-*`: register with a dht-prometheus scraper over the DHT and serve it metrics."""
-
-
-@dataclass
-class Traffic:
-    """Socket-level counters, bumped on the hot path (plain ints, no locks: one event loop)."""
-
-    relayed_bytes: int = 0
-    relayed_packets: int = 0
-    dropped_packets: int = 0
-    received_bytes: int = 0
-    sent_bytes: int = 0
-    received_packets: int = 0
-    sent_packets: int = 0
-    kernel_packets: int = 0
-    kernel_bytes: int = 0
 
 
 class _Session:
@@ -191,7 +172,7 @@ class RelayApp:
         self.bootstrap_timeout = bootstrap_timeout
         self.limit_counters = LimitCounters()
         self.started_at = time.time()
-        self._proc = psutil.Process()
+        self.process = psutil.Process()  # what /stats reads memory and CPU from
         self.metrics: MetricsServer | None = None
         self.port = config.port
         self.udx = UDX()
@@ -556,7 +537,7 @@ class RelayApp:
         held = held_bytes(b.session_count, b.stats.pairings_active, b.stats.pairings_pending)
         return self.memory.check(now, b.session_count, held, fresh=fresh)
 
-    def _memory_snapshot(self, rss: int) -> dict[str, Any]:
+    def memory_snapshot(self, rss: int) -> dict[str, Any]:
         """`/stats` `memory`, its verdict read now (the last admission may be long past)."""
         with contextlib.suppress(RuntimeError):  # outside a running loop: the last verdict
             self.blind.memory_full = self._memory_full(self._now(), fresh=True)
@@ -629,148 +610,9 @@ class RelayApp:
                 kernel.refresh()
         return self.pairings.as_json()
 
-    def _handshake_stats(self) -> dict[str, int]:
-        """The DHT server's Noise responder: handshakes accepted, refused (our gate or its own
-        attempt cap), failed, and attempts it holds now; and its backlog of new handshakes
-        waiting for the CPU: queued now, shed because they waited too long (their client had
-        given up) or because the backlog was full (from the host served most), and held for
-        their address's rate (`waited`: over the burst, answered when its next token came)."""
-        out = {
-            "accepted": 0, "rejected": 0, "failed": 0, "pending": 0,
-            "backlog": 0, "shed_stale": 0, "shed_full": 0, "waited": 0,
-        }  # fmt: skip
-        backlog = getattr(self.server, "backlog", None)
-        if backlog is not None:
-            out["backlog"] = len(backlog)
-            for key in ("waited", "shed_stale", "shed_full"):
-                out[key] = int(backlog.stats.get(key, 0))
-        responder = getattr(self.server, "responder", None)
-        if responder is not None:
-            st = getattr(responder, "stats", {})
-            out["accepted"] = int(st.get("handshakes", 0))
-            out["rejected"] = int(st.get("rejected", 0))
-            out["failed"] = int(st.get("failed", 0))
-            out["pending"] = len(getattr(responder, "attempts", ()))
-        return out
-
-    def _kernel_stats(self) -> dict[str, Any]:
-        """`/stats` `kernel`: whether established pairs are forwarded by nftables, and why not."""
-        k = self.socket.kernel if self.socket is not None else None
-        if k is not None:
-            return k.stats()
-        asked = self.config.kernel_forwarding
-        return {"enabled": False, "reason": self.kernel_error if asked else "not asked (--kernel-forwarding)"}
-
-    def _capacity(self) -> dict[str, int]:
-        """`/stats` `capacity`: how full the relay is against its caps, and what a full relay
-        refused (a session or a pairing, each told to its peer at once; never a live pair shed)."""
-        lim = self.config.limits
-        b = self.blind.stats
-        return {
-            "sessions": self.blind.session_count,
-            "max_sessions": lim.max_sessions,
-            "active_pairs": b.pairings_active,
-            "max_active_pairs": lim.max_active_pairs,
-            "refused_sessions": b.sessions_refused_full,
-            "refused_pairings": b.pairings_refused_full,
-        }
-
-    def _socket_stats(self) -> dict[str, Any]:
-        """`/stats` `socket`: the receive buffer the kernel granted and the datagrams it dropped
-        there (the buffer was full, e.g. during a stall); the relay never saw those."""
-        if self.socket is None:
-            return {"receive_buffer_bytes": 0, "kernel_drops": 0}
-        return {"receive_buffer_bytes": self.socket.receive_buffer, "kernel_drops": self.socket.kernel_drops() or 0}
-
     def snapshot(self) -> dict[str, Any]:
         """The `/stats` document (docs/relay.md); `/metrics` is rendered from the same dict."""
-        traffic = Traffic()
-        for sock in self.udx.sockets:
-            kernel = getattr(sock, "kernel", None)
-            if kernel is not None:
-                kernel.refresh()
-            st = sock.stats
-            traffic.relayed_bytes += st.relayed_bytes
-            traffic.relayed_packets += st.relayed_packets
-            traffic.dropped_packets += st.dropped_packets
-            traffic.received_bytes += st.received_bytes
-            traffic.sent_bytes += st.sent_bytes
-            traffic.received_packets += st.received_packets
-            traffic.sent_packets += st.sent_packets
-            traffic.kernel_packets += getattr(st, "kernel_packets", 0)
-            traffic.kernel_bytes += getattr(st, "kernel_bytes", 0)
-        dropped: dict[str, int] = {}
-        offload: dict[str, Any] | None = None
-        for sock in self.udx.sockets:
-            for cause, n in (getattr(sock.stats, "dropped_by_cause", None) or {}).items():
-                dropped[str(cause)] = dropped.get(str(cause), 0) + int(n)
-            report = getattr(sock, "offload", None)  # the UDX layer's {gso, gro, gso_fallbacks}, when it has one
-            if callable(report):
-                o = report()
-                if offload is None:
-                    offload = {"gso": False, "gro": False, "gso_fallbacks": 0}
-                offload["gso"] = offload["gso"] or bool(o.get("gso"))
-                offload["gro"] = offload["gro"] or bool(o.get("gro"))
-                offload["gso_fallbacks"] += int(o.get("gso_fallbacks", 0))
-        if self.node is not None and self.node.rpc_dropped:  # the RPC layer's own count, not per socket
-            dropped["dht_rpc"] = self.node.rpc_dropped
-            traffic.dropped_packets += self.node.rpc_dropped
-        with self._proc.oneshot():
-            mem = self._proc.memory_info().rss
-            cpu = self._proc.cpu_times()
-        b = self.blind.stats
-        rejected = self.limit_counters.snapshot()
-        rejected[LIMIT_PENDING_PER_SESSION] += b.pairings_refused_session_limit
-        rejected[LIMIT_PENDING_TOTAL] += b.pairings_refused_total_limit
-        rejected[LIMIT_PENDING_TIMEOUT] += b.pairings_timed_out
-        rejected[LIMIT_ACTIVE_PAIRS] += b.pairings_refused_full - b.pairings_refused_memory
-        rejected[LIMIT_MEMORY] += b.pairings_refused_memory
-        if self.node is not None:
-            dht = self.node.stats()
-        else:
-            dht = {
-                "bootstrapped": False,
-                "firewalled": True,
-                "public_host": None,
-                "public_port": None,
-                "last_announce": None,
-                "nodes": 0,
-            }
-        return {
-            "key": self.key,
-            "version": relay.__version__,
-            "pid": os.getpid(),
-            "uptime_seconds": round(time.time() - self.started_at, 3),  # wall time: a metric
-            "storage": str(self.config.storage),
-            "host": self.config.host,
-            "port": self.port,
-            "dht": dht,
-            **b.as_dict(),
-            "traffic": {
-                "relayed_bytes": traffic.relayed_bytes,
-                "relayed_packets": traffic.relayed_packets,
-                "dropped_packets": traffic.dropped_packets,
-                "received_bytes": traffic.received_bytes,
-                "sent_bytes": traffic.sent_bytes,
-                "received_packets": traffic.received_packets,
-                "sent_packets": traffic.sent_packets,
-                "kernel_packets": traffic.kernel_packets,
-                "kernel_bytes": traffic.kernel_bytes,
-            },
-            "memory": self._memory_snapshot(mem),
-            "cpu_seconds": round(cpu.user + cpu.system, 3),
-            "dropped": dropped,
-            "handshakes": self._handshake_stats(),
-            **({"udx": offload} if offload is not None else {}),
-            "kernel": self._kernel_stats(),
-            "shed": {cause: self.blind.shed.get(cause, 0) for cause in SHED_CAUSES},
-            "capacity": self._capacity(),
-            "pauses": self.pauses.snapshot(),
-            "socket": self._socket_stats(),
-            "limits": {"config": self.config.limits.as_dict(), "rejected": rejected},
-            "allow_list": None if self.config.allow is None else len(self.config.allow),
-            **({"scraper": self.scraper.snapshot()} if self.scraper is not None else {}),
-        }
+        return stats_document(self)
 
 
 def _bind_error(host: str, port: int, e: OSError) -> str:
