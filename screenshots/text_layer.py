@@ -41,6 +41,10 @@ _REPLACE = [
 #: a word cut to fit ("cancell…"): where it is cut depends on the numbers before it, so a word
 #: cut in either picture is compared in neither
 _CUT = re.compile(r"([^\s…]+)…")
+#: a value cut at a word ("relayed bytes · 2 ways …" here, "relayed bytes · 2 …" there): how many of
+#: its words show depends on the numbers before them, so the words on a line with such a cut are
+#: compared in neither picture when one shows a word the other does not
+_CUT_AT_WORD = re.compile(r"(?:^|\s)…")
 _BARE = re.compile(r"[-+~]?N(?:%|/s| B| B/s|x|×)?")
 
 
@@ -65,27 +69,34 @@ def normalise(text: str) -> str:
     return text
 
 
-def words(svg: str) -> tuple[Counter[str], set[str]]:
-    """Every word on the screen, counted, with what changes from run to run made alike; and the
-    starts of the words cut to fit."""
+def words(svg: str) -> tuple[Counter[str], set[str], set[str]]:
+    """Every word on the screen, counted, with what changes from run to run made alike; the starts
+    of the words cut to fit; and the words on lines whose value is cut at a word."""
     found: Counter[str] = Counter()
     cut: set[str] = set()
+    soft: set[str] = set()
     for line in rows(svg):
         line = normalise(line)
         cut.update(m.group(1).strip("()[],;:·") for m in _CUT.finditer(line))
+        cut_at_word = bool(_CUT_AT_WORD.search(line))
         for word in _DRAWING.sub(" ", _CUT.sub(" ", line)).split():
             word = word.strip("()[],;:·")
             if word and not _BARE.fullmatch(word):
                 found[word] += 1
-    return found, {c for c in cut if len(c) >= 3}
+                if cut_at_word:
+                    soft.add(word)
+    return found, {c for c in cut if len(c) >= 3}, soft
 
 
 def differences(committed: Path, fresh: Path) -> list[str]:
     """What `fresh` shows that `committed` does not, and the other way round; [] when alike."""
-    (old, old_cut), (new, new_cut) = words(committed.read_text("utf-8")), words(fresh.read_text("utf-8"))
-    cut = tuple(old_cut | new_cut)
-    gone = Counter({w: n for w, n in (old - new).items() if not w.startswith(cut)})
-    added = Counter({w: n for w, n in (new - old).items() if not w.startswith(cut)})
+    (old, old_cut, old_soft), (new, new_cut, new_soft) = (
+        words(committed.read_text("utf-8")),
+        words(fresh.read_text("utf-8")),
+    )
+    cut, soft = tuple(old_cut | new_cut), old_soft | new_soft
+    gone = Counter({w: n for w, n in (old - new).items() if not w.startswith(cut) and w not in soft})
+    added = Counter({w: n for w, n in (new - old).items() if not w.startswith(cut) and w not in soft})
     out = []
     if gone:
         out.append("only in the committed picture: " + " ".join(sorted(gone.elements())))

@@ -41,6 +41,27 @@ def test_the_text_layer_tells_a_stale_picture_from_a_fresh_one(tmp_path: Path) -
     assert differences(SHOTS / "monitor-80x24-dark.svg", moved) == []
 
 
+def _svg(*lines: str) -> str:
+    """Rows as Textual's export draws them: one `<text>` per row, clipped to it."""
+    texts = (
+        f'<text class="r1" x="0" y="{20 * i}" textLength="{12.2 * len(t)}" '
+        f'clip-path="url(#terminal-1-line-{i})">{t.replace(" ", "&#160;")}</text>'
+        for i, t in enumerate(lines)
+    )
+    return "<svg>" + "".join(texts) + "</svg>"
+
+
+def test_a_value_cut_at_another_word_is_not_a_stale_picture(tmp_path: Path) -> None:
+    """How much of a cut value shows depends on the numbers before it; a word lost elsewhere is
+    still a difference."""
+    old, new, changed = tmp_path / "old.svg", tmp_path / "new.svg", tmp_path / "changed.svg"
+    old.write_text(_svg("path  kernel 100% · Python 0%", "      of relayed bytes · 2 …", "dropped none"), "utf-8")
+    new.write_text(_svg("path  kernel 99% · Python 1% of", "      relayed bytes · 2 ways …", "dropped none"), "utf-8")
+    changed.write_text(_svg("path  kernel 99% · Python 1% of", "      relayed bytes · 2 ways …", "shed none"), "utf-8")
+    assert differences(old, new) == []
+    assert differences(old, changed) != []
+
+
 @pytest.mark.interop
 def test_every_screenshot_shows_what_the_demo_shows_now() -> None:
     res = subprocess.run(
